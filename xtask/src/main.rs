@@ -1,1 +1,47 @@
-fn main() {}
+//! Project tasks, run as `cargo xtask <task>`.
+//!
+//! The xtask builds and runs the workspace's binaries and test suites; it
+//! links none of the workspace's crates.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod abi_check;
+mod test;
+mod userns;
+
+#[derive(Parser)]
+#[command(about = "Project tasks for the FUSE workspace")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Compare fuse-abi's struct sizes and field offsets with a kernel fuse.h.
+    AbiCheck {
+        /// Path of the kernel's uapi `fuse.h`.
+        header: PathBuf,
+    },
+    /// Run the whole test suite (installs what is missing first).
+    Test(test::TestArgs),
+    /// Run the test suite inside a user namespace (no real root needed).
+    TestInUserns(userns::UsernsArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::AbiCheck { header } => abi_check::run(&header),
+        Task::Test(args) => test::run(&args),
+        Task::TestInUserns(args) => userns::run(&args),
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
