@@ -1,4 +1,4 @@
-//! Every flag family of the protocol as a [`bitflags`] type.
+//! Every flag family of the protocol as a [`bitflags`](mod@bitflags) type.
 //!
 //! The kernel may send bits that this crate does not know (a newer kernel);
 //! use `from_bits_retain` to keep them, as the types are all declared with

@@ -8,7 +8,7 @@
 //! `/dev/fuse` ioctl numbers ([`ioctl`]). It performs no I/O and no
 //! allocation.
 //!
-//! Naming: a kernel `struct fuse_foo_bar` is [`FooBar`] here (e.g.
+//! Naming: a kernel `struct fuse_foo_bar` is `FooBar` here (e.g.
 //! `fuse_entry_out` is [`EntryOut`]); field names are the kernel's, without
 //! leading underscores. Flags drop their family prefix: `FUSE_ASYNC_READ` is
 //! [`InitFlags::ASYNC_READ`], `FOPEN_KEEP_CACHE` is [`FopenFlags::KEEP_CACHE`].

@@ -1,0 +1,377 @@
+//! Zero-copy data paths between a backing file and transport memory, and
+//! the directory entry writers of READDIR and READDIRPLUS.
+//!
+//! A transport lends the server its memory: the request's bytes and the
+//! reply's body. The data of a READ goes from the backing file straight
+//! into the reply body ([`ZeroCopyWriter`]), the data of a WRITE from the
+//! request straight into the backing file ([`ZeroCopyReader`]), so each is
+//! one copy in user space.
+//!
+//! ## Short-count contract
+//!
+//! Like `pread(2)`/`pwrite(2)`, each file transfer moves *up to* the bytes
+//! asked for and returns how many it moved:
+//! - a writer's `write_from_file` returns 0 only at end of file (or when
+//!   `count` is 0 or the writer is full); any other short count means the
+//!   caller may call again for the rest;
+//! - a reader's `read_to_file` returns 0 only when `count` is 0 or the
+//!   reader is empty; a short count means the file accepted fewer bytes;
+//! - on error nothing is consumed from a reader and nothing is committed to
+//!   a writer; bytes moved by earlier calls stay moved.
+
+use crate::types::Entry;
+use fuse_abi::{Dirent, Direntplus};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use zerocopy::IntoBytes;
+
+/// Destination of a READ reply's data: transport memory the data is read into.
+pub trait ZeroCopyWriter: Send {
+    /// Bytes that can still be written.
+    fn available(&self) -> usize;
+
+    /// Bytes written so far.
+    fn written(&self) -> usize;
+
+    /// Reads up to `count` bytes of `fd` at `offset` into the reply
+    /// (`pread`); see the module's short-count contract.
+    fn write_from_file(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        count: usize,
+    ) -> io::Result<usize>;
+
+    /// Appends `data`; fails with `ENOBUFS` (writing nothing) if it doesn't fit.
+    fn write_all(&mut self, data: &[u8]) -> io::Result<()>;
+
+    /// The unwritten memory, for a caller that fills it itself (an async
+    /// read, a computed buffer); follow with [`ZeroCopyWriter::commit`].
+    fn spare(&mut self) -> &mut [u8];
+
+    /// Marks `n` bytes of [`ZeroCopyWriter::spare`] as written.
+    fn commit(&mut self, n: usize);
+}
+
+/// Source of a WRITE request's data: transport memory the data is written from.
+pub trait ZeroCopyReader: Send {
+    /// Bytes not consumed yet.
+    fn remaining(&self) -> usize;
+
+    /// Writes up to `count` bytes to `fd` at `offset` (`pwrite`); see the
+    /// module's short-count contract.
+    fn read_to_file(&mut self, fd: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize>;
+
+    /// The unconsumed bytes, for a caller that writes them itself; follow
+    /// with [`ZeroCopyReader::consume`].
+    fn unconsumed(&self) -> &[u8];
+
+    /// Marks `n` bytes as consumed.
+    fn consume(&mut self, n: usize);
+}
+
+/// A [`ZeroCopyWriter`] over one contiguous slice of transport memory.
+#[derive(Debug)]
+pub struct SliceWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> SliceWriter<'a> {
+    /// A writer that fills `buf` from its start.
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        Self { buf, len: 0 }
+    }
+}
+
+impl ZeroCopyWriter for SliceWriter<'_> {
+    fn available(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    fn written(&self) -> usize {
+        self.len
+    }
+
+    fn write_from_file(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        count: usize,
+    ) -> io::Result<usize> {
+        let count = count.min(self.available());
+        if count == 0 {
+            return Ok(0);
+        }
+        let dst = &mut self.buf[self.len..self.len + count];
+        let n = pread(fd, dst, offset)?;
+        self.len += n;
+        Ok(n)
+    }
+
+    fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.len() > self.available() {
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+        }
+        self.buf[self.len..self.len + data.len()].copy_from_slice(data);
+        self.len += data.len();
+        Ok(())
+    }
+
+    fn spare(&mut self) -> &mut [u8] {
+        &mut self.buf[self.len..]
+    }
+
+    fn commit(&mut self, n: usize) {
+        self.len = (self.len + n).min(self.buf.len());
+    }
+}
+
+/// A [`ZeroCopyReader`] over one contiguous slice of transport memory.
+#[derive(Debug)]
+pub struct SliceReader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> SliceReader<'a> {
+    /// A reader of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf }
+    }
+}
+
+impl ZeroCopyReader for SliceReader<'_> {
+    fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn read_to_file(&mut self, fd: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize> {
+        let count = count.min(self.buf.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let n = pwrite(fd, &self.buf[..count], offset)?;
+        self.buf = &self.buf[n..];
+        Ok(n)
+    }
+
+    fn unconsumed(&self) -> &[u8] {
+        self.buf
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.buf = &self.buf[n.min(self.buf.len())..];
+    }
+}
+
+/// `pread(2)`, retried on EINTR.
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let n = unsafe {
+            libc::pread64(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                offset as i64,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// `pwrite(2)`, retried on EINTR.
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+        let n = unsafe {
+            libc::pwrite64(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                offset as i64,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Where READDIR puts its entries.
+pub trait DirentSink: Send {
+    /// Adds an entry; returns `false` (adding nothing) when it doesn't fit,
+    /// which ends the reply. `cookie` is the offset the kernel passes back
+    /// to continue *after* this entry: non-zero and increasing.
+    fn add(&mut self, ino: u64, cookie: u64, dtype: u32, name: &[u8]) -> bool;
+
+    /// Number of entries added.
+    fn count(&self) -> usize;
+}
+
+/// Where READDIRPLUS puts its entries.
+pub trait DirentPlusSink: Send {
+    /// Adds an entry with its [`Entry`]; returns `false` (adding nothing)
+    /// when it doesn't fit. An entry that was not added never reaches the
+    /// kernel: the caller must drop the lookup reference it took for it.
+    fn add(&mut self, entry: &Entry, cookie: u64, dtype: u32, name: &[u8]) -> bool;
+
+    /// Number of entries added.
+    fn count(&self) -> usize;
+}
+
+/// Writes `fuse_dirent` / `fuse_direntplus` records into a reply body.
+#[derive(Debug)]
+pub struct DirentBuf<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+    count: usize,
+}
+
+impl<'a> DirentBuf<'a> {
+    /// Records go into `buf` (the reply body, already limited to the size
+    /// the kernel asked for).
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        Self {
+            buf,
+            len: 0,
+            count: 0,
+        }
+    }
+
+    /// Bytes used.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No entry added yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, head: &[u8], name: &[u8]) -> bool {
+        let rec = fuse_abi::rec_align(head.len() + name.len());
+        if name.is_empty() || self.buf.len() - self.len < rec {
+            return false;
+        }
+        let dst = &mut self.buf[self.len..self.len + rec];
+        dst[..head.len()].copy_from_slice(head);
+        dst[head.len()..head.len() + name.len()].copy_from_slice(name);
+        dst[head.len() + name.len()..].fill(0);
+        self.len += rec;
+        self.count += 1;
+        true
+    }
+}
+
+impl DirentSink for DirentBuf<'_> {
+    fn add(&mut self, ino: u64, cookie: u64, dtype: u32, name: &[u8]) -> bool {
+        let Ok(namelen) = u32::try_from(name.len()) else {
+            return false;
+        };
+        let head = Dirent {
+            ino,
+            off: cookie,
+            namelen,
+            r#type: dtype,
+        };
+        self.push(head.as_bytes(), name)
+    }
+
+    fn count(&self) -> usize {
+        self.count
+    }
+}
+
+impl DirentPlusSink for DirentBuf<'_> {
+    fn add(&mut self, entry: &Entry, cookie: u64, dtype: u32, name: &[u8]) -> bool {
+        let Ok(namelen) = u32::try_from(name.len()) else {
+            return false;
+        };
+        let head = Direntplus {
+            entry_out: entry.to_entry_out(),
+            dirent: Dirent {
+                ino: entry.attr.ino,
+                off: cookie,
+                namelen,
+                r#type: dtype,
+            },
+        };
+        self.push(head.as_bytes(), name)
+    }
+
+    fn count(&self) -> usize {
+        self.count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn dirent_records_are_aligned_and_stop_when_full() {
+        let mut mem = [0xffu8; 64];
+        let mut buf = DirentBuf::new(&mut mem);
+        assert!(DirentSink::add(&mut buf, 5, 1, 4, b"a"));
+        assert_eq!(buf.len(), 32);
+        assert!(DirentSink::add(&mut buf, 6, 2, 8, b"0123456789"));
+        assert_eq!(buf.len(), 64);
+        assert!(!DirentSink::add(&mut buf, 7, 3, 8, b"x"));
+        assert_eq!(DirentSink::count(&buf), 2);
+        assert_eq!(&mem[24..32], &[b'a', 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn direntplus_does_not_fit_a_small_buffer() {
+        let mut mem = [0u8; 150];
+        let mut buf = DirentBuf::new(&mut mem);
+        assert!(!DirentPlusSink::add(
+            &mut buf,
+            &Entry::default(),
+            1,
+            4,
+            b"a"
+        ));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn slice_writer_and_reader_move_file_data() {
+        let file = tempfile_in_tmp();
+        let mut src = SliceReader::new(b"hello world");
+        assert_eq!(src.read_to_file(file.as_fd(), 0, 100).unwrap(), 11);
+        assert_eq!(src.remaining(), 0);
+        let mut mem = [0u8; 8];
+        let mut w = SliceWriter::new(&mut mem);
+        assert_eq!(w.write_from_file(file.as_fd(), 6, 100).unwrap(), 5);
+        assert_eq!(w.write_from_file(file.as_fd(), 11, 100).unwrap(), 0);
+        assert!(w.write_all(b"1234").is_err());
+        w.write_all(b"!!!").unwrap();
+        assert_eq!(&mem, b"world!!!");
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("fuse-server-io-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+}

@@ -1,0 +1,805 @@
+//! Decoding a request's bytes into a typed [`Operation`].
+//!
+//! Decoding validates every length against the bytes at hand and never
+//! panics: a request that is too short, has a name without its NUL, or
+//! claims more data than it carries is a [`DecodeError`], which the server
+//! answers with an errno.
+
+use crate::args::*;
+use fuse_abi::{
+    AccessMask, BatchForgetIn, BmapIn, CopyFileRangeIn, CreateIn, CuseInitIn, FallocateIn, FlushIn,
+    ForgetIn, ForgetOne, FsyncFlags, FsyncIn, GetattrFlags, GetattrIn, GetxattrIn, InHeader,
+    InitIn, InterruptIn, IoctlFlags, IoctlIn, LinkIn, LkFlags, LkIn, LseekIn, MkdirIn, MknodIn,
+    NotifyRetrieveIn, Opcode, OpenIn, OpenInFlags, PollFlags, PollIn, ReadFlags, ReadIn,
+    ReleaseFlags, ReleaseIn, RemovemappingIn, RemovemappingOne, Rename2In, RenameFlags, RenameIn,
+    SetattrIn, SetattrValid, SetupmappingIn, SetxattrFlags, SetxattrIn, StatxIn, WriteFlags,
+    WriteIn,
+};
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Why a request could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than the request header.
+    #[error("request of {0} bytes is shorter than the 40-byte header")]
+    ShortHeader(usize),
+    /// The header's length disagrees with the bytes received.
+    #[error("header says {header} bytes but {actual} arrived")]
+    LengthMismatch {
+        /// `fuse_in_header.len`.
+        header: u32,
+        /// Bytes received.
+        actual: usize,
+    },
+    /// An argument is cut short.
+    #[error("{opcode}: argument {what} needs {need} bytes, {have} left")]
+    Short {
+        /// The operation.
+        opcode: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// Bytes needed.
+        need: usize,
+        /// Bytes left.
+        have: usize,
+    },
+    /// A name is not NUL-terminated within the request.
+    #[error("{opcode}: name without a terminating NUL")]
+    BadName {
+        /// The operation.
+        opcode: &'static str,
+    },
+    /// The extension area is larger than the request.
+    #[error("extension area of {0} bytes exceeds the request")]
+    BadExtensions(usize),
+    /// The opcode is not known.
+    #[error("unknown opcode {0}")]
+    UnknownOpcode(u32),
+}
+
+impl DecodeError {
+    /// The errno the reply carries.
+    pub fn errno(&self) -> i32 {
+        match self {
+            DecodeError::UnknownOpcode(_) => libc::ENOSYS,
+            DecodeError::LengthMismatch { .. } | DecodeError::ShortHeader(_) => libc::EIO,
+            _ => libc::EINVAL,
+        }
+    }
+}
+
+/// The bytes of one request, as a transport holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct RawRequest<'a> {
+    /// The `fuse_in_header` (at least 40 bytes; extra bytes are ignored).
+    pub header: &'a [u8],
+    /// Where the opcode's fixed argument struct is, when the transport
+    /// keeps it apart from the rest (io_uring's `op_in` area); `None` when
+    /// it leads `payload` (`/dev/fuse`).
+    pub op_header: Option<&'a [u8]>,
+    /// The remaining arguments (all of them for `/dev/fuse`), followed by
+    /// the request extensions.
+    pub payload: &'a [u8],
+}
+
+impl<'a> RawRequest<'a> {
+    /// A request read whole from `/dev/fuse`: header, then arguments.
+    pub fn contiguous(bytes: &'a [u8]) -> Self {
+        let split = bytes.len().min(size_of::<InHeader>());
+        let (header, payload) = bytes.split_at(split);
+        Self {
+            header,
+            op_header: None,
+            payload,
+        }
+    }
+
+    /// Reads the header.
+    pub fn in_header(&self) -> Result<InHeader, DecodeError> {
+        InHeader::read_from_prefix(self.header)
+            .map(|(h, _)| h)
+            .map_err(|_| DecodeError::ShortHeader(self.header.len()))
+    }
+}
+
+/// A list of fixed-size records in request memory, read without any
+/// alignment requirement.
+#[derive(Clone, Copy)]
+pub struct PodList<'a, T> {
+    bytes: &'a [u8],
+    _marker: PhantomData<T>,
+}
+
+impl<T> std::fmt::Debug for PodList<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodList")
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl<T> PartialEq for PodList<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl<'a, T: FromBytes + Copy> PodList<'a, T> {
+    /// The records in `bytes` (whose length is a multiple of the record size).
+    pub fn new(bytes: &'a [u8]) -> Self {
+        let whole = bytes.len() - bytes.len() % size_of::<T>().max(1);
+        Self {
+            bytes: &bytes[..whole],
+            _marker: PhantomData,
+        }
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / size_of::<T>().max(1)
+    }
+
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records, copied out one by one.
+    pub fn iter(&self) -> impl Iterator<Item = T> + 'a {
+        let bytes = self.bytes;
+        bytes
+            .chunks_exact(size_of::<T>().max(1))
+            .filter_map(|chunk| T::read_from_bytes(chunk).ok())
+    }
+}
+
+/// The entries of a BATCH_FORGET.
+pub type ForgetList<'a> = PodList<'a, ForgetOne>;
+
+/// A decoded request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request<'a> {
+    /// The header.
+    pub header: InHeader,
+    /// The operation and its arguments.
+    pub op: Operation<'a>,
+    /// The request extensions (`total_extlen`), undecoded.
+    pub extensions: &'a [u8],
+}
+
+impl Request<'_> {
+    /// The opcode, if known.
+    pub fn opcode(&self) -> Option<Opcode> {
+        Opcode::from_u32(self.header.opcode)
+    }
+}
+
+/// An operation with its typed arguments; names and data borrow the
+/// request's memory.
+#[allow(missing_docs)] // The variants are the opcodes; their fields are documented in `args`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operation<'a> {
+    Lookup {
+        name: &'a CStr,
+    },
+    Forget {
+        nlookup: u64,
+    },
+    Getattr {
+        fh: Option<u64>,
+    },
+    Setattr(SetattrArgs),
+    Readlink,
+    Symlink {
+        name: &'a CStr,
+        target: &'a CStr,
+    },
+    Mknod {
+        name: &'a CStr,
+        args: MknodArgs,
+    },
+    Mkdir {
+        name: &'a CStr,
+        args: MkdirArgs,
+    },
+    Unlink {
+        name: &'a CStr,
+    },
+    Rmdir {
+        name: &'a CStr,
+    },
+    /// RENAME and RENAME2 (flags 0 for RENAME).
+    Rename(RenameArgs<'a>),
+    Link {
+        oldnodeid: u64,
+        newname: &'a CStr,
+    },
+    Open(OpenArgs),
+    Read(ReadArgs),
+    Write {
+        args: WriteArgs,
+        data: &'a [u8],
+    },
+    Statfs,
+    Release(ReleaseArgs),
+    Fsync(FsyncArgs),
+    Setxattr(SetxattrArgs<'a>),
+    Getxattr {
+        name: &'a CStr,
+        size: u32,
+    },
+    Listxattr {
+        size: u32,
+    },
+    Removexattr {
+        name: &'a CStr,
+    },
+    Flush(FlushArgs),
+    Init(InitIn),
+    Opendir(OpenArgs),
+    Readdir(ReadArgs),
+    Releasedir(ReleaseArgs),
+    Fsyncdir(FsyncArgs),
+    Getlk(LockArgs),
+    /// SETLK and SETLKW (`sleep`).
+    Setlk {
+        args: LockArgs,
+        sleep: bool,
+    },
+    Access {
+        mask: AccessMask,
+    },
+    Create {
+        name: &'a CStr,
+        args: CreateArgs,
+    },
+    Interrupt {
+        unique: u64,
+    },
+    Bmap {
+        block: u64,
+        blocksize: u32,
+    },
+    Destroy,
+    Ioctl(IoctlArgs<'a>),
+    Poll(PollArgs),
+    NotifyReply {
+        offset: u64,
+        data: &'a [u8],
+    },
+    BatchForget(ForgetList<'a>),
+    Fallocate(FallocateArgs),
+    Readdirplus(ReadArgs),
+    Lseek(LseekArgs),
+    /// COPY_FILE_RANGE and COPY_FILE_RANGE_64 (`wide`: 64-bit reply).
+    CopyFileRange {
+        args: CopyFileRangeArgs,
+        wide: bool,
+    },
+    Setupmapping(SetupmappingIn),
+    Removemapping(PodList<'a, RemovemappingOne>),
+    Syncfs,
+    Tmpfile(CreateArgs),
+    Statx(StatxArgs),
+    CuseInit(CuseInitIn),
+}
+
+/// What decoding needs to know of the negotiated protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// The negotiated minor version (older kernels send shorter structs).
+    pub minor: u32,
+    /// `FUSE_SETXATTR_EXT` was negotiated: SETXATTR carries the extended struct.
+    pub setxattr_ext: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        Self {
+            minor: fuse_abi::KERNEL_MINOR_VERSION,
+            setxattr_ext: false,
+        }
+    }
+}
+
+/// Reads arguments in order from a request.
+struct ArgReader<'a> {
+    opcode: &'static str,
+    op_header: Option<&'a [u8]>,
+    rest: &'a [u8],
+}
+
+impl<'a> ArgReader<'a> {
+    fn short(&self, what: &'static str, need: usize, have: usize) -> DecodeError {
+        DecodeError::Short {
+            opcode: self.opcode,
+            what,
+            need,
+            have,
+        }
+    }
+
+    /// The opcode's fixed struct, `len` bytes of it (shorter than `T` for
+    /// old protocol versions; the rest reads as zero).
+    fn fixed_len<T: FromBytes + IntoBytes>(
+        &mut self,
+        what: &'static str,
+        len: usize,
+    ) -> Result<T, DecodeError> {
+        let len = len.min(size_of::<T>());
+        let from_header = self.op_header.is_some();
+        let src = self.op_header.unwrap_or(self.rest);
+        if src.len() < len {
+            return Err(self.short(what, len, src.len()));
+        }
+        let mut value = T::new_zeroed();
+        value.as_mut_bytes()[..len].copy_from_slice(&src[..len]);
+        if from_header {
+            self.op_header = None;
+        } else {
+            self.rest = &self.rest[len..];
+        }
+        Ok(value)
+    }
+
+    fn fixed<T: FromBytes + IntoBytes>(&mut self, what: &'static str) -> Result<T, DecodeError> {
+        self.fixed_len(what, size_of::<T>())
+    }
+
+    fn name(&mut self) -> Result<&'a CStr, DecodeError> {
+        let name = CStr::from_bytes_until_nul(self.rest).map_err(|_| DecodeError::BadName {
+            opcode: self.opcode,
+        })?;
+        self.rest = &self.rest[name.to_bytes_with_nul().len()..];
+        Ok(name)
+    }
+
+    fn bytes(&mut self, what: &'static str, len: usize) -> Result<&'a [u8], DecodeError> {
+        if self.rest.len() < len {
+            return Err(self.short(what, len, self.rest.len()));
+        }
+        let (data, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Ok(data)
+    }
+}
+
+fn read_args(r: ReadIn, minor: u32) -> ReadArgs {
+    let read_flags = ReadFlags::from_bits_retain(r.read_flags);
+    ReadArgs {
+        fh: r.fh,
+        offset: r.offset,
+        size: r.size,
+        read_flags,
+        lock_owner: (minor >= 9 && read_flags.contains(ReadFlags::LOCKOWNER))
+            .then_some(r.lock_owner),
+        flags: r.flags,
+    }
+}
+
+fn release_args(r: ReleaseIn) -> ReleaseArgs {
+    ReleaseArgs {
+        fh: r.fh,
+        flags: r.flags,
+        release_flags: ReleaseFlags::from_bits_retain(r.release_flags),
+        lock_owner: r.lock_owner,
+    }
+}
+
+fn fsync_args(f: FsyncIn) -> FsyncArgs {
+    FsyncArgs {
+        fh: f.fh,
+        fsync_flags: FsyncFlags::from_bits_retain(f.fsync_flags),
+    }
+}
+
+fn lock_args(l: LkIn) -> LockArgs {
+    LockArgs {
+        fh: l.fh,
+        owner: l.owner,
+        lock: l.lk,
+        flock: LkFlags::from_bits_retain(l.lk_flags).contains(LkFlags::FLOCK),
+    }
+}
+
+fn open_args(o: OpenIn) -> OpenArgs {
+    OpenArgs {
+        flags: o.flags,
+        open_flags: OpenInFlags::from_bits_retain(o.open_flags),
+    }
+}
+
+fn set_time(now: bool, set: bool, secs: u64, nsecs: u32) -> Option<SetTime> {
+    if now {
+        Some(SetTime::Now)
+    } else if set {
+        Some(SetTime::At {
+            secs: secs as i64,
+            nsecs,
+        })
+    } else {
+        None
+    }
+}
+
+/// Typed SETATTR arguments from the wire struct.
+pub fn setattr_args(s: &SetattrIn) -> SetattrArgs {
+    let v = SetattrValid::from_bits_retain(s.valid);
+    SetattrArgs {
+        valid: v,
+        fh: v.contains(SetattrValid::FH).then_some(s.fh),
+        mode: v.contains(SetattrValid::MODE).then_some(s.mode),
+        uid: v.contains(SetattrValid::UID).then_some(s.uid),
+        gid: v.contains(SetattrValid::GID).then_some(s.gid),
+        size: v.contains(SetattrValid::SIZE).then_some(s.size),
+        atime: set_time(
+            v.contains(SetattrValid::ATIME_NOW),
+            v.contains(SetattrValid::ATIME),
+            s.atime,
+            s.atimensec,
+        ),
+        mtime: set_time(
+            v.contains(SetattrValid::MTIME_NOW),
+            v.contains(SetattrValid::MTIME),
+            s.mtime,
+            s.mtimensec,
+        ),
+        ctime: v
+            .contains(SetattrValid::CTIME)
+            .then_some((s.ctime as i64, s.ctimensec)),
+        lock_owner: v.contains(SetattrValid::LOCKOWNER).then_some(s.lock_owner),
+        kill_suidgid: v.contains(SetattrValid::KILL_SUIDGID),
+    }
+}
+
+/// Decodes one request.
+///
+/// The result borrows `raw`. Errors carry the errno to reply with; a
+/// request whose header can't be read can't be answered at all.
+pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a>, DecodeError> {
+    let header = raw.in_header()?;
+    let mut payload = raw.payload;
+    if raw.op_header.is_none() {
+        let actual = size_of::<InHeader>() + payload.len();
+        if header.len as usize != actual {
+            return Err(DecodeError::LengthMismatch {
+                header: header.len,
+                actual,
+            });
+        }
+    }
+    let extlen = header.total_extlen as usize * 8;
+    if extlen > payload.len() {
+        return Err(DecodeError::BadExtensions(extlen));
+    }
+    let extensions = &payload[payload.len() - extlen..];
+    payload = &payload[..payload.len() - extlen];
+
+    let opcode =
+        Opcode::from_u32(header.opcode).ok_or(DecodeError::UnknownOpcode(header.opcode))?;
+    let mut r = ArgReader {
+        opcode: opcode.kernel_name(),
+        op_header: raw.op_header,
+        rest: payload,
+    };
+    let minor = opts.minor;
+    let op = match opcode {
+        Opcode::Lookup => Operation::Lookup { name: r.name()? },
+        Opcode::Forget => Operation::Forget {
+            nlookup: r.fixed::<ForgetIn>("fuse_forget_in")?.nlookup,
+        },
+        Opcode::Getattr => {
+            let g: GetattrIn = r.fixed("fuse_getattr_in")?;
+            let fh = GetattrFlags::from_bits_retain(g.getattr_flags)
+                .contains(GetattrFlags::FH)
+                .then_some(g.fh);
+            Operation::Getattr { fh }
+        }
+        Opcode::Setattr => Operation::Setattr(setattr_args(&r.fixed("fuse_setattr_in")?)),
+        Opcode::Readlink => Operation::Readlink,
+        Opcode::Symlink => {
+            let name = r.name()?;
+            let target = r.name()?;
+            Operation::Symlink { name, target }
+        }
+        Opcode::Mknod => {
+            let len = if minor < 12 {
+                fuse_abi::COMPAT_MKNOD_IN_SIZE
+            } else {
+                size_of::<MknodIn>()
+            };
+            let m: MknodIn = r.fixed_len("fuse_mknod_in", len)?;
+            let name = r.name()?;
+            Operation::Mknod {
+                name,
+                args: MknodArgs {
+                    mode: m.mode,
+                    rdev: m.rdev,
+                    umask: m.umask,
+                },
+            }
+        }
+        Opcode::Mkdir => {
+            let m: MkdirIn = r.fixed("fuse_mkdir_in")?;
+            Operation::Mkdir {
+                name: r.name()?,
+                args: MkdirArgs {
+                    mode: m.mode,
+                    umask: m.umask,
+                },
+            }
+        }
+        Opcode::Unlink => Operation::Unlink { name: r.name()? },
+        Opcode::Rmdir => Operation::Rmdir { name: r.name()? },
+        Opcode::Rename => {
+            let a: RenameIn = r.fixed("fuse_rename_in")?;
+            let name = r.name()?;
+            let newname = r.name()?;
+            Operation::Rename(RenameArgs {
+                name,
+                newdir: a.newdir,
+                newname,
+                flags: RenameFlags::empty(),
+            })
+        }
+        Opcode::Rename2 => {
+            let a: Rename2In = r.fixed("fuse_rename2_in")?;
+            let name = r.name()?;
+            let newname = r.name()?;
+            let flags = RenameFlags::from_bits_retain(a.flags);
+            Operation::Rename(RenameArgs {
+                name,
+                newdir: a.newdir,
+                newname,
+                flags,
+            })
+        }
+        Opcode::Link => {
+            let a: LinkIn = r.fixed("fuse_link_in")?;
+            Operation::Link {
+                oldnodeid: a.oldnodeid,
+                newname: r.name()?,
+            }
+        }
+        Opcode::Open => Operation::Open(open_args(r.fixed("fuse_open_in")?)),
+        Opcode::Opendir => Operation::Opendir(open_args(r.fixed("fuse_open_in")?)),
+        Opcode::Read | Opcode::Readdir | Opcode::Readdirplus => {
+            let len = if minor < 9 { 24 } else { size_of::<ReadIn>() };
+            let args = read_args(r.fixed_len("fuse_read_in", len)?, minor);
+            match opcode {
+                Opcode::Read => Operation::Read(args),
+                Opcode::Readdir => Operation::Readdir(args),
+                _ => Operation::Readdirplus(args),
+            }
+        }
+        Opcode::Write => {
+            let len = if minor < 9 {
+                fuse_abi::COMPAT_WRITE_IN_SIZE
+            } else {
+                size_of::<WriteIn>()
+            };
+            let w: WriteIn = r.fixed_len("fuse_write_in", len)?;
+            let write_flags = WriteFlags::from_bits_retain(w.write_flags);
+            let data = r.bytes("write data", w.size as usize)?;
+            let args = WriteArgs {
+                fh: w.fh,
+                offset: w.offset,
+                size: w.size,
+                write_flags,
+                lock_owner: write_flags
+                    .contains(WriteFlags::LOCKOWNER)
+                    .then_some(w.lock_owner),
+                flags: w.flags,
+            };
+            Operation::Write { args, data }
+        }
+        Opcode::Statfs => Operation::Statfs,
+        Opcode::Release => Operation::Release(release_args(r.fixed("fuse_release_in")?)),
+        Opcode::Releasedir => Operation::Releasedir(release_args(r.fixed("fuse_release_in")?)),
+        Opcode::Fsync => Operation::Fsync(fsync_args(r.fixed("fuse_fsync_in")?)),
+        Opcode::Fsyncdir => Operation::Fsyncdir(fsync_args(r.fixed("fuse_fsync_in")?)),
+        Opcode::Setxattr => {
+            let len = if opts.setxattr_ext {
+                size_of::<SetxattrIn>()
+            } else {
+                fuse_abi::COMPAT_SETXATTR_IN_SIZE
+            };
+            let s: SetxattrIn = r.fixed_len("fuse_setxattr_in", len)?;
+            let name = r.name()?;
+            let value = r.bytes("xattr value", s.size as usize)?;
+            Operation::Setxattr(SetxattrArgs {
+                name,
+                value,
+                flags: s.flags,
+                setxattr_flags: SetxattrFlags::from_bits_retain(s.setxattr_flags),
+            })
+        }
+        Opcode::Getxattr => {
+            let g: GetxattrIn = r.fixed("fuse_getxattr_in")?;
+            Operation::Getxattr {
+                name: r.name()?,
+                size: g.size,
+            }
+        }
+        Opcode::Listxattr => Operation::Listxattr {
+            size: r.fixed::<GetxattrIn>("fuse_getxattr_in")?.size,
+        },
+        Opcode::Removexattr => Operation::Removexattr { name: r.name()? },
+        Opcode::Flush => {
+            let f: FlushIn = r.fixed("fuse_flush_in")?;
+            Operation::Flush(FlushArgs {
+                fh: f.fh,
+                lock_owner: f.lock_owner,
+            })
+        }
+        Opcode::Init => {
+            // Kernels before 7.36 send only the first 16 bytes.
+            let have = r.op_header.unwrap_or(r.rest).len();
+            if have < 16 {
+                return Err(r.short("fuse_init_in", 16, have));
+            }
+            Operation::Init(r.fixed_len("fuse_init_in", have)?)
+        }
+        Opcode::Getlk => Operation::Getlk(lock_args(r.fixed("fuse_lk_in")?)),
+        Opcode::Setlk | Opcode::Setlkw => Operation::Setlk {
+            args: lock_args(r.fixed("fuse_lk_in")?),
+            sleep: opcode == Opcode::Setlkw,
+        },
+        Opcode::Access => Operation::Access {
+            mask: AccessMask::from_bits_retain(
+                r.fixed::<fuse_abi::AccessIn>("fuse_access_in")?.mask,
+            ),
+        },
+        Opcode::Create => {
+            let len = if minor < 12 {
+                size_of::<OpenIn>()
+            } else {
+                size_of::<CreateIn>()
+            };
+            let c: CreateIn = r.fixed_len("fuse_create_in", len)?;
+            let name = r.name()?;
+            Operation::Create {
+                name,
+                args: create_args(c),
+            }
+        }
+        Opcode::Tmpfile => Operation::Tmpfile(create_args(r.fixed("fuse_create_in")?)),
+        Opcode::Interrupt => Operation::Interrupt {
+            unique: r.fixed::<InterruptIn>("fuse_interrupt_in")?.unique,
+        },
+        Opcode::Bmap => {
+            let b: BmapIn = r.fixed("fuse_bmap_in")?;
+            Operation::Bmap {
+                block: b.block,
+                blocksize: b.blocksize,
+            }
+        }
+        Opcode::Destroy => Operation::Destroy,
+        Opcode::Ioctl => {
+            let i: IoctlIn = r.fixed("fuse_ioctl_in")?;
+            let data = r.bytes("ioctl data", i.in_size as usize)?;
+            Operation::Ioctl(IoctlArgs {
+                fh: i.fh,
+                flags: IoctlFlags::from_bits_retain(i.flags),
+                cmd: i.cmd,
+                arg: i.arg,
+                data,
+                out_size: i.out_size,
+            })
+        }
+        Opcode::Poll => {
+            let p: PollIn = r.fixed("fuse_poll_in")?;
+            Operation::Poll(PollArgs {
+                fh: p.fh,
+                kh: p.kh,
+                schedule_notify: PollFlags::from_bits_retain(p.flags)
+                    .contains(PollFlags::SCHEDULE_NOTIFY),
+                events: p.events,
+            })
+        }
+        Opcode::NotifyReply => {
+            let n: NotifyRetrieveIn = r.fixed("fuse_notify_retrieve_in")?;
+            let data = r.bytes("retrieve data", n.size as usize)?;
+            Operation::NotifyReply {
+                offset: n.offset,
+                data,
+            }
+        }
+        Opcode::BatchForget => {
+            let b: BatchForgetIn = r.fixed("fuse_batch_forget_in")?;
+            let len = (b.count as usize).saturating_mul(size_of::<ForgetOne>());
+            Operation::BatchForget(PodList::new(r.bytes("fuse_forget_one array", len)?))
+        }
+        Opcode::Fallocate => {
+            let f: FallocateIn = r.fixed("fuse_fallocate_in")?;
+            Operation::Fallocate(FallocateArgs {
+                fh: f.fh,
+                offset: f.offset,
+                length: f.length,
+                mode: f.mode,
+            })
+        }
+        Opcode::Lseek => {
+            let l: LseekIn = r.fixed("fuse_lseek_in")?;
+            Operation::Lseek(LseekArgs {
+                fh: l.fh,
+                offset: l.offset,
+                whence: l.whence,
+            })
+        }
+        Opcode::CopyFileRange | Opcode::CopyFileRange64 => {
+            let c: CopyFileRangeIn = r.fixed("fuse_copy_file_range_in")?;
+            let args = CopyFileRangeArgs {
+                fh_in: c.fh_in,
+                off_in: c.off_in,
+                nodeid_out: c.nodeid_out,
+                fh_out: c.fh_out,
+                off_out: c.off_out,
+                len: c.len,
+                flags: c.flags,
+            };
+            Operation::CopyFileRange {
+                args,
+                wide: opcode == Opcode::CopyFileRange64,
+            }
+        }
+        Opcode::Setupmapping => Operation::Setupmapping(r.fixed("fuse_setupmapping_in")?),
+        Opcode::Removemapping => {
+            let m: RemovemappingIn = r.fixed("fuse_removemapping_in")?;
+            let len = (m.count as usize).saturating_mul(size_of::<RemovemappingOne>());
+            Operation::Removemapping(PodList::new(r.bytes("fuse_removemapping_one array", len)?))
+        }
+        Opcode::Syncfs => Operation::Syncfs,
+        Opcode::Statx => {
+            let s: StatxIn = r.fixed("fuse_statx_in")?;
+            let fh = GetattrFlags::from_bits_retain(s.getattr_flags)
+                .contains(GetattrFlags::FH)
+                .then_some(s.fh);
+            Operation::Statx(StatxArgs {
+                fh,
+                sx_flags: s.sx_flags,
+                sx_mask: s.sx_mask,
+            })
+        }
+        Opcode::CuseInit => Operation::CuseInit(r.fixed("cuse_init_in")?),
+        Opcode::CuseInitBswapReserved | Opcode::FuseInitBswapReserved => {
+            return Err(DecodeError::UnknownOpcode(header.opcode))
+        }
+    };
+    Ok(Request {
+        header,
+        op,
+        extensions,
+    })
+}
+
+fn create_args(c: CreateIn) -> CreateArgs {
+    CreateArgs {
+        flags: c.flags,
+        mode: c.mode,
+        umask: c.umask,
+        open_flags: OpenInFlags::from_bits_retain(c.open_flags),
+    }
+}
+
+/// The supplementary groups of a request's `FUSE_EXT_GROUPS` extension,
+/// if it has one.
+pub fn supplementary_groups(extensions: &[u8]) -> Option<PodList<'_, u32>> {
+    let mut rest = extensions;
+    while let Ok((ext, _)) = fuse_abi::ExtHeader::read_from_prefix(rest) {
+        let size = ext.size as usize;
+        if size < size_of::<fuse_abi::ExtHeader>() || size > rest.len() {
+            return None;
+        }
+        if ext.r#type == fuse_abi::EXT_GROUPS {
+            let body = &rest[size_of::<fuse_abi::ExtHeader>()..size];
+            let (groups, list) = fuse_abi::SuppGroups::read_from_prefix(body).ok()?;
+            let len = (groups.nr_groups as usize).checked_mul(4)?;
+            return list.get(..len).map(PodList::new);
+        }
+        rest = &rest[size..];
+    }
+    None
+}
