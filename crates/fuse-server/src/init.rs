@@ -198,7 +198,6 @@ pub fn negotiate(kernel: &KernelInit, wanted: &InitConfig) -> InitOutcome {
         // Without MAX_PAGES the kernel uses 32 pages.
         32
     };
-    let max_write = max_write.min(max_pages as u32 * PAGE_SIZE as u32).max(4096);
     let max_readahead = wanted.max_readahead.min(kernel.max_readahead);
     let negotiated = Negotiated {
         kernel: *kernel,
@@ -363,7 +362,6 @@ mod tests {
         };
         assert_eq!(reply_len, 24);
         assert_eq!(negotiated.max_pages, 32);
-        assert_eq!(negotiated.max_write, 128 * 1024);
     }
 
     #[test]

@@ -315,6 +315,81 @@ impl DirentPlusSink for DirentBuf<'_> {
     }
 }
 
+/// A zeroed, page-aligned heap buffer: transport memory that `O_DIRECT`
+/// I/O can use directly. Allocation failure is an `ENOMEM` error, not an
+/// abort.
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain owned memory.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// The alignment of every buffer.
+    pub const ALIGN: usize = 4096;
+
+    /// A zeroed buffer of `len` bytes (at least 1) starting at a page boundary.
+    pub fn new(len: usize) -> io::Result<Self> {
+        let len = len.max(1);
+        let layout = std::alloc::Layout::from_size_align(len, Self::ALIGN)
+            .map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a buffer holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` initialized (zeroed) bytes we own.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this exact layout.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr.as_ptr(),
+                std::alloc::Layout::from_size_align_unchecked(self.len, Self::ALIGN),
+            )
+        }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,11 +401,22 @@ mod tests {
         let mut buf = DirentBuf::new(&mut mem);
         assert!(DirentSink::add(&mut buf, 5, 1, 4, b"a"));
         assert_eq!(buf.len(), 32);
-        assert!(DirentSink::add(&mut buf, 6, 2, 8, b"0123456789"));
+        assert!(DirentSink::add(&mut buf, 6, 2, 8, b"01234567"));
         assert_eq!(buf.len(), 64);
         assert!(!DirentSink::add(&mut buf, 7, 3, 8, b"x"));
         assert_eq!(DirentSink::count(&buf), 2);
         assert_eq!(&mem[24..32], &[b'a', 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn aligned_buf_is_aligned_and_zeroed() {
+        let b = AlignedBuf::new(10000).unwrap();
+        assert_eq!(b.as_ptr() as usize % 4096, 0);
+        assert!(b.iter().all(|&x| x == 0));
+        assert_eq!(
+            AlignedBuf::new(usize::MAX - 10).unwrap_err().raw_os_error(),
+            Some(libc::ENOMEM)
+        );
     }
 
     #[test]

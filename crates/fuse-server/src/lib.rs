@@ -29,6 +29,7 @@ pub mod notify;
 pub mod opcode_table;
 pub mod request;
 pub mod server;
+pub mod session;
 pub mod types;
 pub mod wire;
 
@@ -37,7 +38,8 @@ pub use async_fs::{AsyncFileSystem, FsFuture, SyncFs};
 pub use filesystem::{enosys, FileSystem};
 pub use init::{InitConfig, KernelInit, Negotiated};
 pub use io::{
-    DirentBuf, DirentPlusSink, DirentSink, SliceReader, SliceWriter, ZeroCopyReader, ZeroCopyWriter,
+    AlignedBuf, DirentBuf, DirentPlusSink, DirentSink, SliceReader, SliceWriter, ZeroCopyReader,
+    ZeroCopyWriter,
 };
 pub use notify::{NotificationSink, Notifier};
 pub use opcode_table::{opcode_info, OpcodeInfo, ReplyShape};
@@ -45,4 +47,5 @@ pub use request::{
     decode, DecodeError, DecodeOptions, ForgetList, Operation, PodList, RawRequest, Request,
 };
 pub use server::{block_on, errno_of, Outcome, RequestCounters, Server, Transaction};
+pub use session::Session;
 pub use types::*;

@@ -162,6 +162,14 @@ impl Server {
         self.destroyed.load(Ordering::Acquire)
     }
 
+    /// The connection is over (DESTROY, unmount or abort): tells the file
+    /// system through its `destroy`, once.
+    pub fn finish(&self) {
+        if !self.destroyed.swap(true, Ordering::AcqRel) {
+            self.fs.destroy();
+        }
+    }
+
     /// Requests seen per opcode.
     pub fn counters(&self) -> &RequestCounters {
         &self.counters
@@ -234,8 +242,7 @@ impl Server {
         match op {
             Operation::Init(init) => self.handle_init(tx, unique, &init),
             Operation::Destroy => {
-                self.destroyed.store(true, Ordering::Release);
-                fs.destroy();
+                self.finish();
                 let _ = self.reply_result(tx, unique, Ok(0));
                 Ok(Outcome::Destroyed)
             }

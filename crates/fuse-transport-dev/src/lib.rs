@@ -1,1 +1,30 @@
-//! fuse-transport-dev
+//! Serve a FUSE file system over `/dev/fuse`.
+//!
+//! - [`mount`]: mounting with mount(2) when privileged (also inside a user
+//!   namespace) and with `fusermount3` otherwise; unmounting explicitly and
+//!   on drop.
+//! - [`DevSession`]: worker threads, each reading requests on its own fd
+//!   (`FUSE_DEV_IOC_CLONE`) into buffers sized from the negotiated
+//!   `max_write`, handing them to a [`fuse_server::Server`], and writing
+//!   each reply with one `writev`. It implements [`fuse_server::Session`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fuse_server::{FileSystem, Server, Session};
+//! use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+//!
+//! struct Empty;
+//! impl FileSystem for Empty {}
+//!
+//! let server = Server::new(Arc::new(Empty));
+//! let session = DevSession::mount(server, "/mnt/x".as_ref(), &MountOptions::default(), SessionConfig::default())?;
+//! session.wait()?; // until unmounted
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod dev;
+pub mod mount;
+pub mod session;
+
+pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
+pub use session::{DevSession, SessionConfig, SessionError};

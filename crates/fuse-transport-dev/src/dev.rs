@@ -1,0 +1,68 @@
+//! `/dev/fuse` file descriptor operations, each raw syscall wrapped once.
+
+use std::ffi::CStr;
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+const DEV_FUSE: &CStr = c"/dev/fuse";
+
+/// Opens a new `/dev/fuse` fd attached to the session of `master`
+/// (`FUSE_DEV_IOC_CLONE`), so a worker thread reads and replies on its own
+/// fd and the kernel keeps per-fd request queues apart.
+pub fn clone_fd(master: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: a valid NUL-terminated path; the result is checked.
+    let raw = unsafe { libc::open(DEV_FUSE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh fd we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let master_fd: u32 = master.as_raw_fd() as u32;
+    // SAFETY: FUSE_DEV_IOC_CLONE reads a u32 from the pointer.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            fuse_abi::ioctl::DEV_IOC_CLONE as _,
+            &master_fd,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Reads one request into `buf` (`read(2)`). EINTR is returned to the
+/// caller, which checks its stop flag.
+pub fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Writes one reply or notification made of `parts` in one `writev(2)`;
+/// the kernel takes a message only whole, in one write.
+pub fn write_message(fd: BorrowedFd<'_>, parts: &[IoSlice<'_>]) -> io::Result<()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    loop {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the slices are live.
+        let n = unsafe { libc::writev(fd.as_raw_fd(), parts.as_ptr().cast(), parts.len() as i32) };
+        if n >= 0 {
+            if n as usize != total {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short write to /dev/fuse",
+                ));
+            }
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Serving a mount from `/dev/fuse` with worker threads.
+
+use crate::dev;
+use crate::mount::{Mount, MountError, MountOptions};
+use fuse_server::{
+    AlignedBuf, NotificationSink, Notifier, Outcome, RawRequest, Server, Session, Transaction,
+};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use zerocopy::IntoBytes;
+
+/// Where a request is read into its buffer: chosen so that the data of a
+/// WRITE (after the 40-byte header and the 40-byte `fuse_write_in`) starts
+/// on a page boundary, where `O_DIRECT` can write it without a copy.
+const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
+
+/// How a [`DevSession`] serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Worker threads started at mount, each reading its own cloned fd.
+    pub threads: usize,
+    /// Largest number of workers: when every worker is busy (a blocking
+    /// lock, a slow fsync), another one starts, up to this many.
+    pub max_threads: usize,
+    /// Use `FUSE_DEV_IOC_CLONE` to give each worker its own fd (falls back
+    /// to sharing one fd if the kernel refuses).
+    pub clone_fd: bool,
+    /// The signal that wakes workers blocked in `read(2)` when the session
+    /// stops (a handler that does nothing is installed for it).
+    pub wake_signal: i32,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            threads: cpus.clamp(2, 8),
+            max_threads: 64,
+            clone_fd: true,
+            wake_signal: libc::SIGRTMIN() + 4,
+        }
+    }
+}
+
+/// Errors of starting a session.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Mounting failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    /// The kernel's INIT could not be answered.
+    #[error("FUSE INIT failed: {0}")]
+    Init(io::Error),
+    /// A worker could not be started.
+    #[error("starting a worker thread: {0}")]
+    Worker(io::Error),
+}
+
+struct Shared {
+    server: Arc<Server>,
+    master: Arc<OwnedFd>,
+    config: SessionConfig,
+    stop: AtomicBool,
+    /// Workers alive, and how many of them wait for a request.
+    workers: AtomicUsize,
+    idle: AtomicUsize,
+    /// Thread ids of running workers, for wake signals. A worker removes
+    /// itself before it exits, under the lock, so no id is ever stale.
+    tids: Mutex<Vec<libc::pthread_t>>,
+    handles: Mutex<Vec<JoinHandle<io::Result<()>>>>,
+    buffer_sizes: (usize, usize),
+}
+
+/// A mount served from `/dev/fuse` by worker threads.
+///
+/// Each worker reads requests on its own fd (cloned from the session's),
+/// into its own page-aligned buffers sized from the negotiated `max_write`,
+/// hands them to the [`Server`], and writes each reply with one `writev`.
+/// When every worker is busy, another starts (up to
+/// [`SessionConfig::max_threads`]). An unmount ends every worker (the
+/// kernel answers their reads with ENODEV); [`Session::stop`] unmounts and
+/// wakes workers blocked in `read(2)`.
+pub struct DevSession {
+    shared: Arc<Shared>,
+    mount: Mutex<Option<Mount>>,
+    mountpoint: PathBuf,
+}
+
+impl DevSession {
+    /// Mounts `mountpoint`, answers the kernel's INIT on this thread, and
+    /// starts the workers.
+    pub fn mount(
+        server: Server,
+        mountpoint: &Path,
+        options: &MountOptions,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        let mount = Mount::new(mountpoint, options)?;
+        Self::from_mount(server, mount, config)
+    }
+
+    /// Serves an existing mount.
+    pub fn from_mount(
+        server: Server,
+        mount: Mount,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        install_wake_handler(config.wake_signal);
+        let master = Arc::new(
+            mount
+                .dev_fd()
+                .try_clone_to_owned()
+                .map_err(SessionError::Init)?,
+        );
+        let server = Arc::new(server);
+        serve_init(&server, master.as_fd())?;
+        let negotiated = server.negotiated().copied().ok_or_else(|| {
+            SessionError::Init(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection ended before INIT",
+            ))
+        })?;
+        let buffer_sizes = (
+            REQUEST_OFFSET + negotiated.max_request_size(),
+            negotiated.max_reply_size(),
+        );
+        let mountpoint = mount.mountpoint().to_path_buf();
+        let shared = Arc::new(Shared {
+            server,
+            master,
+            config: config.clone(),
+            stop: AtomicBool::new(false),
+            workers: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            tids: Mutex::new(Vec::new()),
+            handles: Mutex::new(Vec::new()),
+            buffer_sizes,
+        });
+        let session = Self {
+            shared: shared.clone(),
+            mount: Mutex::new(Some(mount)),
+            mountpoint,
+        };
+        for _ in 0..config.threads.max(1) {
+            spawn_worker(&shared).map_err(SessionError::Worker)?;
+        }
+        tracing::info!(
+            mountpoint = %session.mountpoint.display(),
+            threads = config.threads,
+            max_write = negotiated.max_write,
+            "serving over /dev/fuse"
+        );
+        Ok(session)
+    }
+
+    /// A notifier for this connection (writes go to the session's fd).
+    pub fn notifier(&self) -> Notifier {
+        self.shared
+            .server
+            .notifier(Arc::new(DevNotificationSink(self.shared.master.clone())))
+    }
+
+    /// Workers currently alive.
+    pub fn worker_count(&self) -> usize {
+        self.shared.workers.load(Ordering::Acquire)
+    }
+
+    /// Unmounts (a plain unmount, lazily if the mount is busy). The workers
+    /// end once the kernel drops the connection.
+    pub fn unmount(&self) -> Result<(), MountError> {
+        let mut guard = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(mount) => mount.unmount(),
+            None => Ok(()),
+        }
+    }
+
+    fn wake_workers(&self) {
+        let tids = self.shared.tids.lock().unwrap_or_else(|e| e.into_inner());
+        for &tid in tids.iter() {
+            // SAFETY: every id in the list belongs to a running worker (see `Shared::tids`).
+            unsafe { libc::pthread_kill(tid, self.shared.config.wake_signal) };
+        }
+    }
+}
+
+impl Session for DevSession {
+    fn transport(&self) -> String {
+        format!("/dev/fuse, {} worker threads", self.worker_count())
+    }
+
+    fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    fn server(&self) -> &Arc<Server> {
+        &self.shared.server
+    }
+
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Err(e) = self.unmount() {
+            tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
+        }
+        self.wake_workers();
+    }
+
+    fn wait(&self) -> io::Result<()> {
+        let mut first_error = None;
+        loop {
+            let handle = self
+                .shared
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            let Some(handle) = handle else {
+                if self.shared.workers.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                // A worker is starting another one; its handle arrives soon.
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            // While stopping, keep waking workers that went back into read(2)
+            // after the previous signal.
+            while !handle.is_finished() {
+                if self.shared.stop.load(Ordering::Acquire) {
+                    self.wake_workers();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(io::Error::other("a worker thread panicked"));
+                }
+            }
+        }
+        self.shared.server.finish();
+        if let Err(e) = self.unmount() {
+            tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for DevSession {
+    fn drop(&mut self) {
+        if self.shared.workers.load(Ordering::Acquire) > 0 {
+            self.stop();
+            if let Err(e) = self.wait() {
+                tracing::warn!("session ended with an error: {e}");
+            }
+        }
+    }
+}
+
+/// Reads and answers requests on `fd` until INIT is done.
+fn serve_init(server: &Server, fd: BorrowedFd<'_>) -> Result<(), SessionError> {
+    let default = fuse_server::InitConfig::default();
+    let size = (default.max_write as usize + 2 * AlignedBuf::ALIGN).max(fuse_abi::MIN_READ_BUFFER);
+    let mut request = AlignedBuf::new(size).map_err(SessionError::Init)?;
+    let mut reply = AlignedBuf::new(AlignedBuf::ALIGN).map_err(SessionError::Init)?;
+    while server.negotiated().is_none() {
+        let n = match dev::read_request(fd, &mut request) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::ENOENT)
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(SessionError::Init(e)),
+        };
+        let mut tx = DevTransaction {
+            fd,
+            request: &request[..n],
+            reply: &mut reply,
+        };
+        server.handle(&mut tx).map_err(SessionError::Init)?;
+    }
+    Ok(())
+}
+
+fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
+    let fd = if shared.config.clone_fd {
+        match dev::clone_fd(shared.master.as_fd()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::debug!("FUSE_DEV_IOC_CLONE failed ({e}); sharing the session fd");
+                shared.master.try_clone()?
+            }
+        }
+    } else {
+        shared.master.try_clone()?
+    };
+    let request = AlignedBuf::new(shared.buffer_sizes.0)?;
+    let reply = AlignedBuf::new(shared.buffer_sizes.1)?;
+    shared.workers.fetch_add(1, Ordering::AcqRel);
+    shared.idle.fetch_add(1, Ordering::AcqRel);
+    let worker_shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("fuse-dev".into())
+        .spawn(move || {
+            let shared = worker_shared;
+            register_tid(&shared);
+            let result = worker_loop(&shared, fd.as_fd(), request, reply);
+            unregister_tid(&shared);
+            shared.idle.fetch_sub(1, Ordering::AcqRel);
+            shared.workers.fetch_sub(1, Ordering::AcqRel);
+            if let Err(e) = &result {
+                tracing::error!("/dev/fuse worker failed: {e}");
+            }
+            result
+        });
+    match spawned {
+        Ok(handle) => {
+            shared
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+            Ok(())
+        }
+        Err(e) => {
+            shared.idle.fetch_sub(1, Ordering::AcqRel);
+            shared.workers.fetch_sub(1, Ordering::AcqRel);
+            Err(e)
+        }
+    }
+}
+
+fn register_tid(shared: &Shared) {
+    // SAFETY: pthread_self has no preconditions.
+    let tid = unsafe { libc::pthread_self() };
+    shared
+        .tids
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(tid);
+}
+
+fn unregister_tid(shared: &Shared) {
+    // SAFETY: pthread_self has no preconditions.
+    let tid = unsafe { libc::pthread_self() };
+    let mut tids = shared.tids.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: pthread_equal only compares ids.
+    tids.retain(|&t| unsafe { libc::pthread_equal(t, tid) } == 0);
+}
+
+fn worker_loop(
+    shared: &Arc<Shared>,
+    fd: BorrowedFd<'_>,
+    mut request: AlignedBuf,
+    mut reply: AlignedBuf,
+) -> io::Result<()> {
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let n = match dev::read_request(fd, &mut request[REQUEST_OFFSET..]) {
+            Ok(n) => n,
+            Err(e) => match e.raw_os_error() {
+                // EINTR: woken (maybe to stop); ENOENT: the request was
+                // interrupted before we read it.
+                Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
+                // The connection is gone: unmounted or aborted.
+                Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
+                _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
+            },
+        };
+        // Keep one worker waiting for requests: if this was the last idle
+        // one, start another (a blocking lock must not stall the mount).
+        if shared.idle.fetch_sub(1, Ordering::AcqRel) == 1
+            && shared.workers.load(Ordering::Acquire) < shared.config.max_threads
+            && !shared.stop.load(Ordering::Acquire)
+        {
+            if let Err(e) = spawn_worker(shared) {
+                tracing::warn!("could not start another worker: {e}");
+            }
+        }
+        let mut tx = DevTransaction {
+            fd,
+            request: &request[REQUEST_OFFSET..REQUEST_OFFSET + n],
+            reply: &mut reply,
+        };
+        let outcome = shared.server.handle(&mut tx);
+        shared.idle.fetch_add(1, Ordering::AcqRel);
+        match outcome {
+            Ok(Outcome::Destroyed) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => {
+                return Ok(())
+            }
+            Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
+        }
+    }
+}
+
+/// One request read from `/dev/fuse`, and the worker's reply buffer.
+struct DevTransaction<'a> {
+    fd: BorrowedFd<'a>,
+    request: &'a [u8],
+    reply: &'a mut [u8],
+}
+
+impl Transaction for DevTransaction<'_> {
+    fn request(&self) -> RawRequest<'_> {
+        RawRequest::contiguous(self.request)
+    }
+
+    fn reply_buffer(&mut self) -> &mut [u8] {
+        self.reply
+    }
+
+    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
+        let body_len = if error == 0 {
+            body_len.min(self.reply.len())
+        } else {
+            0
+        };
+        let header = fuse_abi::OutHeader {
+            len: (size_of::<fuse_abi::OutHeader>() + body_len) as u32,
+            error,
+            unique,
+        };
+        let parts = [
+            IoSlice::new(header.as_bytes()),
+            IoSlice::new(&self.reply[..body_len]),
+        ];
+        let count = if body_len == 0 { 1 } else { 2 };
+        dev::write_message(self.fd, &parts[..count])
+    }
+}
+
+/// Sends notifications on the session's fd.
+struct DevNotificationSink(Arc<OwnedFd>);
+
+impl NotificationSink for DevNotificationSink {
+    fn send_notification(&self, parts: &[IoSlice<'_>]) -> io::Result<()> {
+        dev::write_message(self.0.as_fd(), parts)
+    }
+}
+
+extern "C" fn wake_handler(_signal: libc::c_int) {}
+
+/// Installs a do-nothing handler for the wake signal, without
+/// `SA_RESTART`, so the signal makes a blocked `read(2)` return EINTR.
+fn install_wake_handler(signal: i32) {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe
+        // (it does nothing).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = wake_handler as *const () as usize;
+            action.sa_flags = 0;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+                tracing::warn!(
+                    "installing the worker wake signal handler: {}",
+                    io::Error::last_os_error()
+                );
+            }
+        }
+    });
+}
