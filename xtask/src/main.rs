@@ -7,8 +7,10 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod abi_check;
+mod bench;
 mod test;
 mod userns;
+mod vm;
 
 #[derive(Parser)]
 #[command(about = "Project tasks for the FUSE workspace")]
@@ -28,6 +30,10 @@ enum Task {
     Test(test::TestArgs),
     /// Run the test suite inside a user namespace (no real root needed).
     TestInUserns(userns::UsernsArgs),
+    /// Boot Linux 7.3 under qemu and run the tests that need its kernel.
+    TestInVm(vm::VmArgs),
+    /// Run the benchmark matrix against native, our daemon and peers.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,6 +41,8 @@ fn main() -> anyhow::Result<()> {
         Task::AbiCheck { header } => abi_check::run(&header),
         Task::Test(args) => test::run(&args),
         Task::TestInUserns(args) => userns::run(&args),
+        Task::TestInVm(args) => vm::run(&args),
+        Task::Bench(args) => bench::run(&args),
     }
 }
 

@@ -1,10 +1,400 @@
-//! `cargo xtask test-in-userns`.
+//! `cargo xtask test-in-userns`: the workspace's tests without real root.
+//!
+//! The tests run inside a new user namespace with its own mount namespace
+//! (util-linux `unshare --user --mount`), where the test process is root of
+//! the namespace and may mount FUSE file systems (`/dev/fuse` with
+//! `mount(2)`), while nothing it mounts is visible outside.
+//!
+//! Some tests cannot pass there: creating device nodes is EPERM in any user
+//! namespace, and switching to other uids needs more than one mapped uid. By
+//! convention a test whose name contains `needs_root` needs real root; such
+//! tests are listed and counted as skipped (`--skip needs_root`), never
+//! silently passed.
+//!
+//! The uid/gid mapping, best first:
+//! - `full` as real root: the parent writes `0 0 65536` into the child's
+//!   `uid_map` and `gid_map` (an identity map of uids 0-65535);
+//! - `full` as a user: `newuidmap`/`newgidmap` (apt package `uidmap`) map 0 to
+//!   the user and 1-65535 to the user's range in `/etc/subuid` and `/etc/subgid`;
+//! - `root`: `unshare --map-root-user`, only root is mapped (tests that switch
+//!   to other users fail there).
+
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Arguments of `cargo xtask test-in-userns`.
 #[derive(clap::Args)]
-pub struct UsernsArgs {}
+pub struct UsernsArgs {
+    /// Test only this package (repeatable); the whole workspace by default.
+    #[arg(long = "package", short = 'p', value_name = "NAME")]
+    packages: Vec<String>,
+    /// uid/gid mapping: `auto` (full if possible, else root), `full`
+    /// (65536 ids; fails if impossible) or `root` (only root mapped).
+    #[arg(long, value_enum, default_value_t = MapChoice::Auto)]
+    map: MapChoice,
+    /// Passed to the test binaries as `--test-threads N`.
+    #[arg(long, value_name = "N")]
+    test_threads: Option<usize>,
+    /// Extra arguments for the test binaries (after `--`), e.g. a name filter.
+    #[arg(last = true, value_name = "TEST_ARGS")]
+    test_args: Vec<String>,
+}
 
-/// Runs the suite in a user namespace.
-pub fn run(_args: &UsernsArgs) -> anyhow::Result<()> {
-    anyhow::bail!("test-in-userns: not written yet")
+/// The mapping asked for on the command line.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MapChoice {
+    /// A full map if one is possible, else root only.
+    Auto,
+    /// A full map (uids and gids 0-65535), or an error.
+    Full,
+    /// Only root (`unshare --map-root-user`).
+    Root,
+}
+
+/// The marker in a test's name that says it needs real root.
+const NEEDS_ROOT: &str = "needs_root";
+
+/// How many ids a full map covers.
+const FULL_RANGE: u32 = 65536;
+
+/// A uid/gid mapping that can be set up here.
+enum Mapping {
+    /// We are real root: write `0 0 65536` into the child's maps ourselves.
+    IdentityAsRoot,
+    /// Through the setuid helpers newuidmap/newgidmap: 0 is the user, 1.. the
+    /// user's subordinate ranges.
+    Subordinate {
+        /// Our uid (mapped to 0).
+        uid: u32,
+        /// Our gid (mapped to 0).
+        gid: u32,
+        /// First subordinate uid (mapped to 1).
+        subuid: u32,
+        /// First subordinate gid (mapped to 1).
+        subgid: u32,
+        /// How many ids the map covers in all (1 + subordinate ones).
+        count: u32,
+    },
+    /// `unshare --map-root-user`: 0 is the user, nothing else is mapped.
+    RootOnly,
+}
+
+impl Mapping {
+    /// What the mapping is, for the log.
+    fn describe(&self) -> String {
+        match self {
+            Mapping::IdentityAsRoot => {
+                format!("full identity map `0 0 {FULL_RANGE}` (written by the parent, which is root)")
+            }
+            Mapping::Subordinate {
+                uid,
+                gid,
+                subuid,
+                subgid,
+                count,
+            } => format!(
+                "full map through newuidmap/newgidmap: 0 -> uid {uid}/gid {gid}, \
+                 1-{} -> subordinate uids {subuid}.. and gids {subgid}..",
+                count - 1
+            ),
+            Mapping::RootOnly => {
+                "root-only map (`unshare --map-root-user`): tests that switch to other users will fail"
+                    .to_string()
+            }
+        }
+    }
+}
+
+/// Runs the suite in a user namespace; on failure prints a one-line reason
+/// and exits with status 1.
+pub fn run(args: &UsernsArgs) -> Result<()> {
+    if let Err(e) = run_inner(args) {
+        // Not returned: main would add a backtrace when RUST_BACKTRACE is set.
+        eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The body of [`run`].
+fn run_inner(args: &UsernsArgs) -> Result<()> {
+    let root = crate::workspace_root();
+    let mapping = choose_mapping(args.map)?;
+
+    // Build and list outside the namespace, as the calling user.
+    println!("==> listing tests that need real root ({NEEDS_ROOT} in the name)");
+    let needs_root = list_needs_root(args, &root)?;
+    for name in &needs_root {
+        println!("skipped (needs real root): {name}");
+    }
+    println!(
+        "{} tests need real root and will be skipped",
+        needs_root.len()
+    );
+
+    println!("==> running the tests in a user namespace");
+    println!("mapping: {}", mapping.describe());
+    let mut test = cargo_test(args);
+    test.arg("--skip").arg(NEEDS_ROOT);
+    if let Some(n) = args.test_threads {
+        test.arg(format!("--test-threads={n}"));
+    }
+    test.args(&args.test_args);
+    let status = run_in_userns(&mapping, &test, &root)?;
+
+    println!(
+        "user namespace: {} tests skipped because they need real root{}",
+        needs_root.len(),
+        if needs_root.is_empty() {
+            ""
+        } else {
+            " (listed above)"
+        }
+    );
+    if !status.success() {
+        bail!("the tests failed inside the user namespace ({status})");
+    }
+    Ok(())
+}
+
+/// `cargo test` for the selected packages, up to and including the `--`.
+fn cargo_test(args: &UsernsArgs) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.arg("test");
+    if args.packages.is_empty() {
+        cmd.arg("--workspace");
+    }
+    for p in &args.packages {
+        cmd.arg("--package").arg(p);
+    }
+    cmd.arg("--");
+    cmd
+}
+
+/// Builds the tests and lists those whose name contains [`NEEDS_ROOT`].
+fn list_needs_root(args: &UsernsArgs, root: &Path) -> Result<Vec<String>> {
+    let mut cmd = cargo_test(args);
+    cmd.arg("--list").args(&args.test_args).current_dir(root);
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test -- --list")?;
+    if !out.status.success() {
+        bail!("`cargo test -- --list` failed ({})", out.status);
+    }
+    Ok(filter_needs_root(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The test names in libtest `--list` output (`NAME: test`) that contain
+/// [`NEEDS_ROOT`].
+fn filter_needs_root(list: &str) -> Vec<String> {
+    list.lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|name| name.contains(NEEDS_ROOT))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Picks the best mapping allowed by `choice` and this machine.
+fn choose_mapping(choice: MapChoice) -> Result<Mapping> {
+    if choice == MapChoice::Root {
+        return Ok(Mapping::RootOnly);
+    }
+    // SAFETY: getuid/getgid/geteuid cannot fail and have no preconditions.
+    let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+    if euid == 0 {
+        return Ok(Mapping::IdentityAsRoot);
+    }
+    let why_not = match subordinate_mapping(uid, gid) {
+        Ok(m) => return Ok(m),
+        Err(e) => format!("{e:#}"),
+    };
+    if choice == MapChoice::Full {
+        bail!("no full uid/gid map possible: {why_not}");
+    }
+    println!("note: no full uid/gid map ({why_not}); mapping only root");
+    Ok(Mapping::RootOnly)
+}
+
+/// A newuidmap/newgidmap mapping for a user, if the helpers and the
+/// user's `/etc/subuid` and `/etc/subgid` entries are there.
+fn subordinate_mapping(uid: u32, gid: u32) -> Result<Mapping> {
+    for helper in ["newuidmap", "newgidmap"] {
+        if find_on_path(helper).is_none() {
+            bail!("{helper} not found (apt package uidmap)");
+        }
+    }
+    let name = user_name(uid);
+    let (subuid, ucount) = subordinate_range("/etc/subuid", uid, name.as_deref())?;
+    let (subgid, gcount) = subordinate_range("/etc/subgid", uid, name.as_deref())?;
+    let count = 1 + ucount.min(gcount).min(FULL_RANGE - 1);
+    if count < FULL_RANGE {
+        println!("note: subordinate ranges hold only {} ids", count - 1);
+    }
+    Ok(Mapping::Subordinate {
+        uid,
+        gid,
+        subuid,
+        subgid,
+        count,
+    })
+}
+
+/// The user's first range (start, count) in `/etc/subuid` or `/etc/subgid`,
+/// whose lines are `NAME_OR_UID:START:COUNT`.
+fn subordinate_range(file: &str, uid: u32, name: Option<&str>) -> Result<(u32, u32)> {
+    let text = fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let uid = uid.to_string();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.trim().split(':');
+            let (who, start, count) = (f.next()?, f.next()?, f.next()?);
+            let mine = who == uid || Some(who) == name;
+            mine.then(|| Some((start.parse().ok()?, count.parse().ok()?)))
+                .flatten()
+        })
+        .find(|&(_, count): &(u32, u32)| count > 0)
+        .with_context(|| format!("no entry for this user in {file}"))
+}
+
+/// The user name of `uid` from `/etc/passwd`, if listed there.
+fn user_name(uid: u32) -> Option<String> {
+    let text = fs::read_to_string("/etc/passwd").ok()?;
+    let uid = uid.to_string();
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2] == uid).then(|| f[0].to_string())
+    })
+}
+
+/// Searches PATH for a program.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Runs `inner` (a command line: program and args) in a new user and mount
+/// namespace with the given mapping; returns its exit status.
+fn run_in_userns(
+    mapping: &Mapping,
+    inner: &Command,
+    dir: &Path,
+) -> Result<std::process::ExitStatus> {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--mount", "--propagation", "private"])
+        .current_dir(dir);
+    // The shell shows the maps as seen from inside, then execs `inner`.
+    let show = r#"echo "inside: uid_map $(xargs </proc/self/uid_map), gid_map $(xargs </proc/self/gid_map)" && exec "$@""#;
+    let needs_parent = !matches!(mapping, Mapping::RootOnly);
+    if needs_parent {
+        // The child waits until we have written its maps.
+        cmd.args(["--", "sh", "-c"])
+            .arg(format!(r#"read -r go && [ "$go" = go ] && {show}"#))
+            .stdin(Stdio::piped());
+    } else {
+        cmd.args(["--map-root-user", "--", "sh", "-c", show]);
+    }
+    cmd.arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!("$ {line}");
+    let mut child = cmd.spawn().context("starting unshare (util-linux)")?;
+    if needs_parent {
+        let pid = child.id();
+        let setup = wait_for_userns(&mut child, pid).and_then(|()| write_maps(mapping, pid));
+        if let Err(e) = setup {
+            // Ending our own, not yet waited-for child: its PID is still ours.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        stdin
+            .write_all(b"go\n")
+            .context("releasing the namespaced child")?;
+        drop(stdin);
+    }
+    child.wait().context("waiting for unshare")
+}
+
+/// Waits until the child (`unshare`, not yet waited for, so `pid` is still
+/// ours) is in a user namespace other than ours.
+fn wait_for_userns(child: &mut std::process::Child, pid: u32) -> Result<()> {
+    let ours = fs::read_link("/proc/self/ns/user").context("reading /proc/self/ns/user")?;
+    let theirs = format!("/proc/{pid}/ns/user");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("unshare exited before creating the namespace ({status})");
+        }
+        if fs::read_link(&theirs).is_ok_and(|ns| ns != ours) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("unshare did not create a user namespace within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Writes the child's uid and gid maps.
+fn write_maps(mapping: &Mapping, pid: u32) -> Result<()> {
+    match *mapping {
+        Mapping::IdentityAsRoot => {
+            for file in ["uid_map", "gid_map"] {
+                let path = format!("/proc/{pid}/{file}");
+                fs::write(&path, format!("0 0 {FULL_RANGE}\n"))
+                    .with_context(|| format!("writing {path}"))?;
+            }
+            Ok(())
+        }
+        Mapping::Subordinate {
+            uid,
+            gid,
+            subuid,
+            subgid,
+            count,
+        } => {
+            for (helper, id, sub) in [("newuidmap", uid, subuid), ("newgidmap", gid, subgid)] {
+                let status = Command::new(helper)
+                    .arg(pid.to_string())
+                    .args(["0", &id.to_string(), "1"])
+                    .args(["1", &sub.to_string(), &(count - 1).to_string()])
+                    .status()
+                    .with_context(|| format!("running {helper}"))?;
+                if !status.success() {
+                    bail!("{helper} failed ({status})");
+                }
+            }
+            Ok(())
+        }
+        Mapping::RootOnly => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_root_only_tests_from_list_output() {
+        let list = "a::plain: test\nb::mknod_needs_root: test\nsrc/lib.rs - x (line 3): test\n\
+                    c::needs_root_chown: test\n\n3 tests, 0 benchmarks\n";
+        assert_eq!(
+            filter_needs_root(list),
+            ["b::mknod_needs_root", "c::needs_root_chown"]
+        );
+    }
 }

@@ -663,7 +663,7 @@ const NOBODY: u32 = 65534;
 /// namespace where a mode-0666 node of the same device (10:229) is bound over
 /// /dev/fuse, as on a stock system. Its mounts vanish with that namespace.
 #[test]
-fn unprivileged_mount_falls_back_to_fusermount() {
+fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     require_root();
@@ -768,7 +768,7 @@ fn enter_unprivileged_namespace(
 }
 
 #[test]
-#[ignore = "helper: run as another user by unprivileged_mount_falls_back_to_fusermount"]
+#[ignore = "helper: run as another user by unprivileged_mount_falls_back_to_fusermount_needs_root"]
 fn unprivileged_child() {
     let mnt = PathBuf::from(
         std::env::var_os("MOUNT_ONLY_CHILD_MNT").expect("MOUNT_ONLY_CHILD_MNT not set"),

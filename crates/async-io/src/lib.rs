@@ -1,0 +1,1 @@
+//! Async runtimes and file IO (work in progress).

@@ -1,0 +1,1 @@
+//! FUSE over io_uring (work in progress).
