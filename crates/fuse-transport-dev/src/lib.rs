@@ -7,6 +7,8 @@
 //!   (`FUSE_DEV_IOC_CLONE`) into buffers sized from the negotiated
 //!   `max_write`, handing them to a [`fuse_server::Server`], and writing
 //!   each reply with one `writev`. It implements [`fuse_server::Session`].
+//! - `FuseDevTask` (feature `tokio`): the same, as a task on the
+//!   application's own tokio runtime, each request its own task.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -25,6 +27,10 @@
 pub mod dev;
 pub mod mount;
 pub mod session;
+#[cfg(feature = "tokio")]
+pub mod task;
 
 pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
 pub use session::{DevSession, SessionConfig, SessionError};
+#[cfg(feature = "tokio")]
+pub use task::{FuseDevTask, TaskConfig, TaskHandle};

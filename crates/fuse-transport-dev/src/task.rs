@@ -1,0 +1,348 @@
+//! [`FuseDevTask`]: serving `/dev/fuse` as a task on the application's own
+//! tokio runtime (feature `tokio`).
+//!
+//! The task registers a non-blocking `/dev/fuse` fd with the runtime's
+//! reactor, reads requests when the fd is readable, and runs each request's
+//! [`Server::handle_async`] as its own task, so a file system whose
+//! operations wait (an async backend, a thread pool) serves many requests at
+//! once on one thread. It runs on any tokio runtime: multi-threaded,
+//! current-thread, or the io_uring runtime of the `async-io` crate (a
+//! current-thread runtime whose reactor also drives an io_uring).
+
+use crate::dev;
+use crate::mount::{Mount, MountOptions};
+use crate::session::SessionError;
+use fuse_server::{AlignedBuf, Outcome, RawRequest, Server, Transaction};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{Notify, Semaphore};
+use zerocopy::IntoBytes;
+
+/// Offset of the request in its buffer; see the `/dev/fuse` session.
+const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
+
+/// How a [`FuseDevTask`] serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskConfig {
+    /// Largest number of requests handled at once (each holds a request
+    /// and a reply buffer).
+    pub max_in_flight: usize,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        Self { max_in_flight: 64 }
+    }
+}
+
+/// Stops a running [`FuseDevTask`] from anywhere.
+#[derive(Clone)]
+pub struct TaskHandle {
+    state: Arc<TaskState>,
+}
+
+struct TaskState {
+    stop: AtomicBool,
+    wake: Notify,
+}
+
+impl TaskHandle {
+    /// Asks the task to stop: it reads no new request, lets the requests it
+    /// already runs finish, and returns. Requests the kernel sent but the
+    /// task hadn't read are left to the kernel (they fail once the
+    /// connection goes away).
+    pub fn stop(&self) {
+        self.state.stop.store(true, Ordering::Release);
+        self.state.wake.notify_waiters();
+        self.state.wake.notify_one();
+    }
+
+    /// Whether [`TaskHandle::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.state.stop.load(Ordering::Acquire)
+    }
+}
+
+/// A mount served by a task on the caller's tokio runtime.
+pub struct FuseDevTask {
+    server: Arc<Server>,
+    mount: Mutex<Option<Mount>>,
+    mountpoint: PathBuf,
+    fd: Arc<AsyncFd<OwnedFd>>,
+    config: TaskConfig,
+    state: Arc<TaskState>,
+}
+
+impl FuseDevTask {
+    /// Mounts `mountpoint`; the task does INIT when it runs. Must be called
+    /// within a tokio runtime (the fd is registered with its reactor).
+    pub fn mount(
+        server: Server,
+        mountpoint: &Path,
+        options: &MountOptions,
+        config: TaskConfig,
+    ) -> Result<Self, SessionError> {
+        let mount = Mount::new(mountpoint, options)?;
+        Self::from_mount(server, mount, config)
+    }
+
+    /// Serves an existing mount.
+    pub fn from_mount(
+        server: Server,
+        mount: Mount,
+        config: TaskConfig,
+    ) -> Result<Self, SessionError> {
+        let fd = dev::clone_fd(mount.dev_fd())
+            .or_else(|_| mount.dev_fd().try_clone_to_owned())
+            .map_err(SessionError::Init)?;
+        set_nonblocking(fd.as_fd()).map_err(SessionError::Init)?;
+        // SAFETY: `fd` is an `OwnedFd` the AsyncFd owns from now on; nothing
+        // replaces or closes it while it is registered.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, READ_OR_ERROR) }
+            .map_err(|e| SessionError::Init(e.into()))?;
+        Ok(Self {
+            server: Arc::new(server),
+            mountpoint: mount.mountpoint().to_path_buf(),
+            mount: Mutex::new(Some(mount)),
+            fd: Arc::new(fd),
+            config,
+            state: Arc::new(TaskState {
+                stop: AtomicBool::new(false),
+                wake: Notify::new(),
+            }),
+        })
+    }
+
+    /// A handle that stops the task.
+    pub fn handle(&self) -> TaskHandle {
+        TaskHandle {
+            state: self.state.clone(),
+        }
+    }
+
+    /// The protocol engine.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts (lazily if busy); the task then sees the connection end.
+    pub fn unmount(&self) -> Result<(), crate::MountError> {
+        match self
+            .mount
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            Some(mount) => mount.unmount(),
+            None => Ok(()),
+        }
+    }
+
+    /// Serves until the mount goes away or the task is stopped, then
+    /// waits for the requests in flight and unmounts.
+    pub async fn run(self) -> io::Result<()> {
+        let limit = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
+        let pool: Arc<Mutex<Vec<(AlignedBuf, AlignedBuf)>>> = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = tokio::task::JoinSet::new();
+        let result = self.serve(&limit, &pool, &mut tasks).await;
+        while let Some(joined) = tasks.join_next().await {
+            if let Err(e) = joined {
+                tracing::error!("a request task failed: {e}");
+            }
+        }
+        self.server.finish();
+        if let Err(e) = self.unmount() {
+            tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
+        }
+        result
+    }
+
+    async fn serve(
+        &self,
+        limit: &Arc<Semaphore>,
+        pool: &Arc<Mutex<Vec<(AlignedBuf, AlignedBuf)>>>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> io::Result<()> {
+        if !self.serve_init().await? {
+            return Ok(());
+        }
+        loop {
+            if self.state.stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let permit = tokio::select! {
+                permit = limit.clone().acquire_owned() => permit.map_err(io::Error::other)?,
+                _ = self.state.wake.notified() => continue,
+            };
+            let (mut request, reply) = match pool.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+                Some(bufs) => bufs,
+                None => self.new_buffers()?,
+            };
+            let n = tokio::select! {
+                n = read_async(&self.fd, &mut request[REQUEST_OFFSET..]) => n,
+                _ = self.state.wake.notified() => {
+                    pool.lock().unwrap_or_else(|e| e.into_inner()).push((request, reply));
+                    continue;
+                }
+            };
+            let n = match n {
+                Ok(n) => n,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR | libc::ENOENT) => {
+                        pool.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((request, reply));
+                        continue;
+                    }
+                    Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
+                    _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
+                },
+            };
+            let server = self.server.clone();
+            let fd = self.fd.clone();
+            let pool = pool.clone();
+            let handle = self.handle();
+            tasks.spawn(async move {
+                let mut reply = reply;
+                let mut tx = TaskTransaction {
+                    fd: fd.get_ref().as_fd(),
+                    request: &request[REQUEST_OFFSET..REQUEST_OFFSET + n],
+                    reply: &mut reply,
+                };
+                match server.handle_async(&mut tx).await {
+                    Ok(Outcome::Destroyed) => handle.stop(),
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) =>
+                    {
+                        handle.stop()
+                    }
+                    Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
+                }
+                pool.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((request, reply));
+                drop(permit);
+            });
+            // Reap finished request tasks so the set doesn't grow.
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done {
+                    tracing::error!("a request task failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Answers requests inline until INIT is done, so every buffer of the
+    /// main loop is sized from the negotiated limits. Returns false if the
+    /// task was stopped or the connection ended first.
+    async fn serve_init(&self) -> io::Result<bool> {
+        let d = fuse_server::InitConfig::default();
+        let mut request =
+            AlignedBuf::new(REQUEST_OFFSET + d.max_write as usize + 2 * AlignedBuf::ALIGN)?;
+        let mut reply = AlignedBuf::new(AlignedBuf::ALIGN)?;
+        while self.server.negotiated().is_none() {
+            let n = tokio::select! {
+                n = read_async(&self.fd, &mut request[REQUEST_OFFSET..]) => n,
+                _ = self.state.wake.notified() => return Ok(false),
+            };
+            let n = match n {
+                Ok(n) => n,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ENOENT)) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => {
+                    return Ok(false)
+                }
+                Err(e) => return Err(e),
+            };
+            let mut tx = TaskTransaction {
+                fd: self.fd.get_ref().as_fd(),
+                request: &request[REQUEST_OFFSET..REQUEST_OFFSET + n],
+                reply: &mut reply,
+            };
+            self.server.handle_async(&mut tx).await?;
+        }
+        Ok(true)
+    }
+
+    fn new_buffers(&self) -> io::Result<(AlignedBuf, AlignedBuf)> {
+        let n = self
+            .server
+            .negotiated()
+            .ok_or_else(|| io::Error::other("serving before INIT"))?;
+        Ok((
+            AlignedBuf::new(REQUEST_OFFSET + n.max_request_size())?,
+            AlignedBuf::new(n.max_reply_size())?,
+        ))
+    }
+}
+
+/// `/dev/fuse` polls as an error once the connection is gone: wait for
+/// that too, or an unmounted task would never wake.
+const READ_OR_ERROR: tokio::io::Interest =
+    tokio::io::Interest::READABLE.add(tokio::io::Interest::ERROR);
+
+async fn read_async(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.ready(READ_OR_ERROR).await?;
+        match guard.try_io(|inner| dev::read_request(inner.get_ref().as_fd(), buf)) {
+            Ok(result) => return result,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a valid fd.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// One request read by the task, with its reply buffer. Replies to
+/// `/dev/fuse` never block, so they are written directly.
+struct TaskTransaction<'a> {
+    fd: BorrowedFd<'a>,
+    request: &'a [u8],
+    reply: &'a mut [u8],
+}
+
+impl Transaction for TaskTransaction<'_> {
+    fn request(&self) -> RawRequest<'_> {
+        RawRequest::contiguous(self.request)
+    }
+
+    fn reply_buffer(&mut self) -> &mut [u8] {
+        self.reply
+    }
+
+    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
+        let body_len = if error == 0 {
+            body_len.min(self.reply.len())
+        } else {
+            0
+        };
+        let header = fuse_abi::OutHeader {
+            len: (16 + body_len) as u32,
+            error,
+            unique,
+        };
+        let parts = [
+            IoSlice::new(header.as_bytes()),
+            IoSlice::new(&self.reply[..body_len]),
+        ];
+        dev::write_message(self.fd, &parts[..if body_len == 0 { 1 } else { 2 }])
+    }
+}

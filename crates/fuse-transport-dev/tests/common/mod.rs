@@ -1,0 +1,118 @@
+//! A tiny read-only file system shared by the serving tests: a root
+//! directory holding one file, `hello`.
+#![allow(dead_code)]
+
+use fuse_abi::{Attr, FopenFlags, ROOT_ID};
+use fuse_server::*;
+use std::ffi::CStr;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub const CONTENT: &[u8] = b"hello, world\n";
+
+#[derive(Default)]
+pub struct Hello {
+    pub lookups: AtomicU64,
+    pub forgets: AtomicU64,
+}
+
+fn attr(ino: u64) -> Attr {
+    let (mode, size, nlink) = if ino == ROOT_ID {
+        (libc::S_IFDIR | 0o755, 0, 2)
+    } else {
+        (libc::S_IFREG | 0o644, CONTENT.len() as u64, 1)
+    };
+    Attr {
+        ino,
+        mode,
+        size,
+        nlink,
+        blksize: 4096,
+        ..Attr::default()
+    }
+}
+
+impl FileSystem for Hello {
+    fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        if parent != ROOT_ID || name.to_bytes() != b"hello" {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        Ok(Entry {
+            nodeid: 2,
+            generation: 1,
+            attr: attr(2),
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+        })
+    }
+
+    fn forget(&self, _ctx: &Context, _ino: u64, nlookup: u64) {
+        self.forgets.fetch_add(nlookup, Ordering::Relaxed);
+    }
+
+    fn getattr(&self, _ctx: &Context, ino: u64, _fh: Option<u64>) -> io::Result<AttrReply> {
+        Ok(AttrReply {
+            attr: attr(ino),
+            timeout: Duration::from_secs(1),
+        })
+    }
+
+    fn open(&self, _ctx: &Context, _ino: u64, _args: &OpenArgs) -> io::Result<Opened> {
+        Ok(Opened {
+            fh: 7,
+            flags: FopenFlags::KEEP_CACHE,
+            backing_id: 0,
+        })
+    }
+
+    fn read(
+        &self,
+        _ctx: &Context,
+        _ino: u64,
+        args: &ReadArgs,
+        out: &mut dyn ZeroCopyWriter,
+    ) -> io::Result<()> {
+        let start = (args.offset as usize).min(CONTENT.len());
+        let end = (start + args.size as usize).min(CONTENT.len());
+        out.write_all(&CONTENT[start..end])
+    }
+
+    fn release(&self, _ctx: &Context, _ino: u64, _args: &ReleaseArgs) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn opendir(&self, _ctx: &Context, _ino: u64, _args: &OpenArgs) -> io::Result<Opened> {
+        Ok(Opened::default())
+    }
+
+    fn readdir(
+        &self,
+        _ctx: &Context,
+        _ino: u64,
+        args: &ReadArgs,
+        out: &mut dyn DirentSink,
+    ) -> io::Result<()> {
+        let entries: [(u64, u32, &[u8]); 3] = [
+            (1, libc::DT_DIR as u32, b"."),
+            (1, libc::DT_DIR as u32, b".."),
+            (2, libc::DT_REG as u32, b"hello"),
+        ];
+        for (i, (ino, dtype, name)) in entries.iter().enumerate().skip(args.offset as usize) {
+            if !out.add(*ino, i as u64 + 1, *dtype, name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn releasedir(&self, _ctx: &Context, _ino: u64, _args: &ReleaseArgs) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test mounts with mount(2) and needs root (CI runs as root); run `cargo xtask test-in-userns` without root");
+}
