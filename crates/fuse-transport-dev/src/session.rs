@@ -63,7 +63,9 @@ pub enum SessionError {
 
 struct Shared {
     server: Arc<Server>,
-    master: Arc<OwnedFd>,
+    /// The session's fd; taken (closed) once every worker has ended, so the
+    /// kernel drops the connection instead of waiting for replies.
+    master: Mutex<Option<Arc<OwnedFd>>>,
     config: SessionConfig,
     stop: AtomicBool,
     /// Workers alive, and how many of them wait for a request.
@@ -132,7 +134,7 @@ impl DevSession {
         let mountpoint = mount.mountpoint().to_path_buf();
         let shared = Arc::new(Shared {
             server,
-            master,
+            master: Mutex::new(Some(master)),
             config: config.clone(),
             stop: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
@@ -159,10 +161,23 @@ impl DevSession {
     }
 
     /// A notifier for this connection (writes go to the session's fd).
-    pub fn notifier(&self) -> Notifier {
-        self.shared
+    /// It holds the fd: while it lives, the connection outlives the
+    /// session's end. Fails once the session has ended.
+    pub fn notifier(&self) -> io::Result<Notifier> {
+        let fd = self.shared.master()?;
+        Ok(self
+            .shared
             .server
-            .notifier(Arc::new(DevNotificationSink(self.shared.master.clone())))
+            .notifier(Arc::new(DevNotificationSink(fd))))
+    }
+
+    /// The session's `/dev/fuse` descriptor (the connection INIT was
+    /// answered on), for a transport that serves the same connection
+    /// another way, e.g. FUSE-over-io_uring commands submitted on it.
+    /// The session closes its own reference when [`Session::wait`] ends;
+    /// fails after that.
+    pub fn dev_fd(&self) -> io::Result<Arc<OwnedFd>> {
+        self.shared.master()
     }
 
     /// Workers currently alive.
@@ -249,6 +264,14 @@ impl Session for DevSession {
         if let Err(e) = self.unmount() {
             tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
         }
+        // Close our fds: if the mount is still busy (lazily unmounted), the
+        // kernel now fails its requests instead of waiting for us.
+        self.shared
+            .master
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.mount.lock().unwrap_or_else(|e| e.into_inner()).take();
         first_error.map_or(Ok(()), Err)
     }
 }
@@ -293,18 +316,29 @@ fn serve_init(server: &Server, fd: BorrowedFd<'_>) -> Result<(), SessionError> {
     Ok(())
 }
 
+impl Shared {
+    fn master(&self) -> io::Result<Arc<OwnedFd>> {
+        let master = self.master.lock().unwrap_or_else(|e| e.into_inner());
+        master
+            .clone()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the session has ended"))
+    }
+}
+
 fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
+    let master = shared.master()?;
     let fd = if shared.config.clone_fd {
-        match dev::clone_fd(shared.master.as_fd()) {
+        match dev::clone_fd(master.as_fd()) {
             Ok(fd) => fd,
             Err(e) => {
                 tracing::debug!("FUSE_DEV_IOC_CLONE failed ({e}); sharing the session fd");
-                shared.master.try_clone()?
+                master.try_clone()?
             }
         }
     } else {
-        shared.master.try_clone()?
+        master.try_clone()?
     };
+    drop(master);
     let request = AlignedBuf::new(shared.buffer_sizes.0)?;
     let reply = AlignedBuf::new(shared.buffer_sizes.1)?;
     shared.workers.fetch_add(1, Ordering::AcqRel);

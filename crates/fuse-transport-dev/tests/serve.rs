@@ -71,3 +71,25 @@ fn external_unmount_ends_the_workers() {
     assert_eq!(session.worker_count(), 0);
     assert!(session.server().is_destroyed());
 }
+
+#[test]
+fn stop_ends_workers_even_when_the_mount_is_busy() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::new(Arc::new(Hello::default()));
+    let config = SessionConfig {
+        threads: 3,
+        ..SessionConfig::default()
+    };
+    let session = DevSession::mount(server, dir.path(), &MountOptions::default(), config).unwrap();
+    // An open file keeps the mount busy: the unmount is lazy and the
+    // connection stays up, so only the wake signal ends the workers.
+    let open = std::fs::File::open(session.mountpoint().join("hello")).unwrap();
+    let started = std::time::Instant::now();
+    session.stop();
+    session.wait().unwrap();
+    assert_eq!(session.worker_count(), 0);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    drop(open);
+    assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
+}
