@@ -20,6 +20,20 @@ pub struct KernelInit {
     pub max_readahead: u32,
     /// Every flag the kernel offers, both halves, unknown bits included.
     pub flags: InitFlags,
+    /// The kernel's cap on `max_pages` (the `fs.fuse.max_pages_limit`
+    /// sysctl; not part of the INIT message). [`KernelInit::from_init_in`]
+    /// assumes the kernel's default, 256; the server reads the sysctl.
+    pub max_pages_limit: u16,
+}
+
+/// The kernel's default `fs.fuse.max_pages_limit`.
+pub const DEFAULT_MAX_PAGES_LIMIT: u16 = 256;
+
+/// Reads `/proc/sys/fs/fuse/max_pages_limit`, if the kernel has it.
+pub fn read_max_pages_limit() -> Option<u16> {
+    let text = std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit").ok()?;
+    let value: u32 = text.trim().parse().ok()?;
+    Some(value.clamp(1, u16::MAX as u32) as u16)
 }
 
 impl KernelInit {
@@ -36,6 +50,7 @@ impl KernelInit {
             minor: init.minor,
             max_readahead: init.max_readahead,
             flags,
+            max_pages_limit: DEFAULT_MAX_PAGES_LIMIT,
         }
     }
 }
@@ -102,7 +117,8 @@ pub struct Negotiated {
     pub flags: InitFlags,
     /// Largest WRITE payload.
     pub max_write: u32,
-    /// Largest number of pages per request.
+    /// Largest number of pages per request, as the kernel uses it (capped
+    /// at its `max_pages_limit`).
     pub max_pages: u16,
     /// Largest readahead.
     pub max_readahead: u32,
@@ -193,7 +209,7 @@ pub fn negotiate(kernel: &KernelInit, wanted: &InitConfig) -> InitOutcome {
     }
     let max_write = wanted.max_write.max(4096);
     let max_pages = if flags.contains(InitFlags::MAX_PAGES) {
-        wanted.max_pages.max(1)
+        wanted.max_pages.max(1).min(kernel.max_pages_limit.max(1))
     } else {
         // Without MAX_PAGES the kernel uses 32 pages.
         32
@@ -264,6 +280,7 @@ mod tests {
             minor,
             max_readahead: 128 * 1024,
             flags,
+            max_pages_limit: 256,
         }
     }
 
@@ -324,6 +341,31 @@ mod tests {
                 "max_write {max_write} max_pages {max_pages}"
             );
         }
+    }
+
+    #[test]
+    fn max_pages_is_capped_by_the_kernel_limit() {
+        let k = KernelInit {
+            max_pages_limit: 64,
+            ..kernel(46, InitFlags::MAX_PAGES | InitFlags::INIT_EXT)
+        };
+        let InitOutcome::Agreed { negotiated, .. } = negotiate(&k, &InitConfig::default()) else {
+            panic!()
+        };
+        assert_eq!(negotiated.max_pages, 64);
+        assert_eq!(
+            negotiated.uring_payload_size(),
+            1 << 20,
+            "max_write still counts"
+        );
+        let wanted = InitConfig {
+            max_write: 65536,
+            ..InitConfig::default()
+        };
+        let InitOutcome::Agreed { negotiated, .. } = negotiate(&k, &wanted) else {
+            panic!()
+        };
+        assert_eq!(negotiated.uring_payload_size(), 64 * 4096);
     }
 
     #[test]

@@ -212,6 +212,7 @@ mod tests {
             minor,
             max_readahead: 0,
             flags,
+            max_pages_limit: 256,
         };
         let InitOutcome::Agreed { negotiated, .. } = negotiate(&k, &InitConfig::default()) else {
             panic!()

@@ -511,7 +511,10 @@ impl Server {
         unique: u64,
         init: &fuse_abi::InitIn,
     ) -> io::Result<Outcome> {
-        let kernel = KernelInit::from_init_in(init);
+        let mut kernel = KernelInit::from_init_in(init);
+        if let Some(limit) = crate::init::read_max_pages_limit() {
+            kernel.max_pages_limit = limit;
+        }
         if self.negotiated().is_some() {
             tracing::warn!("second INIT on an initialized connection");
             return self.reply_error(tx, unique, libc::EIO);

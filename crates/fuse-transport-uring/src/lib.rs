@@ -1,1 +1,85 @@
-//! FUSE over io_uring (work in progress).
+//! Serve a FUSE file system over io_uring (`FUSE_OVER_IO_URING`, Linux
+//! 6.14+), with the kernel's buffer pools where it offers them (Linux 7.3,
+//! `FUSE_HAS_IO_URING_BUFPOOL`).
+//!
+//! [`UringSession`] mounts, answers INIT over `/dev/fuse`, and then serves
+//! requests from one io_uring per thread, one thread per kernel queue (the
+//! kernel has a queue per possible CPU and sends each request to the queue
+//! of the CPU it was issued on). `/dev/fuse` stays in use for what the
+//! kernel still sends there (FORGET, BATCH_FORGET, INTERRUPT) and for
+//! notifications. Where io_uring can't be used the session falls back, step
+//! by step, and says why ([`UringSession::mode`],
+//! [`UringSession::fallback_reason`]).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fuse_server::{FileSystem, Server, Session};
+//! use fuse_transport_dev::MountOptions;
+//! use fuse_transport_uring::{UringConfig, UringSession};
+//!
+//! struct Empty;
+//! impl FileSystem for Empty {}
+//!
+//! let server = Server::new(Arc::new(Empty));
+//! let session = UringSession::mount(
+//!     server,
+//!     "/mnt/x".as_ref(),
+//!     &MountOptions::default(),
+//!     UringConfig::default(),
+//! )?;
+//! println!("{}", session.transport());
+//! session.wait()?; // until unmounted
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The kernel's protocol, as this crate uses it
+//!
+//! - **Entries.** Each entry is a `fuse_uring_req_header` (288 bytes:
+//!   `in_out[128]`, `op_in[128]`, `fuse_uring_ent_in_out`) and, without a
+//!   pool, a payload buffer of at least the ring's `max_payload_sz`
+//!   (`max(8192, max_write, max_pages * PAGE_SIZE)`). REGISTER passes both as
+//!   two iovecs (`sqe->addr`, `sqe->len == 2`) on a ring created with
+//!   `IORING_SETUP_SQE128`; the command stays in the kernel until a request
+//!   arrives.
+//! - **Requests.** The kernel writes the `fuse_in_header` to `in_out`, the
+//!   opcode's first argument (its fixed struct, if not empty) to `op_in`,
+//!   and every other argument (names, WRITE data, extensions) to the payload
+//!   buffer; `ent_in_out.payload_sz` is the number of payload bytes,
+//!   `commit_id` the request's unique, and with a pool `offset` the payload
+//!   buffer's offset in the queue's pool. `in_header.len` counts all of it,
+//!   so the `op_in` length is `len - 40 - payload_sz`.
+//! - **Replies.** The server writes a `fuse_out_header` (unique, error) to
+//!   `in_out` and the body length to `ent_in_out.payload_sz`, the body to
+//!   the same payload buffer, and submits COMMIT_AND_FETCH with the
+//!   `commit_id`; that one SQE hands the reply in and waits for the next
+//!   request.
+//! - **Ready.** Until every queue (`num_possible_cpus()` of them) has an
+//!   entry waiting, the kernel keeps new requests blocked (not even on
+//!   `/dev/fuse`); then it switches the connection to the rings. A refused
+//!   REGISTER turns io_uring off for the connection (requests go to
+//!   `/dev/fuse` again).
+//! - **Pools.** ADD_QUEUE creates a queue, ADD_BUFPOOL gives it one region
+//!   (`uaddr`, 32-bit `len`) that the kernel cuts into `len /
+//!   max_payload_sz` buffers; both must come before the queue's first
+//!   REGISTER, and pooled entries register with a `{NULL, 0}` payload iovec.
+//!   The kernel takes a buffer for a request only if it has payload or out
+//!   arguments (`offset` is 0 otherwise, and meaningless), keeps it while
+//!   the entry is in user space, and reuses or frees it at the commit.
+//!   A request that finds no free buffer waits in the kernel.
+//! - **Teardown.** An unmount or abort stops the queues: entries waiting in
+//!   the kernel complete with `-ENOTCONN`, entries in user space are
+//!   released and their commits fail with `-ENOTCONN`. Closing a ring
+//!   cancels its waiting commands (`IO_URING_F_CANCEL`; the kernel frees
+//!   those entries). `IORING_OP_ASYNC_CANCEL` doesn't reach uring commands.
+
+pub mod config;
+pub mod stats;
+
+mod cmd;
+mod queue;
+mod session;
+mod sys;
+
+pub use config::{UringConfig, UringFault, UringMode};
+pub use session::{UringError, UringSession};
+pub use stats::{TransportMemory, UringStats};

@@ -1,0 +1,191 @@
+//! Building the SQEs of FUSE-over-io_uring commands.
+//!
+//! Every command is an `IORING_OP_URING_CMD` on the connection's
+//! `/dev/fuse` descriptor (registered as fixed file 0 of each ring) with a
+//! [`UringCmdReq`] in the SQE's 80-byte command area. REGISTER also passes
+//! an array of two iovecs (entry headers, payload) in `sqe->addr` with
+//! `sqe->len == 2`; the kernel rejects any other count.
+
+use fuse_abi::uring::{UringBufpool, UringCmd, UringCmdArg, UringCmdReq};
+use io_uring::{opcode, squeue, types};
+use zerocopy::IntoBytes;
+
+/// The `/dev/fuse` descriptor as fixed file 0 of every ring.
+pub const DEV_FIXED: types::Fixed = types::Fixed(0);
+
+/// Number of iovecs of a REGISTER command (`FUSE_URING_IOV_SEGS`).
+pub const REGISTER_IOVECS: u32 = 2;
+
+/// Byte offset of `len` in `struct io_uring_sqe` (uapi `io_uring.h`:
+/// opcode, flags, ioprio, fd, off, addr, then `__u32 len`).
+const SQE_LEN_OFFSET: usize = 24;
+
+const _: () = assert!(size_of::<squeue::Entry128>() == 128);
+const _: () = assert!(size_of::<UringCmdReq>() <= 80);
+
+/// Sets `sqe->len`, which the crate's `UringCmd80` builder leaves 0.
+fn set_len(entry: &mut squeue::Entry128, len: u32) {
+    // SAFETY: `Entry128` is `#[repr(C)]` over the kernel's 64-byte
+    // `io_uring_sqe` followed by 64 more bytes (asserted 128 above), so it
+    // may be viewed as bytes; every bit pattern is valid for both types.
+    let bytes = unsafe { &mut *(entry as *mut squeue::Entry128).cast::<[u8; 128]>() };
+    bytes[SQE_LEN_OFFSET..SQE_LEN_OFFSET + 4].copy_from_slice(&len.to_ne_bytes());
+}
+
+fn command(
+    op: UringCmd,
+    req: &UringCmdReq,
+    addr: Option<u64>,
+    len: u32,
+    user_data: u64,
+) -> squeue::Entry128 {
+    let mut area = [0u8; 80];
+    area[..size_of::<UringCmdReq>()].copy_from_slice(req.as_bytes());
+    let mut entry = opcode::UringCmd80::new(DEV_FIXED, op as u32)
+        .cmd(area)
+        .addr(addr)
+        .build()
+        .user_data(user_data);
+    if len != 0 {
+        set_len(&mut entry, len);
+    }
+    entry
+}
+
+/// REGISTER: hands the kernel an entry's iovecs (`[headers, payload]`;
+/// with a buffer pool the payload iovec is `{NULL, 0}`).
+///
+/// The iovec array must stay valid until the SQE is submitted (the kernel
+/// imports it during `io_uring_enter`); the memory it points to must stay
+/// valid until the kernel has given the entry back.
+pub fn register(qid: u16, iovecs: *const [libc::iovec; 2], user_data: u64) -> squeue::Entry128 {
+    let req = UringCmdReq {
+        qid,
+        ..UringCmdReq::default()
+    };
+    command(
+        UringCmd::Register,
+        &req,
+        Some(iovecs as u64),
+        REGISTER_IOVECS,
+        user_data,
+    )
+}
+
+/// A REGISTER the kernel must refuse (`sqe->len` 0): a refused REGISTER
+/// turns io_uring off for the connection (`fch->io_uring = 0`) and wakes
+/// the requests blocked waiting for the ring to become ready, which then
+/// go to `/dev/fuse`.
+pub fn register_refused_on_purpose(user_data: u64) -> squeue::Entry128 {
+    command(
+        UringCmd::Register,
+        &UringCmdReq::default(),
+        None,
+        0,
+        user_data,
+    )
+}
+
+/// COMMIT_AND_FETCH: commits the reply written in the entry (identified by
+/// `commit_id`) and makes the entry wait for the next request.
+pub fn commit_and_fetch(qid: u16, commit_id: u64, user_data: u64) -> squeue::Entry128 {
+    let req = UringCmdReq {
+        qid,
+        commit_id,
+        ..UringCmdReq::default()
+    };
+    command(UringCmd::CommitAndFetch, &req, None, 0, user_data)
+}
+
+/// ADD_QUEUE (7.46): creates queue `qid` so that a pool can be added before
+/// any entry registers.
+pub fn add_queue(qid: u16, user_data: u64) -> squeue::Entry128 {
+    let req = UringCmdReq {
+        qid,
+        ..UringCmdReq::default()
+    };
+    command(UringCmd::AddQueue, &req, None, 0, user_data)
+}
+
+/// ADD_BUFPOOL (7.46): gives queue `qid` the pool at `uaddr`, `len` bytes
+/// (cut by the kernel into `len / max_payload_sz` buffers).
+pub fn add_bufpool(qid: u16, uaddr: u64, len: u32, user_data: u64) -> squeue::Entry128 {
+    let req = UringCmdReq {
+        qid,
+        arg: UringCmdArg::from_bufpool(UringBufpool {
+            uaddr,
+            len,
+            reserved: 0,
+        }),
+        ..UringCmdReq::default()
+    };
+    command(UringCmd::AddBufpool, &req, None, 0, user_data)
+}
+
+/// A one-shot poll for readability of `fd` (the thread's wake eventfd).
+pub fn poll_readable(fd: std::os::fd::RawFd, user_data: u64) -> squeue::Entry128 {
+    opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+        .build()
+        .user_data(user_data)
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(entry: &squeue::Entry128) -> [u8; 128] {
+        // SAFETY: as in `set_len`: a repr(C) 128-byte value viewed as bytes.
+        unsafe { *(entry as *const squeue::Entry128).cast::<[u8; 128]>() }
+    }
+
+    #[test]
+    fn register_sqe_layout() {
+        let iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let e = register(3, &iov, 0x55);
+        let b = bytes(&e);
+        assert_eq!(b[0], io_uring::opcode::UringCmd80::CODE);
+        // fd: fixed file 0 with IOSQE_FIXED_FILE.
+        assert_eq!(b[1] & 1, 1);
+        assert_eq!(i32::from_ne_bytes(b[4..8].try_into().unwrap()), 0);
+        // cmd_op in the `off` union.
+        assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 1);
+        assert_eq!(
+            u64::from_ne_bytes(b[16..24].try_into().unwrap()),
+            &iov as *const _ as u64
+        );
+        assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(b[32..40].try_into().unwrap()), 0x55);
+        // fuse_uring_cmd_req at sqe->cmd (offset 48): qid at +16.
+        assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 3);
+    }
+
+    #[test]
+    fn commit_and_bufpool_sqe_layout() {
+        let b = bytes(&commit_and_fetch(1, 0xabcdef, 9));
+        assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 2);
+        assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 0);
+        assert_eq!(u64::from_ne_bytes(b[56..64].try_into().unwrap()), 0xabcdef);
+        assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 1);
+
+        let b = bytes(&add_bufpool(2, 0x7000_0000, 4 << 20, 1));
+        assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 4);
+        assert_eq!(u64::from_ne_bytes(b[48..56].try_into().unwrap()), 0);
+        assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 2);
+        // The union at cmd + 24: uaddr, len, reserved.
+        assert_eq!(
+            u64::from_ne_bytes(b[72..80].try_into().unwrap()),
+            0x7000_0000
+        );
+        assert_eq!(u32::from_ne_bytes(b[80..84].try_into().unwrap()), 4 << 20);
+        assert_eq!(u32::from_ne_bytes(b[84..88].try_into().unwrap()), 0);
+
+        let b = bytes(&add_queue(5, 1));
+        assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 3);
+        assert_eq!(u64::from_ne_bytes(b[48..56].try_into().unwrap()), 0);
+        assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 5);
+    }
+}

@@ -1,0 +1,133 @@
+//! How a [`crate::UringSession`] serves, and which way it ended up serving.
+
+use std::fmt;
+
+/// How a [`crate::UringSession`] serves.
+///
+/// Start from [`UringConfig::default`]: the struct may gain fields, so a
+/// struct literal must end with `..Default::default()`:
+///
+/// ```
+/// use fuse_transport_uring::UringConfig;
+/// let config = UringConfig {
+///     bufs_per_queue: 0, // one payload buffer per entry, no pools
+///     ..Default::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UringConfig {
+    /// Ring threads, each with its own io_uring. The kernel has one queue
+    /// per possible CPU (a request goes to the queue of the CPU it was
+    /// issued on) and starts using the rings only once every queue has
+    /// entries, so every queue is always served; with fewer threads than
+    /// queues a thread serves several queues (queue `q` by thread
+    /// `q % threads`). 0 (the default): one thread per queue.
+    pub threads: usize,
+    /// Entries registered per queue: how many requests of one queue can be
+    /// in user space at once. Default 8.
+    pub entries_per_queue: usize,
+    /// Payload buffers per queue in the kernel's buffer pool (Linux 7.3,
+    /// `FUSE_HAS_IO_URING_BUFPOOL`). 0 turns pools off: every entry then
+    /// has its own payload buffer of `Server::uring_payload_size()` bytes.
+    /// Fewer buffers than entries is the point of pools: requests without
+    /// payload don't hold one, and requests with payload wait in the kernel
+    /// for a free buffer. Default 4.
+    ///
+    /// Memory mapped per queue: with pools `bufs_per_queue` payload buffers
+    /// plus 512 bytes of header per entry (pooled entries have no buffer of
+    /// their own; replies are written into the pool buffer); without,
+    /// `entries_per_queue` payload buffers plus the headers. A payload
+    /// buffer is `max(8192, max_write, max_pages * 4096)` bytes (1 MiB with
+    /// the server's defaults). Pages cost memory once touched;
+    /// [`crate::UringSession::memory`] reports both.
+    pub bufs_per_queue: usize,
+    /// Pin each ring thread to the CPU of its queue (or the CPUs of its
+    /// queues), so it runs where its requests come from. Default `true`.
+    pub pin_threads: bool,
+    /// Create rings with `IORING_SETUP_SINGLE_ISSUER |
+    /// IORING_SETUP_DEFER_TASKRUN` (the kernel's completion work runs only
+    /// when the ring thread waits for completions, never interrupting a
+    /// file system handler); falls back to `IORING_SETUP_COOP_TASKRUN`, then
+    /// to no flags, where the kernel lacks them. Default `true`.
+    pub defer_taskrun: bool,
+    /// `/dev/fuse` worker threads started after INIT. The kernel keeps
+    /// sending FORGET, BATCH_FORGET and INTERRUPT there even with the rings
+    /// in use, so at least one always runs (0 counts as 1); more start when
+    /// all are busy, up to [`UringConfig::dev_max_threads`]. In the
+    /// `/dev/fuse` fallback mode they serve everything. Default 1.
+    pub dev_threads: usize,
+    /// Largest number of `/dev/fuse` worker threads. Default 64.
+    pub dev_max_threads: usize,
+    /// Ask for FUSE over io_uring at all. `false` serves over `/dev/fuse`
+    /// only (mode [`UringMode::DevFuse`]). Default `true`.
+    pub enabled: bool,
+    /// Fault injection for the transport's own tests; `None` (the default)
+    /// in any real use.
+    #[doc(hidden)]
+    pub fault: Option<UringFault>,
+}
+
+/// Faults the transport's tests inject to exercise the fallback chain
+/// against a real kernel. Not part of the supported API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UringFault {
+    /// Ring entries register with a payload iovec the kernel must refuse.
+    RefuseRegister,
+    /// Ring threads fail their setup before registering anything.
+    FailThreadSetup,
+}
+
+impl Default for UringConfig {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            entries_per_queue: 8,
+            bufs_per_queue: 4,
+            pin_threads: true,
+            defer_taskrun: true,
+            dev_threads: 1,
+            dev_max_threads: 64,
+            enabled: true,
+            fault: None,
+        }
+    }
+}
+
+/// Which way a session serves requests, after the fallback chain
+/// (pools → per-entry buffers → `/dev/fuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UringMode {
+    /// io_uring with a kernel buffer pool on every queue.
+    Pools {
+        /// Payload buffers per queue.
+        bufs_per_queue: usize,
+    },
+    /// io_uring with one payload buffer per entry (kernels without pools,
+    /// pools turned off, or refused by the kernel).
+    PerEntry,
+    /// Everything over `/dev/fuse`: the kernel didn't offer io_uring (module
+    /// switch off, old kernel), io_uring is unavailable, or the kernel
+    /// refused to register the ring entries.
+    DevFuse,
+}
+
+impl UringMode {
+    /// Requests go through io_uring.
+    pub fn uses_uring(&self) -> bool {
+        !matches!(self, UringMode::DevFuse)
+    }
+}
+
+impl fmt::Display for UringMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UringMode::Pools { bufs_per_queue } => {
+                write!(f, "io_uring with buffer pools ({bufs_per_queue} per queue)")
+            }
+            UringMode::PerEntry => f.write_str("io_uring with a payload buffer per entry"),
+            UringMode::DevFuse => f.write_str("/dev/fuse"),
+        }
+    }
+}

@@ -1,0 +1,896 @@
+//! A ring thread: one io_uring serving one or more of the kernel's queues.
+//!
+//! ## Entry life cycle
+//!
+//! Each entry is a [`UringReqHeader`] in the thread's header mapping plus,
+//! without a pool, its own payload buffer. It is always in one of two
+//! places:
+//!
+//! - **in the kernel** (`in_kernel`): a REGISTER or COMMIT_AND_FETCH SQE for
+//!   it was submitted and its CQE has not arrived. The kernel may write the
+//!   entry's header and payload (or its pool buffer) at any time; this
+//!   thread doesn't touch them.
+//! - **in user space**: its CQE arrived. With result 0 it carries a request,
+//!   which this thread answers in place and commits (back into the kernel);
+//!   with an error the kernel gave it back for good (connection gone, ring
+//!   cancelled) and it stays here.
+//!
+//! Memory is unmapped only after the ring is closed, and the ring is closed
+//! either when every entry is back in user space, or — when stopping while
+//! the connection lives on — by dropping it: closing an io_uring cancels its
+//! uring commands (`IO_URING_F_CANCEL`, the kernel frees entries waiting for
+//! requests) and makes pending completion work run in cancel mode, which
+//! never copies to user memory. The kernel only ever copies to or from an
+//! entry's memory inside this thread's own `io_uring_enter` calls (issuing
+//! a command, or running the ring's deferred completion work), so once the
+//! ring is gone nothing can reach the memory any more.
+//!
+//! ## Towards async handlers
+//!
+//! The loop is synchronous: it answers each request with
+//! [`Server::handle`] before looking at the next CQE. Everything an
+//! asynchronous version needs is per entry, so it can keep many entries in
+//! user space at once: a [`RingTransaction`] only borrows its own entry (its
+//! header and its payload or pool buffer, which the kernel hands to one
+//! entry at a time), and the commit is one SQE pushed whenever that
+//! entry's reply is written. A future version keeps one
+//! `Pin<Box<dyn Future>>` per entry in user space (a `handle_async` call
+//! over a transaction that owns raw views of the entry instead of
+//! borrowing), polls those whose wakers fired, pushes the commit SQE of
+//! each that completes, and waits in `submit_and_wait(1)` otherwise; wakers
+//! write the thread's eventfd, whose poll SQE is already part of the ring
+//! and ends that wait. Pool offsets are checked for range and alignment
+//! (whole buffers only); the kernel lends a pool buffer to one entry at a
+//! time, and a version with several transactions alive at once should also
+//! track which buffers are lent out, so that even a kernel bug could not
+//! make two live transactions alias one buffer.
+
+use crate::cmd;
+use crate::config::UringFault;
+use crate::session::Shared;
+use crate::sys::{self, EventFd, Mapping};
+use fuse_abi::uring::{EntFlags, UringEntInOut, UringReqHeader, IN_OUT_HEADER_SZ, OP_IN_OUT_SZ};
+use fuse_abi::{InHeader, OutHeader};
+use fuse_server::opcode_table::opcode_info_raw;
+use fuse_server::{RawRequest, Transaction};
+use io_uring::{cqueue, squeue, IoUring};
+use std::io;
+use std::marker::PhantomData;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// `user_data` of the wake eventfd's poll.
+const WAKE_USER_DATA: u64 = u64::MAX;
+
+/// Distance between two entries' headers in the header mapping.
+const HEADER_STRIDE: usize = 512;
+const _: () = assert!(size_of::<UringReqHeader>() <= HEADER_STRIDE);
+
+/// How long a thread whose connection ended waits for its remaining
+/// entries before closing the ring anyway (which is also safe).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One queue's slice of the session's pool mapping.
+#[derive(Clone)]
+pub(crate) struct PoolSlice {
+    pub(crate) region: Arc<Mapping>,
+    /// Offset of the slice in the region.
+    pub(crate) start: usize,
+    /// Bytes handed to ADD_BUFPOOL.
+    pub(crate) len: usize,
+    /// The kernel's buffer size (its `max_payload_sz`).
+    pub(crate) buf_size: usize,
+}
+
+impl PoolSlice {
+    fn base(&self) -> *mut u8 {
+        // SAFETY: `start + len` lies within the region (checked when the
+        // pools were laid out), so the offset stays in the allocation.
+        unsafe { self.region.as_ptr().add(self.start) }
+    }
+}
+
+/// A queue a thread serves.
+pub(crate) struct QueuePlan {
+    pub(crate) qid: u16,
+    pub(crate) pool: Option<PoolSlice>,
+}
+
+/// What a ring thread serves and how.
+pub(crate) struct ThreadPlan {
+    pub(crate) queues: Vec<QueuePlan>,
+    /// CPUs to pin to (empty: don't pin).
+    pub(crate) cpus: Vec<usize>,
+    pub(crate) entries_per_queue: usize,
+    /// Size of a per-entry payload buffer (at least the kernel's
+    /// `max_payload_sz`).
+    pub(crate) payload_size: usize,
+    pub(crate) dev_fd: RawFd,
+    pub(crate) defer_taskrun: bool,
+    pub(crate) wake: Arc<EventFd>,
+    pub(crate) fault: Option<UringFault>,
+}
+
+/// Setup handshake with the session: the thread reports once its entries
+/// (except queue 0's) are registered; the thread serving queue 0 then waits
+/// for a go before registering queue 0's entries, which makes the ring
+/// ready (every queue has entries), and reports again.
+pub(crate) struct Handshake {
+    pub(crate) report: Sender<Result<(), String>>,
+    /// Only for the thread serving queue 0.
+    pub(crate) go: Option<Receiver<bool>>,
+}
+
+struct Entry {
+    /// Index into the thread's queues.
+    queue: usize,
+    header: *mut UringReqHeader,
+    /// Per-entry payload buffer (null with a pool).
+    payload: *mut u8,
+    /// `[headers, payload]` for REGISTER; lives as long as the entry.
+    iov: [libc::iovec; 2],
+    in_kernel: bool,
+}
+
+/// An io_uring whose SQEs are 128 bytes (`IORING_SETUP_SQE128`).
+pub(crate) type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// Runs a ring thread: setup, handshake, serving, teardown.
+pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -> io::Result<()> {
+    // The entries' memory first, the ring second: locals drop in reverse
+    // order, so the ring is closed before the memory can go, even when
+    // unwinding from a panicking file system.
+    let mut thread = match QueueThread::setup(plan, &shared) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = handshake
+                .report
+                .send(Err(format!("allocating ring entries: {e}")));
+            return Ok(());
+        }
+    };
+    let mut ring = match thread.create_ring() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = handshake.report.send(Err(e));
+            return Ok(());
+        }
+    };
+    let result = match thread.start(&mut ring, handshake) {
+        Ok(true) => thread.serve(&mut ring),
+        Ok(false) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if thread.in_flight > 0 {
+        tracing::debug!(
+            entries = thread.in_flight,
+            "closing a ring with entries in the kernel (they are cancelled)"
+        );
+    }
+    drop(ring);
+    drop(thread);
+    result
+}
+
+struct QueueThread {
+    shared: Arc<Shared>,
+    plan: ThreadPlan,
+    entries: Box<[Entry]>,
+    /// Entries in the kernel.
+    in_flight: usize,
+    /// Completions reaped and not handled yet: (user_data, result).
+    pending: Vec<(u64, i32)>,
+    /// The connection ended (a command completed with ENOTCONN & co).
+    gone: bool,
+    /// The session asked this thread to stop.
+    stopping: bool,
+    logged_bad: bool,
+    logged_failed: bool,
+    // Keep the mappings alive for as long as the entries point into them
+    // (the session also tracks them, for accounting).
+    _headers: Arc<Mapping>,
+    _payloads: Option<Arc<Mapping>>,
+}
+
+impl QueueThread {
+    fn setup(plan: ThreadPlan, shared: &Arc<Shared>) -> io::Result<Self> {
+        if plan.fault == Some(UringFault::FailThreadSetup) {
+            return Err(io::Error::other("injected setup failure"));
+        }
+        if !plan.cpus.is_empty() {
+            if let Err(e) = sys::pin_current_thread(&plan.cpus) {
+                tracing::debug!(cpus = ?plan.cpus, "not pinning a ring thread: {e}");
+            }
+        }
+        let per_queue = plan.entries_per_queue.max(1);
+        let count = per_queue * plan.queues.len();
+        // Mapped on the (pinned) ring thread, so first touch places the
+        // pages on its NUMA node.
+        let headers = Arc::new(Mapping::new(count * HEADER_STRIDE)?);
+        shared.counters.track(headers.clone());
+        let per_entry = plan.queues.iter().filter(|q| q.pool.is_none()).count() * per_queue;
+        let payloads = if per_entry > 0 {
+            let len = per_entry
+                .checked_mul(plan.payload_size)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+            let p = Arc::new(Mapping::new(len)?);
+            shared.counters.track(p.clone());
+            Some(p)
+        } else {
+            None
+        };
+        let mut entries = Vec::with_capacity(count);
+        let mut next_payload = 0usize;
+        for (qi, q) in plan.queues.iter().enumerate() {
+            for _ in 0..per_queue {
+                let i = entries.len();
+                // SAFETY: `i < count`: the header lies inside the mapping.
+                let header = unsafe { headers.as_ptr().add(i * HEADER_STRIDE) };
+                let (payload, payload_len) = match (&q.pool, &payloads) {
+                    (None, Some(p)) => {
+                        // SAFETY: one buffer per entry of a per-entry queue;
+                        // the mapping was sized for all of them.
+                        let ptr = unsafe { p.as_ptr().add(next_payload * plan.payload_size) };
+                        next_payload += 1;
+                        (ptr, plan.payload_size)
+                    }
+                    // Pooled: REGISTER carries no payload buffer.
+                    _ => (std::ptr::null_mut(), 0),
+                };
+                entries.push(Entry {
+                    queue: qi,
+                    header: header.cast(),
+                    payload,
+                    iov: [
+                        libc::iovec {
+                            iov_base: header.cast(),
+                            iov_len: size_of::<UringReqHeader>(),
+                        },
+                        libc::iovec {
+                            iov_base: payload.cast(),
+                            iov_len: payload_len,
+                        },
+                    ],
+                    in_kernel: false,
+                });
+                if plan.fault == Some(UringFault::RefuseRegister) {
+                    // Too short for a per-entry queue, not empty for a pooled one.
+                    if let Some(e) = entries.last_mut() {
+                        e.iov[1] = libc::iovec {
+                            iov_base: header.cast(),
+                            iov_len: 1,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            shared: shared.clone(),
+            plan,
+            entries: entries.into_boxed_slice(),
+            in_flight: 0,
+            pending: Vec::new(),
+            gone: false,
+            stopping: false,
+            logged_bad: false,
+            logged_failed: false,
+            _headers: headers,
+            _payloads: payloads,
+        })
+    }
+
+    fn create_ring(&self) -> Result<Ring, String> {
+        // At most one SQE per entry, plus the wake poll.
+        let sq = (self.entries.len() + 2).next_power_of_two() as u32;
+        let ring = build_ring(sq, self.plan.defer_taskrun)
+            .map_err(|e| format!("creating an io_uring: {e}"))?;
+        ring.submitter()
+            .register_files(&[self.plan.dev_fd])
+            .map_err(|e| format!("registering /dev/fuse with an io_uring: {e}"))?;
+        Ok(ring)
+    }
+
+    /// Registers the entries, with the handshake. `Ok(false)`: setup
+    /// failed (and was reported) or was called off; the thread ends.
+    fn start(&mut self, ring: &mut Ring, handshake: Handshake) -> io::Result<bool> {
+        if let Err(e) = self.push(
+            ring,
+            cmd::poll_readable(self.plan.wake.raw(), WAKE_USER_DATA),
+        ) {
+            let _ = handshake
+                .report
+                .send(Err(format!("queueing the wake poll: {e}")));
+            return Ok(false);
+        }
+        let first = self.register_entries(ring, |qid| qid != 0);
+        let failed = first.is_err();
+        let _ = handshake.report.send(first);
+        if failed {
+            return Ok(false);
+        }
+        if let Some(go) = handshake.go {
+            // Queue 0 registers last: only then can the ring become ready.
+            if !go.recv().unwrap_or(false) {
+                return Ok(false);
+            }
+            let second = self.register_entries(ring, |qid| qid == 0);
+            let failed = second.is_err();
+            let _ = handshake.report.send(second);
+            if failed {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Registers the entries of the queues `pick` selects and checks that
+    /// the kernel took them: a REGISTER the kernel takes stays pending
+    /// until a request comes, one it refuses completes during the submit.
+    fn register_entries(
+        &mut self,
+        ring: &mut Ring,
+        pick: impl Fn(u16) -> bool,
+    ) -> Result<(), String> {
+        let mut submitted = 0;
+        for i in 0..self.entries.len() {
+            let qid = self.plan.queues[self.entries[i].queue].qid;
+            if !pick(qid) {
+                continue;
+            }
+            let sqe = cmd::register(qid, &self.entries[i].iov, i as u64);
+            self.push(ring, sqe)
+                .map_err(|e| format!("queueing REGISTER: {e}"))?;
+            self.entries[i].in_kernel = true;
+            self.in_flight += 1;
+            submitted += 1;
+        }
+        if submitted == 0 {
+            return Ok(());
+        }
+        submit(ring).map_err(|e| format!("submitting REGISTER: {e}"))?;
+        let mut refused = None;
+        for (user_data, res) in reap(ring) {
+            let Some(e) = self.entries.get_mut(user_data as usize) else {
+                // The wake poll, or nonsense: the serving loop sorts it out.
+                self.pending.push((user_data, res));
+                continue;
+            };
+            if res < 0 && e.in_kernel {
+                e.in_kernel = false;
+                self.in_flight -= 1;
+                refused.get_or_insert(-res);
+            } else {
+                // Already a request (the ring became ready): serve it.
+                self.pending.push((user_data, res));
+            }
+        }
+        match refused {
+            Some(errno) => Err(format!(
+                "the kernel refused FUSE_IO_URING_CMD_REGISTER: {}",
+                io::Error::from_raw_os_error(errno)
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The serving loop: answer requests, commit, wait; until stopped or
+    /// the connection is gone and every entry is back.
+    fn serve(&mut self, ring: &mut Ring) -> io::Result<()> {
+        let mut drain_deadline = None;
+        loop {
+            for (user_data, res) in std::mem::take(&mut self.pending) {
+                self.complete(ring, user_data, res)?;
+            }
+            if self.shared.stop.load(Ordering::Acquire) {
+                self.stopping = true;
+            }
+            if self.stopping && !self.gone {
+                // Hand in the replies written so far; then closing the ring
+                // cancels the entries still waiting in the kernel.
+                submit(ring)?;
+                return Ok(());
+            }
+            if self.gone {
+                if self.in_flight == 0 {
+                    return Ok(());
+                }
+                let deadline =
+                    *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN_TIMEOUT);
+                if Instant::now() >= deadline {
+                    tracing::warn!(
+                        entries = self.in_flight,
+                        "ring entries not returned after the connection ended; closing the ring"
+                    );
+                    return Ok(());
+                }
+                wait_timeout(ring, Duration::from_millis(100))?;
+            } else {
+                wait(ring)?;
+            }
+            self.pending.extend(reap(ring));
+        }
+    }
+
+    /// Handles one completion.
+    fn complete(&mut self, ring: &mut Ring, user_data: u64, res: i32) -> io::Result<()> {
+        if user_data == WAKE_USER_DATA {
+            self.plan.wake.drain();
+            if self.shared.stop.load(Ordering::Acquire) {
+                self.stopping = true;
+            } else {
+                self.push(
+                    ring,
+                    cmd::poll_readable(self.plan.wake.raw(), WAKE_USER_DATA),
+                )?;
+            }
+            return Ok(());
+        }
+        let index = user_data as usize;
+        match self.entries.get_mut(index) {
+            Some(e) if e.in_kernel => {
+                e.in_kernel = false;
+                self.in_flight -= 1;
+            }
+            _ => {
+                tracing::warn!(
+                    user_data,
+                    res,
+                    "completion for no entry in the kernel; ignored"
+                );
+                return Ok(());
+            }
+        }
+        if res < 0 {
+            self.command_failed(index, -res);
+            return Ok(());
+        }
+        let commit_id = self.answer(index);
+        let e = &self.entries[index];
+        let qid = self.plan.queues[e.queue].qid;
+        self.push(ring, cmd::commit_and_fetch(qid, commit_id, user_data))?;
+        self.entries[index].in_kernel = true;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The kernel gave an entry back with an error: it stays in user space.
+    fn command_failed(&mut self, index: usize, errno: i32) {
+        match errno {
+            // The queue stopped (unmount, abort), the ring or the connection
+            // is going away, or io_uring was turned off for the connection.
+            libc::ENOTCONN
+            | libc::ECONNABORTED
+            | libc::ECANCELED
+            | libc::ENODEV
+            | libc::EOPNOTSUPP => {
+                if !self.gone {
+                    tracing::debug!(
+                        "ring entry returned: {} (connection ending)",
+                        io::Error::from_raw_os_error(errno)
+                    );
+                }
+                self.gone = true;
+            }
+            _ => {
+                self.shared
+                    .counters
+                    .failed_commands
+                    .fetch_add(1, Ordering::Relaxed);
+                let qid = self.plan.queues[self.entries[index].queue].qid;
+                let err = io::Error::from_raw_os_error(errno);
+                if std::mem::replace(&mut self.logged_failed, true) {
+                    tracing::debug!(qid, "ring command failed: {err}; entry parked");
+                } else {
+                    tracing::warn!(qid, "ring command failed: {err}; entry parked");
+                }
+            }
+        }
+    }
+
+    /// Answers the request in entry `index`, writing the reply into the
+    /// entry; returns the commit id to hand it in with.
+    fn answer(&mut self, index: usize) -> u64 {
+        let e = &self.entries[index];
+        let queue = &self.plan.queues[e.queue];
+        // SAFETY: the entry's CQE arrived, so the kernel leaves its header
+        // alone until it is committed; the header is 8-byte aligned (page
+        // aligned mapping, 512-byte stride).
+        let (in_out, ent) = unsafe {
+            (
+                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
+                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
+            )
+        };
+        let header = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h);
+        let unique = header.map_or(ent.commit_id, |h| h.unique);
+        match self.locate(e, queue, header, &ent) {
+            Ok(view) => {
+                let mut tx = RingTransaction {
+                    header: e.header,
+                    op_len: view.op_len,
+                    data: view.data,
+                    payload_len: view.payload_len,
+                    capacity: view.capacity,
+                    replied: false,
+                    _entry: PhantomData,
+                };
+                // A panicking file system method must not take the queue
+                // down: every later request issued on its CPU would hang.
+                let server = &self.shared.server;
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    server.handle(&mut tx)
+                }));
+                self.shared
+                    .counters
+                    .request(queue.qid as usize, view.opcode);
+                if !tx.replied {
+                    // No reply (an unreadable request, an opcode that takes
+                    // none, a panic): the entry must go back all the same.
+                    write_reply(e.header, unique, -libc::EIO, 0);
+                }
+                match result {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(err)) => tracing::debug!(unique, "handling a ring request: {err}"),
+                    Err(_) => tracing::error!(
+                        unique,
+                        opcode = view.opcode,
+                        "the file system panicked; the request gets EIO"
+                    ),
+                }
+            }
+            Err(why) => {
+                self.shared
+                    .counters
+                    .bad_requests
+                    .fetch_add(1, Ordering::Relaxed);
+                if std::mem::replace(&mut self.logged_bad, true) {
+                    tracing::debug!(qid = queue.qid, unique, "bad ring request: {why}");
+                } else {
+                    tracing::warn!(qid = queue.qid, unique, "bad ring request: {why}");
+                }
+                write_reply(e.header, unique, -libc::EIO, 0);
+            }
+        }
+        ent.commit_id
+    }
+
+    /// Where a request's parts are, checked against the entry's memory.
+    fn locate(
+        &self,
+        e: &Entry,
+        queue: &QueuePlan,
+        header: Option<InHeader>,
+        ent: &UringEntInOut,
+    ) -> Result<View, String> {
+        let h = header.ok_or("the entry's in_out area holds no fuse_in_header")?;
+        if EntFlags::from_bits_retain(ent.flags).contains(EntFlags::ZERO_COPY) {
+            return Err("zero-copy request on a queue that didn't ask for zero copy".into());
+        }
+        let payload_len = ent.payload_sz as usize;
+        let op_len = op_in_len(h.len, payload_len)?;
+        let (data, capacity) = match &queue.pool {
+            None => (e.payload, self.plan.payload_size),
+            Some(pool) => {
+                match pool_buffer(h.opcode, payload_len, ent.offset, pool.len, pool.buf_size)? {
+                    None => (std::ptr::NonNull::<u8>::dangling().as_ptr(), 0),
+                    Some(offset) => {
+                        self.shared.counters.pool_offset(ent.offset);
+                        // SAFETY: `pool_buffer` checked `offset + buf_size <= len`.
+                        (unsafe { pool.base().add(offset) }, pool.buf_size)
+                    }
+                }
+            }
+        };
+        if payload_len > capacity {
+            return Err(format!(
+                "payload of {payload_len} bytes in a {capacity}-byte buffer"
+            ));
+        }
+        Ok(View {
+            data,
+            capacity,
+            payload_len,
+            op_len,
+            opcode: h.opcode,
+        })
+    }
+
+    fn push(&self, ring: &mut Ring, sqe: squeue::Entry128) -> io::Result<()> {
+        for _ in 0..3 {
+            // SAFETY: the only pointer an SQE carries is REGISTER's iovec
+            // array, inside `self.entries`, which outlives the ring; the
+            // memory the iovecs describe stays mapped until the ring is
+            // closed (see the module docs).
+            if unsafe { ring.submission().push(&sqe) }.is_ok() {
+                return Ok(());
+            }
+            submit(ring)?;
+        }
+        Err(io::Error::other("the io_uring submission queue stays full"))
+    }
+}
+
+/// Length of a request's `op_in` part: `in_header.len` counts the header,
+/// the first argument (in `op_in`) and the payload.
+fn op_in_len(header_len: u32, payload_len: usize) -> Result<usize, String> {
+    (header_len as usize)
+        .checked_sub(size_of::<InHeader>() + payload_len)
+        .filter(|&n| n <= OP_IN_OUT_SZ)
+        .ok_or_else(|| {
+            format!(
+                "request length {header_len} doesn't fit a header, an op_in of at most {OP_IN_OUT_SZ} bytes and {payload_len} payload bytes"
+            )
+        })
+}
+
+/// The offset of a pooled request's buffer in its queue's pool, or `None`
+/// when the request has none: the kernel takes a pool buffer only for a
+/// request with payload or out arguments, and otherwise reports offset 0,
+/// which would be some other entry's buffer. An offset that isn't a whole
+/// buffer inside the pool is an error, never a pointer.
+fn pool_buffer(
+    opcode: u32,
+    payload_len: usize,
+    offset: u32,
+    pool_len: usize,
+    buf_size: usize,
+) -> Result<Option<usize>, String> {
+    let needs_buffer = payload_len > 0 || opcode_info_raw(opcode).is_some_and(|i| i.has_out_args());
+    if !needs_buffer {
+        return Ok(None);
+    }
+    let offset = offset as usize;
+    let fits = buf_size > 0
+        && offset % buf_size == 0
+        && offset
+            .checked_add(buf_size)
+            .is_some_and(|end| end <= pool_len);
+    if !fits {
+        return Err(format!(
+            "pool offset {offset} is not a buffer of the queue's pool ({pool_len} bytes, {buf_size}-byte buffers)"
+        ));
+    }
+    Ok(Some(offset))
+}
+
+/// Where a request lies in an entry's memory.
+struct View {
+    data: *mut u8,
+    capacity: usize,
+    payload_len: usize,
+    op_len: usize,
+    opcode: u32,
+}
+
+/// Writes a reply's `fuse_out_header` into the entry's `in_out` area and
+/// the body length into `ring_ent_in_out.payload_sz`: what the kernel reads
+/// at COMMIT_AND_FETCH (the body itself is already in the payload buffer).
+fn write_reply(header: *mut UringReqHeader, unique: u64, error: i32, body_len: usize) {
+    let out = OutHeader {
+        len: (size_of::<OutHeader>() + body_len) as u32,
+        error,
+        unique,
+    };
+    // SAFETY: the entry is in user space (between its CQE and its commit),
+    // so only this thread accesses its header; both writes stay inside the
+    // header (`in_out` is 128 bytes, `payload_sz` a field).
+    unsafe {
+        let dst = std::ptr::addr_of_mut!((*header).in_out).cast::<u8>();
+        std::ptr::copy_nonoverlapping(out.as_bytes().as_ptr(), dst, size_of::<OutHeader>());
+        std::ptr::addr_of_mut!((*header).ring_ent_in_out.payload_sz).write(body_len as u32);
+    }
+}
+
+const _: () = assert!(size_of::<OutHeader>() <= IN_OUT_HEADER_SZ);
+const _: () = assert!(size_of::<InHeader>() <= IN_OUT_HEADER_SZ);
+
+/// A request in a ring entry, answered in place.
+///
+/// The header comes from the entry's `in_out` area, the opcode's fixed
+/// argument from `op_in`, the rest from the payload buffer (the entry's own
+/// or its pool buffer), where the reply body goes too.
+struct RingTransaction<'a> {
+    header: *mut UringReqHeader,
+    op_len: usize,
+    data: *mut u8,
+    payload_len: usize,
+    capacity: usize,
+    replied: bool,
+    _entry: PhantomData<&'a mut UringReqHeader>,
+}
+
+// SAFETY: the transaction only points into its own entry's header and
+// buffer, which it uses exclusively for its lifetime.
+unsafe impl Send for RingTransaction<'_> {}
+
+impl Transaction for RingTransaction<'_> {
+    fn request(&self) -> RawRequest<'_> {
+        // SAFETY: the entry is in user space for the transaction's lifetime;
+        // the views are shared and `&self` keeps `reply_buffer`/`send_reply`
+        // (which take `&mut self`) from running while they live. `op_len`
+        // and `payload_len` were checked against the areas' sizes.
+        unsafe {
+            let in_out = &*std::ptr::addr_of!((*self.header).in_out);
+            let op_in = &*std::ptr::addr_of!((*self.header).op_in);
+            RawRequest {
+                header: &in_out[..size_of::<InHeader>()],
+                op_header: Some(&op_in[..self.op_len]),
+                payload: std::slice::from_raw_parts(self.data, self.payload_len),
+            }
+        }
+    }
+
+    fn reply_buffer(&mut self) -> &mut [u8] {
+        // SAFETY: `data` has `capacity` bytes of this entry's buffer (or is
+        // dangling with capacity 0); `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.capacity) }
+    }
+
+    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
+        let body_len = if error == 0 {
+            body_len.min(self.capacity)
+        } else {
+            0
+        };
+        write_reply(self.header, unique, error, body_len);
+        self.replied = true;
+        Ok(())
+    }
+}
+
+/// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
+/// first.
+pub(crate) fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
+    let cq = entries.saturating_mul(2);
+    if defer_taskrun {
+        match IoUring::builder()
+            .dontfork()
+            .setup_cqsize(cq)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(ring) => return Ok(ring),
+            Err(e) => tracing::debug!("io_uring without DEFER_TASKRUN: {e}"),
+        }
+    }
+    match IoUring::builder()
+        .dontfork()
+        .setup_cqsize(cq)
+        .setup_coop_taskrun()
+        .build(entries)
+    {
+        Ok(ring) => Ok(ring),
+        Err(e) => {
+            tracing::debug!("io_uring without COOP_TASKRUN: {e}");
+            IoUring::builder()
+                .dontfork()
+                .setup_cqsize(cq)
+                .build(entries)
+        }
+    }
+}
+
+/// Submits what is queued (EINTR retried).
+pub(crate) fn submit(ring: &mut Ring) -> io::Result<()> {
+    loop {
+        match ring.submit() {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            // The completion queue is full: the caller reaps first.
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("io_uring_enter: {e}"))),
+        }
+    }
+}
+
+/// Submits and waits for at least one completion.
+pub(crate) fn wait(ring: &mut Ring) -> io::Result<()> {
+    match ring.submit_and_wait(1) {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+            // Out of kernel memory for the moment: try again shortly.
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("io_uring_enter: {e}"))),
+    }
+}
+
+fn wait_timeout(ring: &mut Ring, timeout: Duration) -> io::Result<()> {
+    let ts = io_uring::types::Timespec::from(timeout);
+    let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+    match ring.submitter().submit_with_args(1, &args) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EBUSY | libc::ETIME)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("io_uring_enter: {e}"))),
+    }
+}
+
+/// Takes every completion off the queue.
+pub(crate) fn reap(ring: &mut Ring) -> Vec<(u64, i32)> {
+    ring.completion()
+        .map(|c| (c.user_data(), c.result()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fuse_abi::Opcode;
+
+    const BUF: usize = 1 << 20;
+
+    #[test]
+    fn pool_offsets_are_checked() {
+        let write = Opcode::Write as u32;
+        assert_eq!(pool_buffer(write, 4096, 0, 4 * BUF, BUF), Ok(Some(0)));
+        assert_eq!(
+            pool_buffer(write, 4096, 3 * BUF as u32, 4 * BUF, BUF),
+            Ok(Some(3 * BUF))
+        );
+        // Past the end, straddling the end, not a buffer boundary.
+        assert!(pool_buffer(write, 1, 4 * BUF as u32, 4 * BUF, BUF).is_err());
+        assert!(pool_buffer(write, 1, u32::MAX, 4 * BUF, BUF).is_err());
+        assert!(pool_buffer(write, 1, 4096, 4 * BUF, BUF).is_err());
+        assert!(pool_buffer(write, 1, 0, BUF - 1, BUF).is_err());
+    }
+
+    #[test]
+    fn no_payload_and_no_out_arguments_means_no_buffer() {
+        // FLUSH, RELEASE, FSYNC: nothing in, nothing out; offset 0 is not
+        // theirs (another entry may hold buffer 0).
+        for op in [Opcode::Flush, Opcode::Release, Opcode::Fsync, Opcode::Setlk] {
+            assert_eq!(
+                pool_buffer(op as u32, 0, 0, 4 * BUF, BUF),
+                Ok(None),
+                "{op:?}"
+            );
+            // Even a nonsense offset is harmless then.
+            assert_eq!(pool_buffer(op as u32, 0, u32::MAX, 4 * BUF, BUF), Ok(None));
+        }
+        // GETATTR has out arguments, READ too: a buffer even without payload.
+        assert_eq!(
+            pool_buffer(Opcode::Getattr as u32, 0, BUF as u32, 4 * BUF, BUF),
+            Ok(Some(BUF))
+        );
+        assert_eq!(
+            pool_buffer(Opcode::Read as u32, 0, 0, 4 * BUF, BUF),
+            Ok(Some(0))
+        );
+        // UNLINK has no out arguments but a name in the payload.
+        assert_eq!(
+            pool_buffer(Opcode::Unlink as u32, 6, 2 * BUF as u32, 4 * BUF, BUF),
+            Ok(Some(2 * BUF))
+        );
+        // An unknown opcode with no payload gets no buffer (and ENOSYS).
+        assert_eq!(pool_buffer(9999, 0, 0, 4 * BUF, BUF), Ok(None));
+    }
+
+    #[test]
+    fn op_in_length_follows_the_header() {
+        // WRITE: 40-byte header, 40-byte fuse_write_in, 4096 data bytes.
+        assert_eq!(op_in_len(40 + 40 + 4096, 4096), Ok(40));
+        // LOOKUP: empty first argument, the name in the payload.
+        assert_eq!(op_in_len(40 + 6, 6), Ok(0));
+        assert!(op_in_len(40 + 129, 0).is_err());
+        assert!(op_in_len(40, 10).is_err());
+        assert!(op_in_len(0, 0).is_err());
+    }
+}
