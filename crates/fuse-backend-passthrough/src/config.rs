@@ -1,0 +1,131 @@
+//! Options of a [`crate::PassthroughFs`].
+
+use std::time::Duration;
+
+/// How much the kernel may cache of what the backing directory holds.
+///
+/// The passthrough assumes by default that it is the only one changing the
+/// backing directory; if other programs change it too, use
+/// [`CachePolicy::Never`] or [`CachePolicy::Auto`] with short timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// No caching: file data bypasses the page cache (`FOPEN_DIRECT_IO`,
+    /// with shared mmap still allowed through `FUSE_DIRECT_IO_ALLOW_MMAP`)
+    /// and attributes and names are not cached (timeouts of 0).
+    Never,
+    /// The kernel caches data while a file is open and drops it on each
+    /// open; attributes and names are cached for one second.
+    #[default]
+    Auto,
+    /// The kernel keeps cached data across opens (`FOPEN_KEEP_CACHE`),
+    /// caches directory listings (`FOPEN_CACHE_DIR`) and symlink targets,
+    /// and attributes and names for a day.
+    Always,
+}
+
+impl CachePolicy {
+    /// The attribute and entry timeout this policy implies.
+    pub fn default_timeout(self) -> Duration {
+        match self {
+            CachePolicy::Never => Duration::ZERO,
+            CachePolicy::Auto => Duration::from_secs(1),
+            CachePolicy::Always => Duration::from_secs(86400),
+        }
+    }
+}
+
+impl std::str::FromStr for CachePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(CachePolicy::Never),
+            "auto" => Ok(CachePolicy::Auto),
+            "always" => Ok(CachePolicy::Always),
+            _ => Err(format!(
+                "unknown cache policy {s:?} (expected never, auto or always)"
+            )),
+        }
+    }
+}
+
+/// Options of a [`crate::PassthroughFs`]; `Default` gives the usual
+/// passthrough: [`CachePolicy::Auto`], xattrs and readdirplus on, no
+/// writeback cache, opens answered normally.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassthroughConfig {
+    /// Cache policy: open flags and the default timeouts.
+    pub cache: CachePolicy,
+    /// Use the kernel's writeback cache (`FUSE_WRITEBACK_CACHE`): writes
+    /// collect in the page cache and reach the backing file later, in
+    /// larger pieces. Files opened write-only are then opened read-write
+    /// on the backing side (the kernel reads to fill partial pages) and
+    /// `O_APPEND` is left to the kernel.
+    pub writeback: bool,
+    /// How long the kernel may cache attributes; `None` uses the cache
+    /// policy's default.
+    pub attr_timeout: Option<Duration>,
+    /// How long the kernel may cache names; `None` uses the cache policy's
+    /// default.
+    pub entry_timeout: Option<Duration>,
+    /// Serve extended attributes (off: the xattr calls answer `ENOSYS`, and
+    /// the kernel stops sending them).
+    pub xattr: bool,
+    /// Offer READDIRPLUS (`FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO`):
+    /// listings carry each entry's attributes, saving a LOOKUP per name.
+    pub readdirplus: bool,
+    /// Zero-message opens: OPEN is answered with `ENOSYS` so the kernel
+    /// stops sending OPEN and RELEASE (`FUSE_NO_OPEN_SUPPORT`, when the
+    /// kernel offers it); READ and WRITE then come with handle 0 and are
+    /// served from one file per inode, opened on first use. Without the
+    /// kernel's support, opens are answered normally.
+    pub no_open: bool,
+    /// Zero-message directory opens, like [`PassthroughConfig::no_open`]
+    /// for OPENDIR (`FUSE_NO_OPENDIR_SUPPORT`).
+    pub no_opendir: bool,
+    /// Take over clearing the set-user-ID and set-group-ID bits on write,
+    /// truncate and chown (`FUSE_HANDLE_KILLPRIV_V2`).
+    pub killpriv_v2: bool,
+    /// Run creating and changing operations with the caller's file system
+    /// uid, gid and supplementary groups, so that new files belong to the
+    /// caller and the backing file system checks the caller's permissions.
+    /// Only takes effect when the process runs as root (uid 0, with
+    /// `CAP_SETUID` and `CAP_SETGID`).
+    pub caller_credentials: bool,
+    /// The signal used to interrupt a worker blocked in a lock wait
+    /// (SETLKW) when the kernel sends INTERRUPT; `None` uses
+    /// `SIGRTMIN() + 5`. A handler that does nothing is installed for it.
+    pub interrupt_signal: Option<i32>,
+}
+
+impl Default for PassthroughConfig {
+    fn default() -> Self {
+        Self {
+            cache: CachePolicy::Auto,
+            writeback: false,
+            attr_timeout: None,
+            entry_timeout: None,
+            xattr: true,
+            readdirplus: true,
+            no_open: false,
+            no_opendir: false,
+            killpriv_v2: false,
+            caller_credentials: true,
+            interrupt_signal: None,
+        }
+    }
+}
+
+impl PassthroughConfig {
+    /// The attribute timeout in force.
+    pub fn attr_timeout(&self) -> Duration {
+        self.attr_timeout
+            .unwrap_or_else(|| self.cache.default_timeout())
+    }
+
+    /// The entry timeout in force.
+    pub fn entry_timeout(&self) -> Duration {
+        self.entry_timeout
+            .unwrap_or_else(|| self.cache.default_timeout())
+    }
+}

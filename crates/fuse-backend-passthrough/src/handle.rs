@@ -1,0 +1,275 @@
+//! Open files and directories (the handles the kernel passes back), and
+//! the directory stream each open directory keeps.
+
+use crate::inode::IdMap;
+use crate::sys::{self, errno};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// An open file or directory of the backing tree.
+pub(crate) struct Handle {
+    fd: OwnedFd,
+    /// The node id it was opened for.
+    pub nodeid: u64,
+    /// The flags the backing file was opened with.
+    pub flags: i32,
+    /// A directory's stream position and buffer (`None` for files).
+    pub dir: Option<Mutex<DirStream>>,
+}
+
+impl Handle {
+    /// An open file.
+    pub(crate) fn file(fd: OwnedFd, nodeid: u64, flags: i32) -> Self {
+        Self {
+            fd,
+            nodeid,
+            flags,
+            dir: None,
+        }
+    }
+
+    /// An open directory.
+    pub(crate) fn dir(fd: OwnedFd, nodeid: u64, flags: i32) -> Self {
+        Self {
+            fd,
+            nodeid,
+            flags,
+            dir: Some(Mutex::new(DirStream::new())),
+        }
+    }
+
+    /// The open descriptor.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+const SHARDS: usize = 16;
+
+/// Open handles by number, in shards so that READ and WRITE on different
+/// handles never wait for one lock: a lookup takes one shard's read lock
+/// for as long as it takes to clone an `Arc`.
+pub(crate) struct HandleTable {
+    shards: [RwLock<IdMap<Arc<Handle>>>; SHARDS],
+    next: AtomicU64,
+}
+
+impl HandleTable {
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| RwLock::new(IdMap::default())),
+            // 0 means "no handle" (zero-message opens).
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn shard(&self, fh: u64) -> &RwLock<IdMap<Arc<Handle>>> {
+        &self.shards[(fh as usize) % SHARDS]
+    }
+
+    /// Adds a handle; returns its number.
+    pub(crate) fn insert(&self, handle: Handle) -> io::Result<u64> {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut shard = self.shard(fh).write().unwrap_or_else(|e| e.into_inner());
+        shard.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
+        shard.insert(fh, Arc::new(handle));
+        Ok(fh)
+    }
+
+    /// The handle `fh`.
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.shard(fh)
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .cloned()
+    }
+
+    /// Removes the handle `fh` (its descriptor closes when the last
+    /// request using it is done).
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.shard(fh)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh)
+    }
+
+    /// Open handles.
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// Drops every handle.
+    pub(crate) fn clear(&self) {
+        for s in &self.shards {
+            let old = std::mem::take(&mut *s.write().unwrap_or_else(|e| e.into_inner()));
+            drop(old);
+        }
+    }
+}
+
+/// The size of a directory stream's getdents64 buffer.
+const DIR_BUF_SIZE: usize = 32 * 1024;
+
+/// A directory stream: entries read with getdents64 and not yet handed
+/// out, and the cookie the next entry follows.
+///
+/// Cookies are the backing file system's `d_off` values: an entry's cookie
+/// is the position right after it, which `lseek` accepts to resume there.
+pub(crate) struct DirStream {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The cookie of the position the stream is at (0: the start).
+    pos: u64,
+}
+
+/// One entry of a directory stream.
+pub(crate) struct DirEntry<'a> {
+    pub ino: u64,
+    /// The cookie to resume after this entry.
+    pub off: u64,
+    pub dtype: u8,
+    /// The name, without its NUL.
+    pub name: &'a [u8],
+    /// The name as a C string.
+    pub cname: &'a std::ffi::CStr,
+}
+
+impl DirStream {
+    fn new() -> Self {
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            pos: 0,
+        }
+    }
+
+    /// Hands out entries after cookie `offset` to `emit` until it returns
+    /// `false` (the entry it was given stays for the next call) or the
+    /// directory ends. `fd` is the directory's open descriptor.
+    pub(crate) fn read(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        mut emit: impl FnMut(&DirEntry<'_>) -> io::Result<bool>,
+    ) -> io::Result<()> {
+        if offset > i64::MAX as u64 {
+            // Beyond any position: the end.
+            return Ok(());
+        }
+        if offset != self.pos {
+            sys::lseek(fd, offset as i64, libc::SEEK_SET)?;
+            self.start = 0;
+            self.end = 0;
+            self.pos = offset;
+        }
+        if self.buf.is_empty() {
+            self.buf
+                .try_reserve_exact(DIR_BUF_SIZE)
+                .map_err(|_| errno(libc::ENOMEM))?;
+            self.buf.resize(DIR_BUF_SIZE, 0);
+        }
+        loop {
+            if self.start >= self.end {
+                let n = sys::getdents64(fd, &mut self.buf)?;
+                self.start = 0;
+                self.end = n;
+                if n == 0 {
+                    return Ok(());
+                }
+            }
+            let Some((entry, reclen)) = parse_dirent(&self.buf[self.start..self.end]) else {
+                // A record we can't read: drop the rest of the buffer.
+                tracing::warn!("malformed getdents64 record");
+                self.start = self.end;
+                return Err(errno(libc::EIO));
+            };
+            let off = entry.off;
+            if !emit(&entry)? {
+                return Ok(());
+            }
+            self.start += reclen;
+            self.pos = off;
+        }
+    }
+}
+
+/// Parses the `linux_dirent64` at the start of `b`; returns it and its
+/// record length.
+fn parse_dirent(b: &[u8]) -> Option<(DirEntry<'_>, usize)> {
+    const HEAD: usize = 19;
+    if b.len() < HEAD {
+        return None;
+    }
+    let ino = u64::from_ne_bytes(b[0..8].try_into().ok()?);
+    let off = u64::from_ne_bytes(b[8..16].try_into().ok()?);
+    let reclen = u16::from_ne_bytes(b[16..18].try_into().ok()?) as usize;
+    let dtype = b[18];
+    if reclen < HEAD || reclen > b.len() {
+        return None;
+    }
+    let name_area = &b[HEAD..reclen];
+    let len = name_area.iter().position(|&c| c == 0)?;
+    let cname = std::ffi::CStr::from_bytes_with_nul(&name_area[..=len]).ok()?;
+    Some((
+        DirEntry {
+            ino,
+            off,
+            dtype,
+            name: &name_area[..len],
+            cname,
+        },
+        reclen,
+    ))
+}
+
+/// A lock owner's open file description of an inode, holding the owner's
+/// OFD locks (POSIX locks of one process through the mount).
+pub(crate) struct LockCtx {
+    pub fd: OwnedFd,
+    /// The pid the owner last locked with (reported by GETLK).
+    pub pid: AtomicU32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_dirents() {
+        let mut rec = vec![0u8; 24];
+        rec[0..8].copy_from_slice(&7u64.to_ne_bytes());
+        rec[8..16].copy_from_slice(&99u64.to_ne_bytes());
+        rec[16..18].copy_from_slice(&24u16.to_ne_bytes());
+        rec[18] = 8;
+        rec[19..22].copy_from_slice(b"abc");
+        let (e, len) = parse_dirent(&rec).unwrap();
+        assert_eq!(
+            (e.ino, e.off, e.dtype, e.name, len),
+            (7, 99, 8, &b"abc"[..], 24)
+        );
+        rec[16..18].copy_from_slice(&200u16.to_ne_bytes());
+        assert!(parse_dirent(&rec).is_none());
+        assert!(parse_dirent(&rec[..10]).is_none());
+    }
+
+    #[test]
+    fn handle_numbers_start_at_one_and_are_found_again() {
+        let t = HandleTable::new();
+        let fd = sys::open(c"/", libc::O_PATH, 0).unwrap();
+        let fh = t.insert(Handle::file(fd, 1, 0)).unwrap();
+        assert_eq!(fh, 1);
+        assert_eq!(t.get(fh).unwrap().nodeid, 1);
+        assert_eq!(t.len(), 1);
+        assert!(t.remove(fh).is_some());
+        assert!(t.get(fh).is_none());
+        assert_eq!(t.len(), 0);
+    }
+}

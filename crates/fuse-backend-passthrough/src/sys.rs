@@ -1,0 +1,505 @@
+//! Thin safe wrappers around the system calls the passthrough makes.
+//!
+//! Every raw call is wrapped once here; the rest of the crate uses these
+//! functions. Paths are `&CStr` so nothing allocates.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// An error with `errno`.
+pub(crate) fn errno(n: i32) -> io::Error {
+    io::Error::from_raw_os_error(n)
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn check_long(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// The empty path, for `AT_EMPTY_PATH` calls on the fd itself.
+pub(crate) const EMPTY: &CStr = c"";
+
+/// A decimal number as a NUL-terminated string on the stack (a file
+/// descriptor's name in `/proc/self/fd`, a pid).
+pub(crate) struct NumName {
+    buf: [u8; 24],
+    len: usize,
+}
+
+impl NumName {
+    pub(crate) fn new(mut n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut buf = [0u8; 24];
+        let len = digits.len() - i;
+        buf[..len].copy_from_slice(&digits[i..]);
+        Self { buf, len }
+    }
+
+    pub(crate) fn as_cstr(&self) -> &CStr {
+        // The buffer holds digits followed by at least one NUL.
+        CStr::from_bytes_until_nul(&self.buf[..=self.len]).unwrap_or(c"0")
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// A short path built on the stack: `prefix` + number + `suffix`
+/// (`/proc/self/fd/N`, `/proc/PID/status`).
+pub(crate) struct StackPath {
+    buf: [u8; 64],
+}
+
+impl StackPath {
+    pub(crate) fn new(prefix: &[u8], n: u64, suffix: &[u8]) -> Self {
+        let num = NumName::new(n);
+        let mut buf = [0u8; 64];
+        let parts = [prefix, num.as_bytes(), suffix];
+        let mut at = 0;
+        for p in parts {
+            let take = p.len().min(63 - at);
+            buf[at..at + take].copy_from_slice(&p[..take]);
+            at += take;
+        }
+        Self { buf }
+    }
+
+    /// `/proc/self/fd/N` for `fd`.
+    pub(crate) fn proc_fd(fd: RawFd) -> Self {
+        Self::new(b"/proc/self/fd/", fd as u64, b"")
+    }
+
+    pub(crate) fn as_cstr(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"/")
+    }
+}
+
+/// `openat(2)`; `O_CLOEXEC` is always added.
+pub(crate) fn openat(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: i32,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated; the result is a new fd we own.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open(2)` of an absolute path; `O_CLOEXEC` is always added.
+pub(crate) fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    // SAFETY: as in `openat`.
+    let fd =
+        check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
+    // SAFETY: a new fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The attributes the passthrough asks `statx(2)` for.
+pub(crate) const STATX_WANTED: u32 = libc::STATX_BASIC_STATS | libc::STATX_MNT_ID;
+
+/// `statx(2)`.
+pub(crate) fn statx(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: i32,
+    mask: u32,
+) -> io::Result<libc::statx> {
+    let mut st = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `st` is valid for writes of a statx struct; `name` is NUL-terminated.
+    check(unsafe { libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, st.as_mut_ptr()) })?;
+    // SAFETY: zero-initialized, then filled by the kernel.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// statx of the fd itself (`AT_EMPTY_PATH`), not following a symlink.
+pub(crate) fn statx_fd(fd: BorrowedFd<'_>, mask: u32) -> io::Result<libc::statx> {
+    statx(
+        fd,
+        EMPTY,
+        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        mask,
+    )
+}
+
+/// `fstatfs(2)` (works on `O_PATH` descriptors).
+pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs64> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs64>::zeroed();
+    // SAFETY: `st` is valid for writes.
+    check(unsafe { libc::fstatfs64(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: filled by the kernel.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `mkdirat(2)`.
+pub(crate) fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+/// `mknodat(2)`.
+pub(crate) fn mknodat(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    mode: u32,
+    dev: libc::dev_t,
+) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
+}
+
+/// `symlinkat(2)`.
+pub(crate) fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// `unlinkat(2)`.
+pub(crate) fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2(2)`.
+pub(crate) fn renameat2(
+    olddir: BorrowedFd<'_>,
+    oldname: &CStr,
+    newdir: BorrowedFd<'_>,
+    newname: &CStr,
+    flags: u32,
+) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated.
+    check(unsafe {
+        libc::renameat2(
+            olddir.as_raw_fd(),
+            oldname.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `linkat(2)` from an absolute path (following it: a `/proc/self/fd`
+/// magic link), without `AT_EMPTY_PATH` and so without needing
+/// `CAP_DAC_READ_SEARCH`.
+pub(crate) fn link_proc(old: &CStr, newdir: BorrowedFd<'_>, newname: &CStr) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated.
+    check(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            old.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `readlinkat(2)` of the fd itself into `buf`; returns the length.
+pub(crate) fn readlink_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `fchownat(2)` of the fd itself (`AT_EMPTY_PATH`).
+pub(crate) fn fchown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: plain call on an fd.
+    check(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `fchmod(2)` of an open file.
+pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: plain call on an fd.
+    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
+}
+
+/// `chmod(2)` of a path (following it).
+pub(crate) fn chmod_path(path: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::chmod(path.as_ptr(), mode) }).map(drop)
+}
+
+/// `truncate(2)` of a path (following it).
+pub(crate) fn truncate_path(path: &CStr, size: u64) -> io::Result<()> {
+    let size = i64::try_from(size).map_err(|_| errno(libc::EINVAL))?;
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::truncate64(path.as_ptr(), size) }).map(drop)
+}
+
+/// `ftruncate(2)`.
+pub(crate) fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
+    let size = i64::try_from(size).map_err(|_| errno(libc::EINVAL))?;
+    // SAFETY: plain call on an fd.
+    check(unsafe { libc::ftruncate64(fd.as_raw_fd(), size) }).map(drop)
+}
+
+/// `utimensat(2)` of the fd itself (`AT_EMPTY_PATH`).
+pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: `times` points to two timespecs.
+    check(unsafe {
+        libc::utimensat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            times.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `futimens(3)` of an open file.
+pub(crate) fn futimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: `times` points to two timespecs.
+    check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
+}
+
+/// `faccessat2(2)` of the fd itself, with the effective (file system) ids.
+pub(crate) fn faccess_fd(fd: BorrowedFd<'_>, mode: i32) -> io::Result<()> {
+    // SAFETY: raw syscall with valid arguments.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+        )
+    })
+    .map(drop)
+}
+
+/// `fsync(2)` or `fdatasync(2)`.
+pub(crate) fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
+    // SAFETY: plain calls on an fd.
+    check(unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    })
+    .map(drop)
+}
+
+/// `syncfs(2)`.
+pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain call on an fd.
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+/// `fallocate(2)`.
+pub(crate) fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let offset = i64::try_from(offset).map_err(|_| errno(libc::EINVAL))?;
+    let len = i64::try_from(len).map_err(|_| errno(libc::EINVAL))?;
+    // SAFETY: plain call on an fd.
+    check(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
+}
+
+/// `lseek(2)`.
+pub(crate) fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<u64> {
+    // SAFETY: plain call on an fd.
+    let r = unsafe { libc::lseek64(fd.as_raw_fd(), offset, whence) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// `copy_file_range(2)`.
+pub(crate) fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+    flags: u32,
+) -> io::Result<usize> {
+    let mut off_in = i64::try_from(off_in).map_err(|_| errno(libc::EINVAL))?;
+    let mut off_out = i64::try_from(off_out).map_err(|_| errno(libc::EINVAL))?;
+    // SAFETY: the offsets are valid for writes.
+    let n = unsafe {
+        libc::copy_file_range(
+            fd_in.as_raw_fd(),
+            &mut off_in,
+            fd_out.as_raw_fd(),
+            &mut off_out,
+            len,
+            flags,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `getdents64(2)` into `buf`; returns the bytes filled (0 at the end).
+pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    })?;
+    Ok(n as usize)
+}
+
+/// `fcntl(2)` with a `struct flock` (the OFD lock commands).
+pub(crate) fn fcntl_lock(fd: BorrowedFd<'_>, cmd: i32, fl: &mut libc::flock64) -> io::Result<()> {
+    // SAFETY: `fl` is a valid flock struct for the kernel to read and write.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock64) }).map(drop)
+}
+
+/// `flock(2)`.
+pub(crate) fn flock(fd: BorrowedFd<'_>, op: i32) -> io::Result<()> {
+    // SAFETY: plain call on an fd.
+    check(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)
+}
+
+/// `dup(2)` then `close(2)`: releases the process's classic POSIX locks
+/// on the file, and reports the errors a close would (NFS-like backends).
+pub(crate) fn close_dup(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: dup of a valid fd.
+    let dup = check(unsafe { libc::dup(fd.as_raw_fd()) })?;
+    // SAFETY: `dup` is ours, closed once.
+    check(unsafe { libc::close(dup) }).map(drop)
+}
+
+/// Value of an xattr call: `getxattr`, `listxattr` and friends on a path.
+fn xattr_result(n: isize) -> io::Result<usize> {
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `getxattr(2)` of a path (following it); an empty `buf` asks for the size.
+pub(crate) fn getxattr(path: &CStr, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    let (ptr, len) = if buf.is_empty() {
+        (std::ptr::null_mut(), 0)
+    } else {
+        (buf.as_mut_ptr().cast(), buf.len())
+    };
+    // SAFETY: `ptr` is null with length 0 or valid for `len` bytes.
+    xattr_result(unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), ptr, len) })
+}
+
+/// `listxattr(2)` of a path (following it); an empty `buf` asks for the size.
+pub(crate) fn listxattr(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    let (ptr, len) = if buf.is_empty() {
+        (std::ptr::null_mut(), 0)
+    } else {
+        (buf.as_mut_ptr().cast(), buf.len())
+    };
+    // SAFETY: as in `getxattr`.
+    xattr_result(unsafe { libc::listxattr(path.as_ptr(), ptr, len) })
+}
+
+/// `setxattr(2)` of a path (following it).
+pub(crate) fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    // SAFETY: `value` is valid for reads of its length.
+    check(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `removexattr(2)` of a path (following it).
+pub(crate) fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated.
+    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+}
+
+/// `read(2)` into `buf`, retried on EINTR.
+pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Device number in the kernel's 32-bit encoding (`new_encode_dev`), as
+/// `fuse_attr.rdev` and `fuse_mknod_in.rdev` carry it.
+pub(crate) fn encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// A `dev_t` from the kernel's 32-bit encoding (`new_decode_dev`).
+pub(crate) fn decode_dev(rdev: u32) -> libc::dev_t {
+    let major = (rdev & 0xfff00) >> 8;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+    libc::makedev(major, minor)
+}

@@ -1,0 +1,402 @@
+//! Shared harness of the mount tests: a passthrough mounted for real over a
+//! fresh backing directory, unmounted (lazily as a last resort) on drop or
+//! panic, and helpers to compare the mount with the backing directory.
+#![allow(dead_code)]
+
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_server::{Server, Session};
+use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The fsname every test mount carries, to find leftovers.
+pub const FSNAME_PREFIX: &str = "pt-test";
+
+/// Fails the test (never passes silently) unless we are root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "these tests mount FUSE file systems with mount(2) and switch users: they need root \
+         (CI runs them as root); without root use `cargo xtask test-in-userns`"
+    );
+}
+
+/// A passthrough mounted in-process over a fresh backing directory.
+pub struct TestMount {
+    /// The file system (for lookup counts).
+    pub fs: Arc<PassthroughFs>,
+    session: Option<DevSession>,
+    /// The backing directory.
+    pub src: PathBuf,
+    /// The mountpoint.
+    pub mnt: PathBuf,
+    /// Holds `src` and `mnt`; removed last.
+    dir: Option<tempfile::TempDir>,
+}
+
+/// The start time of process `pid` (field 22 of /proc/PID/stat), which
+/// tells a process from a later one with the same (reused) pid.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from its ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// This process's mark in the fsname of its test mounts: `pid-starttime`.
+pub fn process_mark() -> String {
+    let pid = std::process::id();
+    format!("{pid}-{}", process_start_time(pid).unwrap_or(0))
+}
+
+/// Mount options of the tests: like pjdfstest's (`allow_other`,
+/// `default_permissions`), with an fsname naming the process that mounted.
+pub fn test_options() -> MountOptions {
+    MountOptions {
+        fsname: Some(format!("{FSNAME_PREFIX}-{}", process_mark())),
+        subtype: Some("passthroughfs".into()),
+        allow_other: true,
+        default_permissions: true,
+        nodev: false,
+        ..MountOptions::default()
+    }
+}
+
+/// The config of most tests: attributes and names not cached, so every
+/// stat through the mount reaches the backing file.
+pub fn uncached() -> PassthroughConfig {
+    PassthroughConfig {
+        attr_timeout: Some(Duration::ZERO),
+        entry_timeout: Some(Duration::ZERO),
+        ..PassthroughConfig::default()
+    }
+}
+
+impl TestMount {
+    /// A mount with [`uncached`] options.
+    pub fn new() -> Self {
+        Self::with(uncached(), test_options())
+    }
+
+    /// A mount with `config` and `options`.
+    pub fn with(config: PassthroughConfig, options: MountOptions) -> Self {
+        require_root();
+        let dir = tempfile::Builder::new()
+            .prefix("pt-test-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        // Other users must reach the test files.
+        chmod(dir.path(), 0o755);
+        let src = dir.path().join("src");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        chmod(&src, 0o755);
+        Self::over(dir, src, mnt, config, options)
+    }
+
+    /// A second mount of the same backing directory as `other`.
+    pub fn same_source(other: &TestMount, config: PassthroughConfig) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("pt-test-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        chmod(dir.path(), 0o755);
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Self::over(dir, other.src.clone(), mnt, config, test_options())
+    }
+
+    fn over(
+        dir: tempfile::TempDir,
+        src: PathBuf,
+        mnt: PathBuf,
+        config: PassthroughConfig,
+        options: MountOptions,
+    ) -> Self {
+        let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs::new"));
+        let server = Server::new(fs.clone());
+        let session = DevSession::mount(
+            server,
+            &mnt,
+            &options,
+            SessionConfig {
+                threads: 2,
+                ..SessionConfig::default()
+            },
+        )
+        .expect("mounting the passthrough");
+        let mnt = session.mountpoint().to_path_buf();
+        Self {
+            fs,
+            session: Some(session),
+            src,
+            mnt,
+            dir: Some(dir),
+        }
+    }
+
+    /// The session (counters, notifier).
+    pub fn session(&self) -> &DevSession {
+        self.session.as_ref().expect("mounted")
+    }
+
+    /// Requests seen with `op`.
+    pub fn count(&self, op: fuse_abi::Opcode) -> u64 {
+        self.session().server().counters().get(op)
+    }
+
+    /// A path in the backing directory.
+    pub fn s(&self, name: &str) -> PathBuf {
+        self.src.join(name)
+    }
+
+    /// A path through the mount.
+    pub fn m(&self, name: &str) -> PathBuf {
+        self.mnt.join(name)
+    }
+
+    /// Unmounts and waits for the workers (the file system's `destroy` runs).
+    pub fn unmount(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.stop();
+            session.wait().expect("session ended with an error");
+            drop(session);
+        }
+        assert!(
+            !is_mounted(&self.mnt),
+            "{} still mounted after unmount",
+            self.mnt.display()
+        );
+    }
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.stop();
+            let _ = session.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
+        }
+        // Only remove the directories once nothing is mounted on them.
+        if let Some(dir) = self.dir.take() {
+            if is_mounted(&self.mnt) {
+                std::mem::forget(dir);
+            }
+        }
+    }
+}
+
+/// Whether `path` is a mountpoint (listed in /proc/self/mountinfo).
+pub fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| unescape_mountinfo(mp) == want)
+}
+
+/// FUSE mounts whose source is `source`.
+pub fn mounts_with_exact_source(source: &str) -> Vec<String> {
+    mounts_with_source(source)
+        .into_iter()
+        .filter(|l| l.split(" - ").nth(1).and_then(|s| s.split(' ').nth(1)) == Some(source))
+        .collect()
+}
+
+/// FUSE mounts whose source starts with `prefix`.
+pub fn mounts_with_source(prefix: &str) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter(|l| {
+            let after = l.split(" - ").nth(1).unwrap_or("");
+            let mut f = after.split(' ');
+            let fstype = f.next().unwrap_or("");
+            let source = f.next().unwrap_or("");
+            fstype.starts_with("fuse") && source.starts_with(prefix)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// A NUL-terminated path.
+pub fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// The errno of the last failed libc call.
+pub fn last_errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `chmod(2)`.
+pub fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+/// `lstat` of a path.
+pub fn lmeta(p: &Path) -> std::fs::Metadata {
+    std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()))
+}
+
+/// Asserts that the mount and the backing directory show the same
+/// attributes for `name` (what a passthrough must preserve).
+pub fn assert_same_meta(t: &TestMount, name: &str) {
+    let a = lmeta(&t.m(name));
+    let b = lmeta(&t.s(name));
+    assert_eq!(a.mode(), b.mode(), "{name}: mode");
+    assert_eq!(a.uid(), b.uid(), "{name}: uid");
+    assert_eq!(a.gid(), b.gid(), "{name}: gid");
+    assert_eq!(a.nlink(), b.nlink(), "{name}: nlink");
+    assert_eq!(a.ino(), b.ino(), "{name}: ino");
+    assert_eq!(a.rdev(), b.rdev(), "{name}: rdev");
+    if !a.is_dir() {
+        assert_eq!(a.size(), b.size(), "{name}: size");
+        assert_eq!(a.blocks(), b.blocks(), "{name}: blocks");
+    }
+    assert_eq!(
+        (a.mtime(), a.mtime_nsec()),
+        (b.mtime(), b.mtime_nsec()),
+        "{name}: mtime"
+    );
+    assert_eq!(
+        (a.ctime(), a.ctime_nsec()),
+        (b.ctime(), b.ctime_nsec()),
+        "{name}: ctime"
+    );
+}
+
+/// Runs `sh -c script` as `uid`/`gid` with supplementary `groups`
+/// (switched in the child between fork and exec).
+pub fn run_as(uid: u32, gid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
+    let groups = groups.to_vec();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(script).current_dir(dir);
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
+    cmd.output().expect("running sh")
+}
+
+/// Like [`run_as`], asserting success.
+pub fn run_as_ok(uid: u32, gid: u32, groups: &[u32], dir: &Path, script: &str) {
+    let out = run_as(uid, gid, groups, dir, script);
+    assert!(
+        out.status.success(),
+        "as {uid}:{gid} `{script}` failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Evicts unused dentries and inodes (the kernel then sends FORGETs).
+/// Needs real root: tests using it have `needs_root` in their names.
+pub fn drop_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", "2")
+        .expect("writing /proc/sys/vm/drop_caches (needs real root, not a user namespace)");
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Drops caches until the kernel has forgotten every inode of `t`.
+pub fn assert_refs_return_to_zero(t: &TestMount) {
+    let ok = wait_until(Duration::from_secs(20), || {
+        drop_caches();
+        t.fs.lookup_refs() == 0
+    });
+    assert!(
+        ok,
+        "lookup references did not return to 0: {} refs, {} inodes",
+        t.fs.lookup_refs(),
+        t.fs.inode_count()
+    );
+    assert_eq!(t.fs.inode_count(), 1, "only the root should be left");
+}
+
+/// A page-aligned buffer for O_DIRECT.
+pub struct Aligned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Aligned {
+    /// `len` zeroed bytes at a 4096-byte boundary.
+    pub fn new(len: usize) -> Self {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Self { ptr, len }
+    }
+
+    /// The bytes.
+    pub fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` holds `len` initialized bytes we own.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr,
+                std::alloc::Layout::from_size_align(self.len, 4096).unwrap(),
+            )
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,285 @@
+//! Requests from other users: files they create belong to them, umask and
+//! set-group-ID directories work as on the backing file system,
+//! supplementary groups count, permissions are enforced, and set-user-ID
+//! bits are cleared on write. Every test switches to other users, which
+//! needs real root (or a full identity map in a user namespace): hence
+//! `needs_root` in the names.
+
+mod common;
+
+use common::*;
+use fuse_backend_passthrough::PassthroughConfig;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+const NOBODY: u32 = 65534;
+const NOGROUP: u32 = 65534;
+
+fn owner(t: &TestMount, name: &str) -> (u32, u32) {
+    let m = lmeta(&t.s(name));
+    (m.uid(), m.gid())
+}
+
+#[test]
+fn files_created_by_other_users_belong_to_them_needs_root() {
+    let t = TestMount::new();
+    fs::create_dir(t.m("shared")).unwrap();
+    chmod(&t.s("shared"), 0o777);
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("shared"),
+        "echo data > file && mkdir dir && mkfifo fifo && ln -s file link && ln file hard \
+         && (umask 077; echo x > private; mkdir privdir)",
+    );
+    for name in ["file", "dir", "fifo", "link", "hard", "private", "privdir"] {
+        assert_eq!(
+            owner(&t, &format!("shared/{name}")),
+            (NOBODY, NOGROUP),
+            "{name}"
+        );
+        assert_same_meta(&t, &format!("shared/{name}"));
+    }
+    // The caller's umask was applied once (by the kernel), not twice.
+    let mode = |n: &str| lmeta(&t.s(&format!("shared/{n}"))).mode() & 0o7777;
+    assert_eq!(mode("file"), 0o644);
+    assert_eq!(mode("dir"), 0o755);
+    assert_eq!(mode("fifo"), 0o644);
+    assert_eq!(mode("private"), 0o600);
+    assert_eq!(mode("privdir"), 0o700);
+    // Root's files still belong to root on the same (now switched) threads.
+    fs::write(t.m("shared/root-file"), b"").unwrap();
+    assert_eq!(owner(&t, "shared/root-file"), (0, 0));
+    fs::create_dir(t.m("shared/root-dir")).unwrap();
+    assert_eq!(owner(&t, "shared/root-dir"), (0, 0));
+}
+
+#[test]
+fn setgid_directories_pass_their_group_on_needs_root() {
+    let t = TestMount::new();
+    fs::create_dir(t.m("sg")).unwrap();
+    std::os::unix::fs::chown(t.m("sg"), None, Some(4242)).unwrap();
+    fs::set_permissions(t.m("sg"), fs::Permissions::from_mode(0o2777)).unwrap();
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("sg"),
+        "touch f && mkdir d",
+    );
+    assert_eq!(owner(&t, "sg/f"), (NOBODY, 4242));
+    assert_eq!(owner(&t, "sg/d"), (NOBODY, 4242));
+    assert_ne!(
+        lmeta(&t.s("sg/d")).mode() & libc::S_ISGID,
+        0,
+        "subdirectory inherits setgid"
+    );
+    assert_same_meta(&t, "sg/d");
+}
+
+#[test]
+fn supplementary_groups_count_needs_root() {
+    let t = TestMount::new();
+    // A directory only group 4242 may write to.
+    fs::create_dir(t.m("g")).unwrap();
+    std::os::unix::fs::chown(t.m("g"), Some(0), Some(4242)).unwrap();
+    fs::set_permissions(t.m("g"), fs::Permissions::from_mode(0o770)).unwrap();
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP, 4242], &t.m("g"), "touch mine");
+    assert_eq!(owner(&t, "g/mine"), (NOBODY, NOGROUP));
+    // chgrp to a group the caller is in, and not to another.
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP, 4242],
+        &t.m("g"),
+        "chgrp 4242 mine",
+    );
+    assert_eq!(owner(&t, "g/mine"), (NOBODY, 4242));
+    let out = run_as(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP, 4242],
+        &t.m("g"),
+        "chgrp 4343 mine",
+    );
+    assert!(!out.status.success(), "chgrp to a foreign group must fail");
+    assert_eq!(owner(&t, "g/mine"), (NOBODY, 4242));
+    // Without the group: no access at all.
+    let out = run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "touch g/other");
+    assert!(!out.status.success());
+    assert!(!t.s("g/other").exists());
+    // A thread switching between group sets gives each request its own.
+    for _ in 0..3 {
+        run_as_ok(
+            NOBODY,
+            NOGROUP,
+            &[NOGROUP, 4242],
+            &t.m("g"),
+            "ls > /dev/null",
+        );
+        assert!(!run_as(NOBODY, NOGROUP, &[NOGROUP], &t.m("g"), "ls")
+            .status
+            .success());
+    }
+}
+
+#[test]
+fn permissions_are_enforced_for_other_users_needs_root() {
+    let t = TestMount::new();
+    fs::write(t.m("secret"), b"secret").unwrap();
+    fs::set_permissions(t.m("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(t.m("public"), b"public").unwrap();
+    fs::set_permissions(t.m("public"), fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "cat secret");
+    assert!(!out.status.success());
+    let out = run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "cat public");
+    assert_eq!(out.stdout, b"public");
+    assert!(
+        !run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "echo x >> public")
+            .status
+            .success()
+    );
+    assert!(!run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "rm -f public")
+        .status
+        .success());
+    assert!(
+        !run_as(NOBODY, NOGROUP, &[NOGROUP], &t.mnt, "chmod 777 public")
+            .status
+            .success()
+    );
+    assert_eq!(fs::read(t.s("public")).unwrap(), b"public");
+    // Sticky directory: others' files can't be removed.
+    fs::create_dir(t.m("tmp")).unwrap();
+    fs::set_permissions(t.m("tmp"), fs::Permissions::from_mode(0o1777)).unwrap();
+    run_as_ok(1, 1, &[1], &t.m("tmp"), "touch daemons");
+    assert!(
+        !run_as(NOBODY, NOGROUP, &[NOGROUP], &t.m("tmp"), "rm -f daemons")
+            .status
+            .success()
+    );
+    assert!(t.s("tmp/daemons").exists());
+    run_as_ok(1, 1, &[1], &t.m("tmp"), "rm daemons");
+    assert!(!t.s("tmp/daemons").exists());
+}
+
+fn setuid_cleared_on_write(config: PassthroughConfig) {
+    let t = TestMount::with(config, test_options());
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    fs::write(t.m("d/prog"), b"#!/bin/sh\n").unwrap();
+    std::os::unix::fs::chown(t.m("d/prog"), Some(NOBODY), Some(NOGROUP)).unwrap();
+    fs::set_permissions(t.m("d/prog"), fs::Permissions::from_mode(0o6775)).unwrap();
+    assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o6775);
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "echo more >> prog");
+    // As on any Linux file system: a write by a non-root user clears
+    // set-user-ID, and set-group-ID when the group may execute.
+    assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o0775);
+    assert_same_meta(&t, "d/prog");
+    // Root's write keeps them.
+    fs::set_permissions(t.m("d/prog"), fs::Permissions::from_mode(0o6775)).unwrap();
+    fs::write(t.m("d/prog"), b"root").unwrap();
+    assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o6775);
+    // Truncation by the owner clears them too.
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), ": > prog");
+    assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o0775);
+}
+
+#[test]
+fn setuid_cleared_on_write_needs_root() {
+    setuid_cleared_on_write(uncached());
+}
+
+#[test]
+fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
+    setuid_cleared_on_write(PassthroughConfig {
+        killpriv_v2: true,
+        ..uncached()
+    });
+}
+
+#[test]
+fn writeback_write_only_files_of_other_users_needs_root() {
+    let config = PassthroughConfig {
+        writeback: true,
+        ..PassthroughConfig::default()
+    };
+    let t = TestMount::with(config, test_options());
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("d"),
+        "echo one > wo && chmod 200 wo && echo two >> wo",
+    );
+    assert_eq!(fs::read(t.s("d/wo")).unwrap(), b"one\ntwo\n");
+    assert_eq!(owner(&t, "d/wo"), (NOBODY, NOGROUP));
+}
+
+#[test]
+fn chown_by_owner_and_utimes_by_writer_needs_root() {
+    let t = TestMount::new();
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("d"),
+        "touch mine && chmod 666 mine",
+    );
+    // Another user with write permission may set the times to now, not
+    // to a given time.
+    run_as_ok(1, 1, &[1], &t.m("d"), "touch mine");
+    assert!(!run_as(1, 1, &[1], &t.m("d"), "touch -d 2001-01-01 mine")
+        .status
+        .success());
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("d"),
+        "touch -d 2001-01-01 mine",
+    );
+    assert_eq!(lmeta(&t.s("d/mine")).mtime(), 978307200);
+    // Giving a file away needs root.
+    assert!(
+        !run_as(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "chown 1 mine")
+            .status
+            .success()
+    );
+    assert_eq!(owner(&t, "d/mine"), (NOBODY, NOGROUP));
+}
+
+fn ftruncate_of_new_mode_0_file(config: PassthroughConfig) {
+    let t = TestMount::with(config, test_options());
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    // truncate(1) creates the file (mode 0 under umask 777) and truncates
+    // it through the descriptor it just opened: allowed, as below.
+    run_as_ok(
+        NOBODY,
+        NOGROUP,
+        &[NOGROUP],
+        &t.m("d"),
+        "umask 777; truncate -s 12345 f",
+    );
+    let m = lmeta(&t.s("d/f"));
+    assert_eq!((m.len(), m.mode() & 0o7777, m.uid()), (12345, 0, NOBODY));
+}
+
+#[test]
+fn ftruncate_of_new_mode_0_file_needs_root() {
+    ftruncate_of_new_mode_0_file(uncached());
+}
+
+#[test]
+fn ftruncate_of_new_mode_0_file_zero_message_opens_needs_root() {
+    ftruncate_of_new_mode_0_file(PassthroughConfig {
+        no_open: true,
+        no_opendir: true,
+        ..uncached()
+    });
+}

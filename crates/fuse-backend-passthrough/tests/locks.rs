@@ -1,0 +1,320 @@
+//! POSIX (fcntl) and BSD (flock) locks through the mount: contention
+//! between processes, blocking waits released by another process,
+//! interrupted waits, and release on close. Needs root (CI runs as root).
+
+mod common;
+
+use common::*;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn flock_struct(ty: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: plain data, all-zero is valid.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = ty as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+fn fcntl_lock(fd: i32, cmd: i32, fl: &mut libc::flock) -> i32 {
+    // SAFETY: valid fd and flock struct.
+    if unsafe { libc::fcntl(fd, cmd, fl as *mut libc::flock) } == 0 {
+        0
+    } else {
+        last_errno()
+    }
+}
+
+/// Another process holding a write lock on a file through the mount: this
+/// test binary run again as [`lock_holder_helper`]. (Not a plain fork:
+/// a forked child would keep copies of every mount's /dev/fuse
+/// descriptors of this process, which is also the daemon.)
+struct LockHolder {
+    pid: libc::pid_t,
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl LockHolder {
+    fn spawn(path: &Path, start: i64, len: i64, use_flock: bool) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "lock_holder_helper",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("PT_LOCK_HOLDER", path)
+            .env(
+                "PT_LOCK_RANGE",
+                format!("{start} {len} {}", use_flock as u8),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "lock holder failed to lock"
+            );
+            if line.trim_end().ends_with("locked") {
+                break;
+            }
+        }
+        Self {
+            pid: child.id() as libc::pid_t,
+            child,
+            out,
+        }
+    }
+
+    /// Tells the holder to close the file and exit; waits for it.
+    fn release(mut self) {
+        drop(self.child.stdin.take());
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
+        assert!(self.child.wait().unwrap().success(), "lock holder: {rest}");
+    }
+}
+
+/// The lock holder's side of [`LockHolder`]; does nothing in a normal run.
+#[test]
+#[ignore = "helper process of the lock tests"]
+fn lock_holder_helper() {
+    let Some(path) = std::env::var_os("PT_LOCK_HOLDER") else {
+        return;
+    };
+    let range = std::env::var("PT_LOCK_RANGE").unwrap();
+    let v: Vec<i64> = range.split(' ').map(|x| x.parse().unwrap()).collect();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    if v[2] == 1 {
+        // SAFETY: valid fd.
+        assert_eq!(
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
+    } else {
+        let mut fl = flock_struct(libc::F_WRLCK, v[0], v[1]);
+        assert_eq!(fcntl_lock(f.as_raw_fd(), libc::F_SETLK, &mut fl), 0);
+    }
+    println!("locked");
+    let mut buf = [0u8; 1];
+    // Wait until the parent closes our stdin.
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut buf);
+    drop(f);
+}
+
+/// Whether /proc/locks lists a lock of `kind` (POSIX, OFDLCK, FLOCK) on
+/// the backing file's inode.
+fn proc_locks_on(path: &Path, kind: &str) -> usize {
+    let ino = std::fs::metadata(path).unwrap().ino();
+    let locks = std::fs::read_to_string("/proc/locks").unwrap();
+    locks
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 5 && f[1] == kind && f[5].rsplit(':').next() == Some(&ino.to_string())
+        })
+        .count()
+}
+
+#[test]
+fn posix_locks_contended_and_setlkw_released_by_another_process() {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), vec![0u8; 1000]).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.m("f"))
+        .unwrap();
+    let fd = f.as_raw_fd();
+    // No lock yet.
+    let mut q = flock_struct(libc::F_WRLCK, 0, 0);
+    assert_eq!(fcntl_lock(fd, libc::F_GETLK, &mut q), 0);
+    assert_eq!(q.l_type as i32, libc::F_UNLCK);
+
+    let holder = LockHolder::spawn(&t.m("f"), 0, 100, false);
+    // The lock is an OFD lock on the backing file.
+    assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
+    let mut q = flock_struct(libc::F_RDLCK, 10, 5);
+    assert_eq!(fcntl_lock(fd, libc::F_GETLK, &mut q), 0);
+    assert_eq!(q.l_type as i32, libc::F_WRLCK);
+    assert_eq!((q.l_start, q.l_len), (0, 100));
+    assert_eq!(q.l_pid, holder.pid, "GETLK names the holder");
+    let mut w = flock_struct(libc::F_WRLCK, 50, 10);
+    let e = fcntl_lock(fd, libc::F_SETLK, &mut w);
+    assert!(e == libc::EAGAIN || e == libc::EACCES, "F_SETLK: {e}");
+    // A range nobody holds.
+    let mut other = flock_struct(libc::F_WRLCK, 200, 100);
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut other), 0);
+    // Processes using the backing file directly see our lock too.
+    let b = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.s("f"))
+        .unwrap();
+    let mut q = flock_struct(libc::F_WRLCK, 250, 1);
+    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    assert_eq!(q.l_type as i32, libc::F_WRLCK);
+
+    // A blocking wait, released when the holder exits.
+    let start = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let mut w = flock_struct(libc::F_WRLCK, 50, 10);
+        fcntl_lock(fd, libc::F_SETLKW, &mut w)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "F_SETLKW must wait for the holder");
+    holder.release();
+    assert_eq!(waiter.join().unwrap(), 0);
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let mut q = flock_struct(libc::F_WRLCK, 0, 0);
+    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    assert_eq!(
+        q.l_type as i32,
+        libc::F_WRLCK,
+        "we hold [50,60) and [200,300)"
+    );
+    // Unlock one range explicitly.
+    let mut u = flock_struct(libc::F_UNLCK, 200, 100);
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut u), 0);
+    let mut q = flock_struct(libc::F_WRLCK, 200, 100);
+    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    assert_eq!(q.l_type as i32, libc::F_UNLCK);
+    // Closing the file releases the rest (FLUSH drops the owner's locks).
+    drop(f);
+    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
+        &t.s("f"),
+        "OFDLCK"
+    ) == 0));
+    assert!(t.count(fuse_abi::Opcode::Setlkw) >= 1);
+    assert!(t.count(fuse_abi::Opcode::Getlk) >= 1);
+}
+
+#[test]
+fn closing_any_descriptor_releases_posix_locks() {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), b"x").unwrap();
+    let f1 = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.m("f"))
+        .unwrap();
+    let mut w = flock_struct(libc::F_WRLCK, 0, 0);
+    assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_SETLK, &mut w), 0);
+    // Our own second descriptor does not conflict with our lock (one owner).
+    let f2 = File::open(t.m("f")).unwrap();
+    let mut r = flock_struct(libc::F_RDLCK, 0, 0);
+    assert_eq!(fcntl_lock(f2.as_raw_fd(), libc::F_SETLK, &mut r), 0);
+    assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
+    // POSIX: closing any descriptor of the file drops the process's locks.
+    drop(f2);
+    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
+        &t.s("f"),
+        "OFDLCK"
+    ) == 0));
+    drop(f1);
+}
+
+#[test]
+fn flock_contended_and_released() {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), b"x").unwrap();
+    let holder = LockHolder::spawn(&t.m("f"), 0, 0, true);
+    assert_eq!(proc_locks_on(&t.s("f"), "FLOCK"), 1);
+    let f = File::open(t.m("f")).unwrap();
+    let fd = f.as_raw_fd();
+    // SAFETY: valid fd.
+    assert_eq!(
+        unsafe { libc::flock(fd, libc::LOCK_SH | libc::LOCK_NB) },
+        -1
+    );
+    assert_eq!(last_errno(), libc::EWOULDBLOCK);
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: valid fd.
+        unsafe { libc::flock(fd, libc::LOCK_EX) }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "flock must wait for the holder");
+    holder.release();
+    assert_eq!(waiter.join().unwrap(), 0);
+    // Our lock is now on the backing file.
+    let b = File::open(t.s("f")).unwrap();
+    // SAFETY: valid fd.
+    assert_eq!(
+        unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        -1
+    );
+    // SAFETY: valid fd.
+    assert_eq!(unsafe { libc::flock(fd, libc::LOCK_UN) }, 0);
+    // SAFETY: valid fd.
+    assert_eq!(
+        unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    assert!(t.count(fuse_abi::Opcode::Setlk) + t.count(fuse_abi::Opcode::Setlkw) >= 2);
+}
+
+extern "C" fn on_sigusr1(_: i32) {}
+
+#[test]
+fn setlkw_interrupted_by_a_signal() {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), b"x").unwrap();
+    let holder = LockHolder::spawn(&t.m("f"), 0, 0, false);
+    // SAFETY: installing a do-nothing handler without SA_RESTART.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigusr1 as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let path = CString::new(t.m("f").as_os_str().as_encoded_bytes()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: valid path.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR) };
+        assert!(fd >= 0);
+        // SAFETY: pthread_self has no preconditions.
+        tx.send(unsafe { libc::pthread_self() }).unwrap();
+        let mut w = flock_struct(libc::F_WRLCK, 0, 0);
+        let r = fcntl_lock(fd, libc::F_SETLKW, &mut w);
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        r
+    });
+    let thread = rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished());
+    let start = Instant::now();
+    // The kernel turns the signal into INTERRUPT; the daemon ends the wait.
+    while !waiter.is_finished() && start.elapsed() < Duration::from_secs(10) {
+        // SAFETY: the thread is alive until it finishes (checked above).
+        unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(waiter.join().unwrap(), libc::EINTR);
+    assert!(t.count(fuse_abi::Opcode::Interrupt) >= 1);
+    holder.release();
+    // The interrupted waiter got no lock.
+    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
+        &t.s("f"),
+        "OFDLCK"
+    ) == 0));
+}

@@ -1,0 +1,217 @@
+//! Directory listings through the mount, with and without READDIRPLUS:
+//! large directories (every entry exactly once), resuming at telldir
+//! positions, rewinding, entry types, and lookup counts after listings.
+//! Needs root (CI runs as root).
+
+mod common;
+
+use common::*;
+use fuse_backend_passthrough::PassthroughConfig;
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::CStr;
+use std::fs;
+use std::path::Path;
+
+/// Every entry of `dir` with libc's readdir (`.` and `..` included): name,
+/// d_ino, d_type.
+fn list(dir: &Path) -> Vec<(String, u64, u8)> {
+    list_and_stat(dir, false)
+}
+
+/// Like [`list`]; with `stat`, each entry is also lstat'ed as it comes (as
+/// `ls -l` does, which makes the kernel keep using READDIRPLUS).
+fn list_and_stat(dir: &Path, stat: bool) -> Vec<(String, u64, u8)> {
+    let p = c(dir);
+    // SAFETY: valid path; the stream is closed below.
+    let d = unsafe { libc::opendir(p.as_ptr()) };
+    assert!(!d.is_null(), "opendir {}", dir.display());
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: valid stream.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned a valid entry.
+        let e = unsafe { &*e };
+        // SAFETY: d_name is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(e.d_name.as_ptr()) };
+        let name = name.to_string_lossy().into_owned();
+        if stat {
+            lmeta(&dir.join(&name));
+        }
+        out.push((name, e.d_ino, e.d_type));
+    }
+    // SAFETY: valid stream.
+    unsafe { libc::closedir(d) };
+    out
+}
+
+fn readdir_config(plus: bool) -> PassthroughConfig {
+    PassthroughConfig {
+        readdirplus: plus,
+        ..PassthroughConfig::default()
+    }
+}
+
+fn large_directory(plus: bool) {
+    let t = TestMount::with(readdir_config(plus), test_options());
+    fs::create_dir(t.s("big")).unwrap();
+    let n = 5000;
+    for i in 0..n {
+        // Names of varying lengths so records straddle request buffers.
+        let name = format!("entry-{i:05}-{}", "x".repeat(i % 37));
+        fs::write(t.s("big").join(name), b"").unwrap();
+    }
+    let entries = list_and_stat(&t.m("big"), plus);
+    let below = list(&t.s("big"));
+    assert_eq!(entries.len(), n + 2);
+    let mut seen = HashSet::new();
+    for (name, _, _) in &entries {
+        assert!(seen.insert(name.clone()), "{name} listed twice");
+    }
+    // Same names, inode numbers and types as below.
+    let a: BTreeMap<_, _> = entries
+        .iter()
+        .map(|(n, i, t)| (n.clone(), (*i, *t)))
+        .collect();
+    let b: BTreeMap<_, _> = below
+        .iter()
+        .map(|(n, i, t)| (n.clone(), (*i, *t)))
+        .collect();
+    assert_eq!(a, b);
+    if plus {
+        assert!(
+            t.count(fuse_abi::Opcode::Readdirplus) > 1,
+            "several READDIRPLUS"
+        );
+        // Listing with readdirplus handed out entries: the kernel holds them.
+        assert!(t.fs.lookup_refs() > 0);
+    } else {
+        assert!(t.count(fuse_abi::Opcode::Readdir) > 1, "several READDIR");
+        assert_eq!(t.count(fuse_abi::Opcode::Readdirplus), 0);
+    }
+    // std's iterator (a second open of the directory) agrees.
+    assert_eq!(fs::read_dir(t.m("big")).unwrap().count(), n);
+}
+
+#[test]
+fn large_directory_each_entry_once_readdirplus() {
+    large_directory(true);
+}
+
+#[test]
+fn large_directory_each_entry_once_plain_readdir() {
+    large_directory(false);
+}
+
+#[test]
+fn readdirplus_lookup_counts_return_to_zero_needs_root() {
+    // (Dropping the kernel's caches needs real root.)
+    let t = TestMount::with(readdir_config(true), test_options());
+    for i in 0..3000 {
+        fs::write(t.s(&format!("f{i}")), b"").unwrap();
+    }
+    assert_eq!(list_and_stat(&t.mnt, true).len(), 3002);
+    assert!(t.fs.lookup_refs() >= 3000);
+    assert_refs_return_to_zero(&t);
+}
+
+#[test]
+fn telldir_seekdir_and_rewind_resume_exactly() {
+    for plus in [true, false] {
+        let t = TestMount::with(readdir_config(plus), test_options());
+        for i in 0..1500 {
+            fs::write(t.s(&format!("f{i}")), b"").unwrap();
+        }
+        let p = c(&t.mnt);
+        // SAFETY: valid path and stream throughout; closed at the end.
+        unsafe {
+            let d = libc::opendir(p.as_ptr());
+            assert!(!d.is_null());
+            let next = |d: *mut libc::DIR| -> Option<String> {
+                let e = libc::readdir(d);
+                (!e.is_null()).then(|| {
+                    CStr::from_ptr((*e).d_name.as_ptr())
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            };
+            for _ in 0..700 {
+                next(d).unwrap();
+            }
+            let pos = libc::telldir(d);
+            let after: Vec<String> = (0..300).map(|_| next(d).unwrap()).collect();
+            // Jump back to the saved position: the same entries follow.
+            libc::seekdir(d, pos);
+            let again: Vec<String> = (0..300).map(|_| next(d).unwrap()).collect();
+            assert_eq!(after, again, "plus={plus}");
+            // Rewind: everything again, once.
+            libc::rewinddir(d);
+            let mut all = HashSet::new();
+            while let Some(n) = next(d) {
+                assert!(all.insert(n));
+            }
+            assert_eq!(all.len(), 1502);
+            libc::closedir(d);
+        }
+    }
+}
+
+#[test]
+fn entries_present_throughout_a_changing_listing_appear_once() {
+    let t = TestMount::new();
+    for i in 0..2000 {
+        fs::write(t.s(&format!("old{i}")), b"").unwrap();
+    }
+    let p = c(&t.mnt);
+    let mut seen = Vec::new();
+    // SAFETY: valid path and stream; closed at the end.
+    unsafe {
+        let d = libc::opendir(p.as_ptr());
+        assert!(!d.is_null());
+        let mut k = 0;
+        loop {
+            let e = libc::readdir(d);
+            if e.is_null() {
+                break;
+            }
+            seen.push(
+                CStr::from_ptr((*e).d_name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            k += 1;
+            if k % 100 == 0 {
+                fs::write(t.m(&format!("new{k}")), b"").unwrap();
+            }
+        }
+        libc::closedir(d);
+    }
+    let olds: Vec<_> = seen.iter().filter(|n| n.starts_with("old")).collect();
+    let unique: HashSet<_> = olds.iter().collect();
+    assert_eq!(olds.len(), 2000);
+    assert_eq!(unique.len(), 2000);
+}
+
+#[test]
+fn entry_types_match_backing() {
+    for plus in [true, false] {
+        let t = TestMount::with(readdir_config(plus), test_options());
+        fs::write(t.m("file"), b"").unwrap();
+        fs::create_dir(t.m("dir")).unwrap();
+        std::os::unix::fs::symlink("file", t.m("link")).unwrap();
+        let fifo = c(&t.m("fifo"));
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let mut a = list(&t.mnt);
+        let mut b = list(&t.src);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "plus={plus}");
+        assert!(a.iter().any(|(n, _, _)| n == "."));
+        assert!(a.iter().any(|(n, _, _)| n == ".."));
+        // An empty directory lists . and .. only.
+        assert_eq!(list(&t.m("dir")).len(), 2);
+    }
+}
