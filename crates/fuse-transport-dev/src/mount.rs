@@ -730,6 +730,11 @@ impl Target {
     fn prepare(mountpoint: &Path) -> Result<Target, MountError> {
         let meta = std::fs::metadata(mountpoint)
             .map_err(|err| classify_path_error(mountpoint, "access mountpoint", err))?;
+        // stat can be answered from the attribute cache for a while after a
+        // FUSE daemon died; statfs always asks the daemon, so a dead mount
+        // fails it with ENOTCONN.
+        is_fuse_mount(mountpoint)
+            .map_err(|err| classify_path_error(mountpoint, "access mountpoint", err))?;
         if !meta.is_dir() {
             return Err(MountError::NotADirectory {
                 path: mountpoint.to_owned(),

@@ -243,12 +243,15 @@ impl Session for DevSession {
                 continue;
             };
             // While stopping, keep waking workers that went back into read(2)
-            // after the previous signal.
+            // after the previous signal; otherwise just check now and then
+            // whether a stop began.
             while !handle.is_finished() {
                 if self.shared.stop.load(Ordering::Acquire) {
                     self.wake_workers();
+                    std::thread::sleep(Duration::from_millis(5));
+                } else {
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(5));
             }
             match handle.join() {
                 Ok(Ok(())) => {}
