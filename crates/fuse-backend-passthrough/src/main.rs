@@ -12,6 +12,7 @@ use clap::{Parser, ValueEnum};
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+use fuse_transport_uring::{UringConfig, UringSession};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -111,6 +112,25 @@ struct Args {
     /// Largest read request the kernel sends, in bytes.
     #[arg(long, value_name = "BYTES")]
     max_read: Option<u32>,
+
+    /// Serve over FUSE-over-io_uring when the kernel offers it (falls back
+    /// to /dev/fuse, saying why, when it doesn't).
+    #[arg(long)]
+    uring: bool,
+
+    /// io_uring: payload buffers per queue in the kernel's buffer pool
+    /// (Linux 7.3+); 0 gives every ring entry its own payload buffer.
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue, requires = "uring")]
+    uring_bufs: usize,
+
+    /// io_uring: ring entries per queue (requests a queue serves at once).
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue, requires = "uring")]
+    uring_entries: usize,
+
+    /// io_uring: ring threads serving the kernel's queues (it has one queue
+    /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "uring")]
+    uring_queues: usize,
 }
 
 /// A one-line error for the user.
@@ -236,12 +256,30 @@ fn run(args: Args) -> Result<(), Failure> {
         ..SessionConfig::default()
     };
 
+    if args.uring && args.uring_entries == 0 {
+        return Err(Failure("--uring-entries must be at least 1".into()));
+    }
+
     let signals = block_signals();
     let server = Server::new(fs.clone());
-    let session: Arc<dyn Session> = Arc::new(
-        DevSession::mount(server, &args.mountpoint, &options, session_config)
-            .map_err(|e| Failure(e.to_string()))?,
-    );
+    let session: Arc<dyn Session> = if args.uring {
+        let config = UringConfig {
+            threads: args.uring_queues,
+            entries_per_queue: args.uring_entries,
+            bufs_per_queue: args.uring_bufs,
+            dev_max_threads: session_config.max_threads,
+            ..UringConfig::default()
+        };
+        Arc::new(
+            UringSession::mount(server, &args.mountpoint, &options, config)
+                .map_err(|e| Failure(e.to_string()))?,
+        )
+    } else {
+        Arc::new(
+            DevSession::mount(server, &args.mountpoint, &options, session_config)
+                .map_err(|e| Failure(e.to_string()))?,
+        )
+    };
     tracing::info!(
         source = %args.source.display(),
         mountpoint = %session.mountpoint().display(),
