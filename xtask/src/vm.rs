@@ -38,6 +38,18 @@
 //! missing (the guest died) or if the run exceeds `--timeout`. A package whose
 //! tests all miss the filter is reported loudly as "0 tests matched", which
 //! is not a failure.
+//!
+//! `--measure-memory` replaces the tests with a measurement (the probe still
+//! runs first): the `passthroughfs` daemon and the `direct_read_load`
+//! example of fuse-transport-uring are built (`--release`, static) instead,
+//! and the guest runs `xtask/vm-memory.sh`, which serves a tmpfs directory
+//! with `passthroughfs --uring` once per `--measure-bufs` value and round,
+//! alternating, under random 1 MiB `O_DIRECT` reads, and prints one
+//! `XTASK-MEMORY:` line per run (daemon RSS and VmSize, the ring memory's
+//! reserved and resident bytes, throughput). The host prints them as a
+//! table with the medians and writes it to `target/vm/run/memory.md`.
+//! `docs/fuse-uring-performance.md` has the numbers. CI never passes the
+//! flag.
 
 use crate::test::{debian_experimental_package, ensure_apt_packages, target_dir, ExperimentalApt};
 use anyhow::{bail, Context, Result};
@@ -103,6 +115,56 @@ pub struct VmArgs {
     /// Extra arguments for every test executable (after `--`).
     #[arg(last = true, value_name = "TEST_ARGS")]
     test_args: Vec<String>,
+    /// Instead of the tests, measure the memory and throughput of
+    /// `passthroughfs --uring` under random 1 MiB O_DIRECT reads, per-entry
+    /// buffers against buffer pools (docs/fuse-uring-performance.md).
+    #[arg(long)]
+    measure_memory: bool,
+    /// --measure-memory: buffers per queue to compare (0: a payload buffer
+    /// per entry), comma-separated.
+    #[arg(long, value_name = "N,N", value_delimiter = ',', default_values_t = [0, 4], requires = "measure_memory")]
+    measure_bufs: Vec<usize>,
+    /// --measure-memory: ring entries per queue.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "measure_memory"
+    )]
+    measure_entries: usize,
+    /// --measure-memory: rounds (each runs every --measure-bufs value once,
+    /// alternating).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        requires = "measure_memory"
+    )]
+    measure_rounds: usize,
+    /// --measure-memory: seconds of load per run.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        requires = "measure_memory"
+    )]
+    measure_seconds: u32,
+    /// --measure-memory: reader threads per guest CPU.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "measure_memory"
+    )]
+    measure_readers: usize,
+    /// --measure-memory: size of the file the readers read, in MiB.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 256,
+        requires = "measure_memory"
+    )]
+    measure_file_mib: usize,
 }
 
 /// The package tested when no `--package` is given.
@@ -144,6 +206,15 @@ const INIT_SCRIPT: &str = include_str!("../vm-init.sh");
 const PROBE_SOURCE: &str = include_str!("../vm-probe.c");
 /// The probe's name in the plan and the summary.
 const PROBE_NAME: &str = "fuse-init-probe";
+
+/// The memory measurement's guest script (`--measure-memory`).
+const MEASURE_SCRIPT: &str = include_str!("../vm-memory.sh");
+/// The measurement's name in the plan and the summary.
+const MEASURE_NAME: &str = "memory-measurement";
+/// What `--measure-memory` builds: the daemon, and the load generator.
+const MEASURE_DAEMON: (&str, &str) = ("fuse-backend-passthrough", "passthroughfs");
+/// See [`MEASURE_DAEMON`].
+const MEASURE_LOAD: (&str, &str) = ("fuse-transport-uring", "direct_read_load");
 
 /// Environment variables passed on from the host to the guest's tests.
 const PASSED_ENV: &[&str] = &[
@@ -193,7 +264,11 @@ fn run_vm(args: &VmArgs) -> Result<()> {
     } else {
         args.packages.clone()
     };
-    let built = build_tests(args, &packages, &vm_dir)?;
+    let built = if args.measure_memory {
+        build_measurement(&vm_dir)?
+    } else {
+        build_tests(args, &packages, &vm_dir)?
+    };
     for b in &built.tests {
         println!("test executable: {} ({})", b.name, b.exe.display());
     }
@@ -208,12 +283,23 @@ fn run_vm(args: &VmArgs) -> Result<()> {
     println!("\n--> boot");
     let mut planned = vec![PROBE_NAME.to_string()];
     planned.extend(built.tests.iter().map(|b| b.name.clone()));
+    if built.measure.is_some() {
+        planned.push(MEASURE_NAME.to_string());
+    }
     let log = run_dir.join("console.log");
     let vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
     timings.extend(vm.timings());
 
     let total = started.elapsed().as_secs_f64();
     let problems = report(&kernel, &packages, &built, &planned, &vm, args);
+    if args.measure_memory && !vm.memory.is_empty() {
+        let table = memory_table(&vm.memory, args, &kernel);
+        println!(
+            "\n==> memory (also in {})\n{table}",
+            run_dir.join("memory.md").display()
+        );
+        fs::write(run_dir.join("memory.md"), &table)?;
+    }
     print_timings(&timings, total);
     if !problems.is_empty() {
         if args.quiet {
@@ -438,26 +524,71 @@ struct Built {
     /// Other executables of the build (`[[bin]]`s, which integration tests
     /// find through `CARGO_BIN_EXE_*`).
     bins: Vec<PathBuf>,
+    /// `--measure-memory`: the daemon and the load generator.
+    measure: Option<(PathBuf, PathBuf)>,
 }
 
 /// Builds the packages' tests, statically linked, in `vm_dir`.
 fn build_tests(args: &VmArgs, packages: &[String], vm_dir: &Path) -> Result<Built> {
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ])
-    .args(["--target", GUEST_TARGET])
-    .arg("--target-dir")
-    .arg(vm_dir)
-    .current_dir(crate::workspace_root());
+    let mut cargo_args = vec!["test", "--no-run"];
     for p in packages {
-        cmd.args(["-p", p]);
+        cargo_args.extend(["-p", p.as_str()]);
     }
     if args.release {
-        cmd.arg("--release");
+        cargo_args.push("--release");
     }
+    guest_build(&cargo_args, vm_dir)
+}
+
+/// `--measure-memory`: builds the daemon and the load generator
+/// (`--release`, statically linked) in `vm_dir`.
+fn build_measurement(vm_dir: &Path) -> Result<Built> {
+    let mut built = guest_build(
+        &[
+            "build",
+            "--release",
+            "-p",
+            MEASURE_DAEMON.0,
+            "--bin",
+            MEASURE_DAEMON.1,
+            "-p",
+            MEASURE_LOAD.0,
+            "--example",
+            MEASURE_LOAD.1,
+        ],
+        vm_dir,
+    )?;
+    let find = |name: &str| {
+        built
+            .bins
+            .iter()
+            .find(|b| b.file_name().is_some_and(|n| n == name))
+            .cloned()
+            .with_context(|| format!("cargo built no executable named {name}"))
+    };
+    let daemon = find(MEASURE_DAEMON.1)?;
+    let load = find(MEASURE_LOAD.1)?;
+    println!(
+        "daemon: {}
+load generator: {}",
+        daemon.display(),
+        load.display()
+    );
+    built.bins.clear();
+    built.measure = Some((daemon, load));
+    Ok(built)
+}
+
+/// Runs `cargo CARGO_ARGS` for the guest (statically linked, `--target
+/// GUEST_TARGET`, in `vm_dir`) and collects the executables it built.
+fn guest_build(cargo_args: &[&str], vm_dir: &Path) -> Result<Built> {
+    let mut cmd = cargo();
+    cmd.args(cargo_args)
+        .arg("--message-format=json-render-diagnostics")
+        .args(["--target", GUEST_TARGET])
+        .arg("--target-dir")
+        .arg(vm_dir)
+        .current_dir(crate::workspace_root());
     // With --target, RUSTFLAGS reach only the target's crates: build scripts
     // and proc macros stay dynamically linked host code.
     let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
@@ -477,6 +608,7 @@ fn build_tests(args: &VmArgs, packages: &[String], vm_dir: &Path) -> Result<Buil
     let mut built = Built {
         tests: Vec::new(),
         bins: Vec::new(),
+        measure: None,
     };
     for l in BufReader::new(stdout).lines() {
         let l = l.context("reading cargo's output")?;
@@ -628,8 +760,30 @@ fn plan(args: &VmArgs, probe: &str, built: &Built) -> Result<String> {
         plan.push_str(&line);
         plan.push('\n');
     }
+    if let Some((daemon, load)) = &built.measure {
+        let bufs: Vec<String> = args.measure_bufs.iter().map(|b| b.to_string()).collect();
+        for (var, value) in [
+            ("MEM_BUFS", bufs.join(" ")),
+            ("MEM_ENTRIES", args.measure_entries.to_string()),
+            ("MEM_ROUNDS", args.measure_rounds.to_string()),
+            ("MEM_SECONDS", args.measure_seconds.to_string()),
+            ("MEM_READERS", args.measure_readers.to_string()),
+            ("MEM_FILE_MIB", args.measure_file_mib.to_string()),
+        ] {
+            let _ = writeln!(plan, "export {var}={}", sh_quote(&value));
+        }
+        let _ = writeln!(
+            plan,
+            "run_test {MEASURE_NAME} /tmp /bin/sh {GUEST_MEASURE_SCRIPT} {} {}",
+            sh_quote(utf8(daemon)?),
+            sh_quote(utf8(load)?)
+        );
+    }
     Ok(plan)
 }
+
+/// Where the measurement script lies in the guest.
+const GUEST_MEASURE_SCRIPT: &str = "/xtask/vm-memory.sh";
 
 /// Copies `from` to `staging/<to, made relative>`, executable.
 fn install(staging: &Path, from: &Path, to: &Path) -> Result<()> {
@@ -695,6 +849,14 @@ fn build_initramfs(args: &VmArgs, run_dir: &Path, probe: &Path, built: &Built) -
     }
     for b in &built.bins {
         install(&staging, b, b)?;
+    }
+    if let Some((daemon, load)) = &built.measure {
+        install(&staging, daemon, daemon)?;
+        install(&staging, load, load)?;
+        fs::write(
+            staging.join(GUEST_MEASURE_SCRIPT.trim_start_matches('/')),
+            MEASURE_SCRIPT,
+        )?;
     }
     let packages: BTreeSet<&Path> = built.tests.iter().map(|t| t.dir.as_path()).collect();
     for dir in packages {
@@ -919,6 +1081,9 @@ struct VmRun {
     panic: Option<String>,
     /// Every console line.
     console: Vec<String>,
+    /// The `XTASK-MEMORY:` lines of `--measure-memory` (their text after
+    /// the marker).
+    memory: Vec<String>,
 }
 
 impl VmRun {
@@ -948,6 +1113,8 @@ impl VmRun {
                     e.secs = secs;
                 }
             }
+        } else if let Some(rest) = after(line, "XTASK-MEMORY: ") {
+            self.memory.push(rest.trim().to_string());
         } else if after(line, "XTASK-VM-DONE").is_some() {
             self.done = Some(now);
         } else if let Some(rest) = after(line, "XTASK-PROBE: ") {
@@ -1236,7 +1403,7 @@ fn report(
     let mut total = Counts::default();
     let mut zero_matched = Vec::new();
     let tested: BTreeSet<&str> = built.tests.iter().map(|t| t.package.as_str()).collect();
-    for package in packages {
+    for package in packages.iter().filter(|_| !args.measure_memory) {
         let mut c = Counts::default();
         // Whether every executable of the package printed its counts (one
         // that crashed did not, and then "0 matched" would be a guess).
@@ -1297,7 +1464,156 @@ fn report(
     if not_run > 0 {
         problems.push(format!("{not_run} executable(s) did not run"));
     }
+    if args.measure_memory {
+        let want = args.measure_rounds * args.measure_bufs.len();
+        if vm.memory.len() != want {
+            problems.push(format!(
+                "the memory measurement reported {} of {want} runs",
+                vm.memory.len()
+            ));
+        }
+    }
     problems
+}
+
+/// One `XTASK-MEMORY:` line as key/value pairs.
+fn memory_fields(line: &str) -> std::collections::BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect()
+}
+
+/// The median of `values` (the upper one of an even count); 0 if empty.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `--measure-memory`'s results as Markdown: every run, then the medians
+/// per configuration and the pooled/per-entry ratios.
+fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
+    const KIB: f64 = 1024.0;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let rows: Vec<_> = lines.iter().map(|l| memory_fields(l)).collect();
+    let num = |r: &std::collections::BTreeMap<&str, &str>, k: &str| -> f64 {
+        r.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    };
+    let first = rows.first();
+    let get = |k: &str| first.and_then(|r| r.get(k).copied()).unwrap_or("?");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kernel {}; qemu -accel tcg -smp {} -m {}; {} CPUs online (possible {}), \
+         {} entries per queue; {} readers ({} per CPU), random {} KiB O_DIRECT reads \
+         of a {} MiB file on tmpfs, {} s per run, {} rounds alternating; transparent \
+         hugepages: {}.\n",
+        kernel.about,
+        args.cpus,
+        args.memory,
+        get("cpus"),
+        get("possible"),
+        get("entries"),
+        get("threads"),
+        args.measure_readers,
+        get("block").parse::<f64>().map_or(f64::NAN, |b| b / KIB),
+        get("file_mib"),
+        get("seconds"),
+        args.measure_rounds,
+        get("thp"),
+    );
+    let _ = writeln!(
+        out,
+        "| bufs/queue | round | MiB/s | RSS mounted MiB | RSS peak MiB | RSS steady MiB | VmSize MiB | ring reserved MiB | ring resident at mount MiB | ring resident after MiB | AnonHugePages MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            r.get("bufs").unwrap_or(&"?"),
+            r.get("round").unwrap_or(&"?"),
+            num(r, "mib_s"),
+            num(r, "rss_mounted_kib") / KIB,
+            num(r, "rss_peak_kib") / KIB,
+            num(r, "rss_steady_kib") / KIB,
+            num(r, "vmsize_kib") / KIB,
+            num(r, "reserved") / MIB,
+            num(r, "resident_idle") / MIB,
+            num(r, "resident") / MIB,
+            num(r, "anon_huge_kib") / KIB,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMedians:\n\n| bufs/queue | MiB/s | RSS peak MiB | RSS steady MiB | VmSize MiB | reserved MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let mut medians = Vec::new();
+    for bufs in &args.measure_bufs {
+        let of = |k: &str, scale: f64| {
+            median(
+                rows.iter()
+                    .filter(|r| r.get("bufs") == Some(&bufs.to_string().as_str()))
+                    .map(|r| num(r, k) / scale)
+                    .collect(),
+            )
+        };
+        let m = (
+            *bufs,
+            of("mib_s", 1.0),
+            of("rss_peak_kib", KIB),
+            of("rss_steady_kib", KIB),
+            of("vmsize_kib", KIB),
+            of("reserved", MIB),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            m.0, m.1, m.2, m.3, m.4, m.5
+        );
+        medians.push(m);
+    }
+    if let Some(per_entry) = medians.iter().find(|m| m.0 == 0) {
+        out.push('\n');
+        for m in medians.iter().filter(|m| m.0 != 0) {
+            // Throughput drifts with the host's load: also the median of
+            // the ratios within each round (runs next to each other).
+            let in_round = |bufs: usize, round: &str| {
+                rows.iter()
+                    .find(|r| {
+                        r.get("bufs") == Some(&bufs.to_string().as_str())
+                            && r.get("round") == Some(&round)
+                    })
+                    .map(|r| num(r, "mib_s"))
+            };
+            let paired = median(
+                rows.iter()
+                    .filter(|r| r.get("bufs") == Some(&m.0.to_string().as_str()))
+                    .filter_map(|r| {
+                        let round = r.get("round")?;
+                        Some(num(r, "mib_s") / in_round(0, round)?)
+                    })
+                    .collect(),
+            );
+            let _ = writeln!(
+                out,
+                "{} bufs/queue vs per-entry: RSS steady {:.2}x, RSS peak {:.2}x, reserved {:.2}x, \
+                 throughput {:.2}x (median of the per-round ratios {paired:.2}x); \
+                 target RSS <= 1/3 of per-entry: {}",
+                m.0,
+                m.3 / per_entry.3,
+                m.2 / per_entry.2,
+                m.5 / per_entry.5,
+                m.1 / per_entry.1,
+                if m.3 * 3.0 <= per_entry.3 && m.2 * 3.0 <= per_entry.2 {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+    }
+    out
 }
 
 /// Prints the phase timings.
@@ -1405,6 +1721,38 @@ mod tests {
         assert_eq!(vm.exes[0].counts.unwrap().filtered, 5);
         assert_eq!(vm.unfinished(), Some("b/lib"));
         assert_eq!(clean(b"\x1b[2J\x1bcSeaBIOS\r\n"), "SeaBIOS");
+    }
+
+    #[test]
+    fn memory_lines() {
+        let mut vm = VmRun::default();
+        vm.line("vm| XTASK-MEMORY: cpus=2 bufs=0 round=1 mib_s=100.0 rss_peak_kib=37888 rss_steady_kib=37888 reserved=33570816");
+        vm.line("XTASK-MEMORY: cpus=2 bufs=4 round=1 mib_s=98.0 rss_peak_kib=10240 rss_steady_kib=10240 reserved=8404992");
+        assert_eq!(vm.memory.len(), 2);
+        assert_eq!(memory_fields(&vm.memory[1])["reserved"], "8404992");
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(Vec::new()), 0.0);
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            vm: VmArgs,
+        }
+        use clap::Parser as _;
+        let args = Cli::try_parse_from(["vm", "--measure-memory", "--measure-rounds", "1"])
+            .unwrap()
+            .vm;
+        let kernel = Kernel {
+            vmlinuz: PathBuf::from("vmlinuz"),
+            about: "test".into(),
+        };
+        let table = memory_table(&vm.memory, &args, &kernel);
+        assert!(table.contains("| 4 | 98.0 | 10.0 | 10.0 |"), "{table}");
+        assert!(table.contains("reserved 0.25x"), "{table}");
+        assert!(table.contains("per-round ratios 0.98x"), "{table}");
+        assert!(table.contains("1/3 of per-entry: met"), "{table}");
+        // The measurement's settings need the flag.
+        assert!(Cli::try_parse_from(["vm", "--measure-rounds", "1"]).is_err());
+        assert!(!Cli::try_parse_from(["vm"]).unwrap().vm.measure_memory);
     }
 
     #[test]

@@ -1,0 +1,147 @@
+#!/bin/busybox sh
+# The memory measurement of `cargo xtask test-in-vm --measure-memory` (see
+# xtask/src/vm.rs and docs/fuse-uring-performance.md), run by the guest's
+# /init through its plan:
+#
+#   vm-memory.sh DAEMON LOAD
+#
+# DAEMON is `passthroughfs`, LOAD the `direct_read_load` example of
+# fuse-transport-uring. The plan sets, in the environment:
+#   MEM_BUFS      buffers per queue to compare, e.g. "0 4" (0: per-entry)
+#   MEM_ENTRIES   ring entries per queue
+#   MEM_ROUNDS    rounds; each runs every MEM_BUFS value once, alternating
+#   MEM_SECONDS   seconds of load per run
+#   MEM_READERS   reader threads per guest CPU
+#   MEM_FILE_MIB  size of the file read, in MiB
+#
+# One run: a fresh `DAEMON --uring --uring-bufs B --uring-entries E
+# --no-passthrough` serves a tmpfs directory; LOAD reads the file there
+# with random 1 MiB O_DIRECT reads from MEM_READERS threads per CPU (each
+# pinned to its CPU, so every queue is loaded) and samples the daemon's
+# /proc/PID/status; SIGUSR1 before and after the load
+# makes the daemon log its transport state (mode, reserved and resident
+# ring memory, requests), SIGTERM unmounts it. Each run prints one line
+#   XTASK-MEMORY: key=value ...
+# for the host's table. Exits non-zero if a run failed or served a
+# different mode than asked (no pools with B > 0, pools with B = 0, reads
+# that did not go through the rings).
+
+daemon=$1 load=$2
+: "${MEM_BUFS:=0 4}" "${MEM_ENTRIES:=16}" "${MEM_ROUNDS:=5}" "${MEM_SECONDS:=10}"
+: "${MEM_READERS:=16}" "${MEM_FILE_MIB:=256}"
+export NO_COLOR=1 RUST_LOG=info
+
+src=/tmp/memory-src mnt=/tmp/memory-mnt logs=/tmp/memory-logs
+mkdir -p "$src" "$mnt" "$logs"
+cpus=$(nproc)
+possible=$(cat /sys/devices/system/cpu/possible)
+readers=$((MEM_READERS * cpus))
+failed=0
+
+thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)
+echo "memory: $cpus CPUs online (possible: $possible), $(grep MemTotal /proc/meminfo), transparent hugepages: ${thp:-?}"
+# Random content: buffers full of zeros could be split and partly freed by
+# the kernel's shrinker of underused transparent hugepages.
+echo "memory: writing a $MEM_FILE_MIB MiB file of random bytes on tmpfs"
+dd if=/dev/urandom of="$src/data" bs=1048576 count="$MEM_FILE_MIB" 2>/dev/null || exit 1
+
+# wait_for FILE PATTERN SECONDS: until PATTERN is in FILE.
+wait_for() {
+	i=0
+	while ! grep -q "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ "$i" -gt $(($3 * 10)) ] && return 1
+		sleep 0.1
+	done
+}
+
+# field NAME FILE: the value of NAME=value in the last "transport state" line.
+field() {
+	grep 'transport state' "$2" | tail -n 1 | sed -n "s/.* $1=\([^ ]*\).*/\1/p"
+}
+
+# one_run ROUND BUFS
+one_run() {
+	round=$1 bufs=$2
+	log=$logs/daemon-$round-$bufs.log
+	out=$logs/load-$round-$bufs.txt
+	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES"
+	# --no-passthrough: with kernel passthrough the kernel would read the
+	# backing file itself and no READ would reach the rings.
+	"$daemon" --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
+		--no-passthrough "$src" "$mnt" 2>"$log" &
+	pid=$!
+	if ! wait_for "$log" "passthroughfs serving" 120; then
+		echo "memory: the daemon did not start:"
+		cat "$log"
+		kill -KILL "$pid" 2>/dev/null
+		umount -l "$mnt" 2>/dev/null
+		return 1
+	fi
+	grep "passthroughfs serving" "$log"
+	status=0
+	# The ring memory before any load: mapped at start, resident as used.
+	kill -USR1 "$pid"
+	wait_for "$log" "transport state" 30 || status=1
+	resident_idle=$(field resident "$log")
+	mounted=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+	"$load" "$mnt/data" --threads "$readers" --seconds "$MEM_SECONDS" \
+		--watch "$pid" >"$out" || status=$?
+	cat "$out"
+	huge=$(awk '/^AnonHugePages:/ {print $2}' "/proc/$pid/smaps_rollup")
+	kill -USR1 "$pid"
+	i=0
+	while [ "$(grep -c 'transport state' "$log")" -lt 2 ]; do
+		i=$((i + 1))
+		[ "$i" -gt 300 ] && { status=1; break; }
+		sleep 0.1
+	done
+	grep "transport state" "$log" | tail -n 1
+	reserved=$(field reserved "$log")
+	resident=$(field resident "$log")
+	ring=$(field ring_requests "$log")
+	pooled=$(field pooled_requests "$log")
+	kill -TERM "$pid"
+	i=0
+	while kill -0 "$pid" 2>/dev/null; do
+		i=$((i + 1))
+		if [ "$i" -gt 600 ]; then
+			echo "memory: the daemon did not exit on SIGTERM"
+			kill -KILL "$pid"
+			status=1
+			break
+		fi
+		sleep 0.1
+	done
+	wait "$pid" || status=1
+	grep -q " $mnt " /proc/mounts && { umount -l "$mnt"; status=1; }
+	if [ "$status" != 0 ]; then
+		echo "memory: the run failed; daemon log:"
+		cat "$log"
+		return 1
+	fi
+	reads=$(sed -n 's/.* reads=\([0-9]*\).*/\1/p' "$out")
+	if [ "$bufs" -gt 0 ] && [ "${pooled:-0}" -eq 0 ]; then
+		echo "memory: --uring-bufs $bufs but no request used a pool buffer"
+		return 1
+	fi
+	if [ "$bufs" -eq 0 ] && [ "${pooled:-0}" -ne 0 ]; then
+		echo "memory: --uring-bufs 0 but requests used pool buffers"
+		return 1
+	fi
+	if [ "${ring:-0}" -lt "${reads:-1}" ]; then
+		echo "memory: $reads reads but only ${ring:-0} requests through the rings"
+		return 1
+	fi
+	echo "XTASK-MEMORY: cpus=$cpus possible=$possible thp=${thp:-?} bufs=$bufs entries=$MEM_ENTRIES round=$round file_mib=$MEM_FILE_MIB rss_mounted_kib=$mounted $(cat "$out") reserved=$reserved resident_idle=$resident_idle resident=$resident anon_huge_kib=${huge:-0} ring_requests=$ring pooled_requests=$pooled"
+}
+
+round=1
+while [ "$round" -le "$MEM_ROUNDS" ]; do
+	for bufs in $MEM_BUFS; do
+		one_run "$round" "$bufs" || failed=1
+	done
+	round=$((round + 1))
+done
+rm -f "$src/data"
+exit $failed
