@@ -8,6 +8,7 @@
 //! executor.
 
 use crate::args::*;
+use crate::backing::BackingFiles;
 use crate::filesystem::{enosys, FileSystem};
 use crate::init::{InitConfig, KernelInit};
 use crate::io::{DirentPlusSink, DirentSink, ZeroCopyReader, ZeroCopyWriter};
@@ -75,6 +76,10 @@ pub trait AsyncFileSystem: Send + Sync {
 
     /// The connection is going away (unmount); no request follows.
     fn destroy(&self) {}
+
+    /// Called once before `init` with the connection's backing file
+    /// registry; see [`FileSystem::attach_backing_files`].
+    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {}
 
     /// Looks up `name` in the directory `parent`; a found entry counts one
     /// lookup reference.
@@ -490,6 +495,10 @@ impl<F: FileSystem + ?Sized> AsyncFileSystem for SyncFs<F> {
 
     fn destroy(&self) {
         self.0.destroy()
+    }
+
+    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {
+        self.0.attach_backing_files(files)
     }
 
     fn lookup<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, Entry> {

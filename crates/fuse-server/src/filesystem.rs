@@ -1,6 +1,7 @@
 //! The synchronous [`FileSystem`] trait a backend implements.
 
 use crate::args::*;
+use crate::backing::BackingFiles;
 use crate::init::{InitConfig, KernelInit};
 use crate::io::{DirentPlusSink, DirentSink, ZeroCopyReader, ZeroCopyWriter};
 use crate::request::{ForgetList, PodList};
@@ -8,6 +9,7 @@ use crate::types::*;
 use fuse_abi::{AccessMask, FileLock, Kstatfs, SetupmappingIn};
 use std::ffi::CStr;
 use std::io;
+use std::sync::Arc;
 
 /// The error every operation returns by default.
 pub fn enosys<T>() -> io::Result<T> {
@@ -40,6 +42,14 @@ pub trait FileSystem: Send + Sync {
 
     /// The connection is going away (unmount); no request follows.
     fn destroy(&self) {}
+
+    /// Called once before [`FileSystem::init`] when the transport can
+    /// register backing files on the connection (kernel passthrough, see
+    /// [`crate::backing`]). A file system that wants passthrough keeps
+    /// `files`, asks for `FUSE_PASSTHROUGH` in `init`, and answers OPEN
+    /// and CREATE with [`crate::BackingId`]s it registered. The default
+    /// ignores it.
+    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {}
 
     /// Looks up `name` in the directory `parent`; a found entry counts one
     /// lookup reference.

@@ -77,7 +77,11 @@ pub struct InitConfig {
     pub max_pages: u16,
     /// log2 of the DAX mapping alignment.
     pub map_alignment: u16,
-    /// Largest stacking depth of passthrough backing files.
+    /// Largest stacking depth of passthrough backing files, with
+    /// `FUSE_PASSTHROUGH`: 1 when they live on a plain file system (the
+    /// mount can then itself be a layer of an overlayfs), 2 when they live
+    /// on a stacked one such as overlayfs. INIT sends it clamped to 1..=2
+    /// ([`crate::FILESYSTEM_MAX_STACK_DEPTH`]); 0 counts as 1.
     pub max_stack_depth: u32,
     /// Request timeout in seconds (with `FUSE_REQUEST_TIMEOUT`; 0: none).
     pub request_timeout: u16,
@@ -163,6 +167,12 @@ impl Negotiated {
             .max(PAGE_SIZE)
     }
 
+    /// Whether INIT agreed to kernel passthrough (`FUSE_PASSTHROUGH`, with
+    /// a `max_stack_depth` of 1 or 2 and without the writeback cache).
+    pub fn passthrough(&self) -> bool {
+        self.flags.contains(InitFlags::PASSTHROUGH) && self.max_stack_depth > 0
+    }
+
     /// Whether the kernel offered FUSE over io_uring and the server took it.
     pub fn over_io_uring(&self) -> bool {
         self.flags.contains(InitFlags::OVER_IO_URING)
@@ -207,6 +217,14 @@ pub fn negotiate(kernel: &KernelInit, wanted: &InitConfig) -> InitOutcome {
     if !flags.contains(InitFlags::INIT_EXT) {
         flags = InitFlags::from_bits_retain(flags.bits() & 0xffff_ffff);
     }
+    // The kernel turns passthrough off (silently) next to the writeback
+    // cache: say so here, so `Negotiated` tells the truth.
+    if flags.contains(InitFlags::PASSTHROUGH) && flags.contains(InitFlags::WRITEBACK_CACHE) {
+        tracing::warn!(
+            "FUSE_PASSTHROUGH and FUSE_WRITEBACK_CACHE exclude each other: no passthrough"
+        );
+        flags.remove(InitFlags::PASSTHROUGH);
+    }
     let max_write = wanted.max_write.max(4096);
     let max_pages = if flags.contains(InitFlags::MAX_PAGES) {
         wanted.max_pages.max(1).min(kernel.max_pages_limit.max(1))
@@ -226,7 +244,9 @@ pub fn negotiate(kernel: &KernelInit, wanted: &InitConfig) -> InitOutcome {
         max_background: wanted.max_background,
         congestion_threshold: wanted.congestion_threshold,
         max_stack_depth: if flags.contains(InitFlags::PASSTHROUGH) {
-            wanted.max_stack_depth
+            wanted
+                .max_stack_depth
+                .clamp(1, crate::backing::FILESYSTEM_MAX_STACK_DEPTH)
         } else {
             0
         },
@@ -404,6 +424,61 @@ mod tests {
         };
         assert_eq!(reply_len, 24);
         assert_eq!(negotiated.max_pages, 32);
+    }
+
+    #[test]
+    fn passthrough_stack_depth_and_writeback() {
+        let offered = InitFlags::INIT_EXT
+            | InitFlags::MAX_PAGES
+            | InitFlags::PASSTHROUGH
+            | InitFlags::WRITEBACK_CACHE;
+        let k = kernel(45, offered);
+        let agree = |flags: InitFlags, depth: u32| {
+            let wanted = InitConfig {
+                flags: InitConfig::default().flags | flags,
+                max_stack_depth: depth,
+                ..InitConfig::default()
+            };
+            let InitOutcome::Agreed {
+                negotiated, reply, ..
+            } = negotiate(&k, &wanted)
+            else {
+                panic!("not agreed")
+            };
+            (negotiated, reply)
+        };
+        // Not asked for: no depth sent.
+        let (n, r) = agree(InitFlags::empty(), 2);
+        assert!(!n.passthrough());
+        assert_eq!(r.max_stack_depth, 0);
+        // Asked for: the depth is clamped to what the kernel accepts.
+        for (asked, sent) in [(0, 1), (1, 1), (2, 2), (7, 2)] {
+            let (n, r) = agree(InitFlags::PASSTHROUGH, asked);
+            assert!(n.passthrough());
+            assert_eq!((n.max_stack_depth, r.max_stack_depth), (sent, sent));
+            assert_ne!(r.flags2 & (InitFlags::PASSTHROUGH.bits() >> 32) as u32, 0);
+        }
+        // With the writeback cache the kernel would ignore it: dropped.
+        let (n, r) = agree(InitFlags::PASSTHROUGH | InitFlags::WRITEBACK_CACHE, 1);
+        assert!(!n.passthrough());
+        assert!(n.flags.contains(InitFlags::WRITEBACK_CACHE));
+        assert_eq!(r.flags2 & (InitFlags::PASSTHROUGH.bits() >> 32) as u32, 0);
+        assert_eq!(r.max_stack_depth, 0);
+        // Not offered (an old kernel): nothing.
+        let old = kernel(38, InitFlags::INIT_EXT | InitFlags::MAX_PAGES);
+        let wanted = InitConfig {
+            flags: InitConfig::default().flags | InitFlags::PASSTHROUGH,
+            max_stack_depth: 1,
+            ..InitConfig::default()
+        };
+        let InitOutcome::Agreed {
+            negotiated, reply, ..
+        } = negotiate(&old, &wanted)
+        else {
+            panic!()
+        };
+        assert!(!negotiated.passthrough());
+        assert_eq!(reply.max_stack_depth, 0);
     }
 
     #[test]

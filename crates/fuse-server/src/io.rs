@@ -315,9 +315,14 @@ impl DirentPlusSink for DirentBuf<'_> {
     }
 }
 
-/// A zeroed, page-aligned heap buffer: transport memory that `O_DIRECT`
-/// I/O can use directly. Allocation failure is an `ENOMEM` error, not an
+/// A zeroed, page-aligned buffer: transport memory that `O_DIRECT` I/O
+/// can use directly. Allocation failure is an `ENOMEM` error, not an
 /// abort.
+///
+/// It is an anonymous memory mapping of its own: its pages take no memory
+/// until first written (a worker's 1 MiB request buffer costs what its
+/// requests used of it, not 1 MiB), and they go back to the system when
+/// it is dropped.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
@@ -335,13 +340,30 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` bytes (at least 1) starting at a page boundary.
     pub fn new(len: usize) -> io::Result<Self> {
         let len = len.max(1);
-        let layout = std::alloc::Layout::from_size_align(len, Self::ALIGN)
-            .map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let enomem = || io::Error::from_raw_os_error(libc::ENOMEM);
+        let map_len = Self::map_len(len).ok_or_else(enomem)?;
+        // SAFETY: a new private anonymous mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(enomem());
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(enomem)?;
         Ok(Self { ptr, len })
+    }
+
+    /// The mapping's length: `len` rounded up to whole pages.
+    fn map_len(len: usize) -> Option<usize> {
+        len.checked_next_multiple_of(Self::ALIGN)
+            .filter(|&l| l <= isize::MAX as usize)
     }
 
     /// Length in bytes.
@@ -372,12 +394,9 @@ impl std::ops::DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this exact layout.
-        unsafe {
-            std::alloc::dealloc(
-                self.ptr.as_ptr(),
-                std::alloc::Layout::from_size_align_unchecked(self.len, Self::ALIGN),
-            )
+        if let Some(map_len) = Self::map_len(self.len) {
+            // SAFETY: the mapping made in `new`, with this length, unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), map_len) };
         }
     }
 }

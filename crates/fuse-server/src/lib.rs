@@ -22,6 +22,7 @@
 
 pub mod args;
 pub mod async_fs;
+pub mod backing;
 pub mod filesystem;
 pub mod init;
 pub mod io;
@@ -35,6 +36,7 @@ pub mod wire;
 
 pub use args::*;
 pub use async_fs::{AsyncFileSystem, FsFuture, SyncFs};
+pub use backing::{BackingFiles, BackingId, FILESYSTEM_MAX_STACK_DEPTH};
 pub use filesystem::{enosys, FileSystem};
 pub use init::{InitConfig, KernelInit, Negotiated};
 pub use io::{

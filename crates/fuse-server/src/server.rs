@@ -3,6 +3,7 @@
 
 use crate::args::*;
 use crate::async_fs::{AsyncFileSystem, SyncFs};
+use crate::backing::BackingFiles;
 use crate::filesystem::FileSystem;
 use crate::init::{negotiate, InitConfig, InitOutcome, KernelInit, Negotiated};
 use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyWriter};
@@ -110,6 +111,7 @@ pub struct Server {
     negotiated: OnceLock<Negotiated>,
     destroyed: AtomicBool,
     counters: RequestCounters,
+    backing_files: OnceLock<Arc<dyn BackingFiles>>,
 }
 
 impl Server {
@@ -126,6 +128,7 @@ impl Server {
             negotiated: OnceLock::new(),
             destroyed: AtomicBool::new(false),
             counters: RequestCounters::new(),
+            backing_files: OnceLock::new(),
         }
     }
 
@@ -139,6 +142,22 @@ impl Server {
     /// The INIT wishes in force before the file system's `init`.
     pub fn init_config(&self) -> &InitConfig {
         &self.init_config
+    }
+
+    /// Installs the connection's backing file registry (kernel
+    /// passthrough). A transport over `/dev/fuse` calls this before INIT;
+    /// at INIT the server hands it to the file system
+    /// ([`crate::FileSystem::attach_backing_files`]), before the file
+    /// system's `init`. Returns false (and keeps the first) if one was
+    /// installed already.
+    pub fn set_backing_files(&self, files: Arc<dyn BackingFiles>) -> bool {
+        self.backing_files.set(files).is_ok()
+    }
+
+    /// The connection's backing file registry, if the transport installed
+    /// one.
+    pub fn backing_files(&self) -> Option<&Arc<dyn BackingFiles>> {
+        self.backing_files.get()
     }
 
     /// The file system.
@@ -520,6 +539,9 @@ impl Server {
             return self.reply_error(tx, unique, libc::EIO);
         }
         let mut config = self.init_config;
+        if let Some(files) = self.backing_files.get() {
+            self.fs.attach_backing_files(files.clone());
+        }
         if let Err(e) = self.fs.init(&kernel, &mut config) {
             tracing::error!("file system refused INIT: {e}");
             return self.reply_error(tx, unique, errno_of(&e));
@@ -536,6 +558,7 @@ impl Server {
                     flags = format_args!("{:#x}", negotiated.flags.bits()),
                     max_write = negotiated.max_write,
                     max_pages = negotiated.max_pages,
+                    max_stack_depth = negotiated.max_stack_depth,
                     "INIT negotiated"
                 );
                 let _ = self.negotiated.set(negotiated);

@@ -7,6 +7,9 @@
 //!   (`FUSE_DEV_IOC_CLONE`) into buffers sized from the negotiated
 //!   `max_write`, handing them to a [`fuse_server::Server`], and writing
 //!   each reply with one `writev`. It implements [`fuse_server::Session`].
+//! - [`DevBackingFiles`]: kernel passthrough backing files registered
+//!   on the connection (`FUSE_DEV_IOC_BACKING_OPEN`/`CLOSE`); both
+//!   sessions install one on their [`fuse_server::Server`] before INIT.
 //! - `FuseDevTask` (feature `tokio`): the same, as a task on the
 //!   application's own tokio runtime, each request its own task.
 //!
@@ -24,12 +27,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod backing;
 pub mod dev;
 pub mod mount;
 pub mod session;
 #[cfg(feature = "tokio")]
 pub mod task;
 
+pub use backing::DevBackingFiles;
 pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
 pub use session::{DevSession, SessionConfig, SessionError};
 #[cfg(feature = "tokio")]

@@ -1,5 +1,6 @@
 //! Serving a mount from `/dev/fuse` with worker threads.
 
+use crate::backing::DevBackingFiles;
 use crate::dev;
 use crate::mount::{Mount, MountError, MountOptions};
 use fuse_server::{
@@ -119,6 +120,9 @@ impl DevSession {
                 .try_clone_to_owned()
                 .map_err(SessionError::Init)?,
         );
+        // Backing files (kernel passthrough) are registered on this fd; the
+        // registry holds it weakly, so it never outlives the session.
+        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
         let server = Arc::new(server);
         serve_init(&server, master.as_fd())?;
         let negotiated = server.negotiated().copied().ok_or_else(|| {
@@ -417,9 +421,12 @@ fn worker_loop(
                 _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
             },
         };
+        let opcode = request_opcode(&request[REQUEST_OFFSET..REQUEST_OFFSET + n]);
         // Keep one worker waiting for requests: if this was the last idle
         // one, start another (a blocking lock must not stall the mount).
+        // FORGETs never block: a FORGET storm starts no threads.
         if shared.idle.fetch_sub(1, Ordering::AcqRel) == 1
+            && !never_blocks(opcode)
             && shared.workers.load(Ordering::Acquire) < shared.config.max_threads
             && !shared.stop.load(Ordering::Acquire)
         {
@@ -434,6 +441,11 @@ fn worker_loop(
         };
         let outcome = shared.server.handle(&mut tx);
         shared.idle.fetch_add(1, Ordering::AcqRel);
+        if opcode == fuse_abi::Opcode::BatchForget as u32 && n > RELEASE_AFTER {
+            // A FORGET storm's batches fill the whole buffer; give its pages
+            // back rather than keep them resident for good.
+            release_pages(&mut request[REQUEST_OFFSET + RELEASE_AFTER..]);
+        }
         match outcome {
             Ok(Outcome::Destroyed) => return Ok(()),
             Ok(_) => {}
@@ -442,6 +454,39 @@ fn worker_loop(
             }
             Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
         }
+    }
+}
+
+/// A request buffer's pages past this many bytes are given back to the
+/// system after a BATCH_FORGET that used them (rare; WRITEs, which use
+/// them often, keep them).
+const RELEASE_AFTER: usize = 64 << 10;
+
+/// The opcode of a request (0 if it is too short to say).
+fn request_opcode(request: &[u8]) -> u32 {
+    request
+        .get(4..8)
+        .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Requests a worker answers without ever blocking.
+fn never_blocks(opcode: u32) -> bool {
+    use fuse_abi::Opcode;
+    opcode == Opcode::Forget as u32
+        || opcode == Opcode::BatchForget as u32
+        || opcode == Opcode::Interrupt as u32
+}
+
+/// Gives the whole pages of `buf` back to the system (`MADV_DONTNEED`):
+/// they read as zeros and take no memory until written again.
+fn release_pages(buf: &mut [u8]) {
+    let start = buf.as_ptr() as usize;
+    let first = start.next_multiple_of(AlignedBuf::ALIGN);
+    let end = (start + buf.len()) & !(AlignedBuf::ALIGN - 1);
+    if end > first {
+        // SAFETY: the range lies inside `buf`, which we borrow mutably; its
+        // contents are not needed (the request was handled).
+        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) };
     }
 }
 

@@ -9,6 +9,7 @@
 //! current-thread, or the io_uring runtime of the `async-io` crate (a
 //! current-thread runtime whose reactor also drives an io_uring).
 
+use crate::backing::DevBackingFiles;
 use crate::dev;
 use crate::mount::{Mount, MountOptions};
 use crate::session::SessionError;
@@ -102,13 +103,18 @@ impl FuseDevTask {
         set_nonblocking(fd.as_fd()).map_err(SessionError::Init)?;
         // SAFETY: `fd` is an `OwnedFd` the AsyncFd owns from now on; nothing
         // replaces or closes it while it is registered.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, READ_OR_ERROR) }
-            .map_err(|e| SessionError::Init(e.into()))?;
+        let fd = Arc::new(
+            unsafe { AsyncFd::register_with_interest(fd, READ_OR_ERROR) }
+                .map_err(|e| SessionError::Init(e.into()))?,
+        );
+        // Backing files (kernel passthrough) go through the task's fd,
+        // held weakly so that they never keep the connection alive.
+        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&fd))));
         Ok(Self {
             server: Arc::new(server),
             mountpoint: mount.mountpoint().to_path_buf(),
             mount: Mutex::new(Some(mount)),
-            fd: Arc::new(fd),
+            fd,
             config,
             state: Arc::new(TaskState {
                 stop: AtomicBool::new(false),

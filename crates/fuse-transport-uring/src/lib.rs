@@ -11,6 +11,13 @@
 //! by step, and says why ([`UringSession::mode`],
 //! [`UringSession::fallback_reason`]).
 //!
+//! Kernel passthrough works the same way as over `/dev/fuse`: the backing
+//! file ioctls (`FUSE_DEV_IOC_BACKING_OPEN`/`CLOSE`) go to the session's
+//! `/dev/fuse` descriptor, whose registry the inner `DevSession` installs
+//! on the server before INIT ([`fuse_server::Server::backing_files`]);
+//! OPEN and CREATE then come through the rings and READ and WRITE of
+//! passed-through files don't come at all.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use fuse_server::{FileSystem, Server, Session};
