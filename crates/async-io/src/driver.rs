@@ -1,0 +1,610 @@
+//! The per-thread io_uring driver.
+//!
+//! # Shape
+//!
+//! One [`Driver`] owns one ring and a table of operations (a slab indexed by the low 32
+//! bits of each SQE's `user_data`; the high 32 bits carry a generation so a stale cancel
+//! can never hit a reused slot). An operation is an [`Op<T>`] future: creating it pushes
+//! an SQE into the submission queue and parks `T` (the owned buffers, iovec arrays, path
+//! strings and a clone of the fd the SQE points at) in the future.
+//!
+//! # Batching
+//!
+//! Pushing an SQE does not enter the kernel. It marks a flush as pending and wakes the
+//! driver task once; every SQE pushed before that task runs (the rest of the current
+//! scheduler tick: other tasks, the rest of a `join`) goes to the kernel in the same
+//! `io_uring_enter`. Only a full submission queue forces an early submit.
+//!
+//! # Completions
+//!
+//! The ring signals an eventfd (`IORING_REGISTER_EVENTFD`) for every CQE. The eventfd is
+//! registered with tokio's reactor through `AsyncFd`, so the same thread's epoll wait
+//! covers the ring and every other fd the application watches (later: /dev/fuse). The
+//! driver task drains the eventfd, reaps the completion queue, stores each result in its
+//! slot and wakes the waiting future. Completions that the kernel finished inline during
+//! the submit (page-cache hits) are reaped right after the submit, without a round trip
+//! through epoll.
+//!
+//! # Ownership and cancellation
+//!
+//! While the kernel may still touch an operation's memory, that memory is owned by the
+//! driver: by the `Op` future while it lives, and by the slot (`Lifecycle::Ignored`) once
+//! the future is dropped early. Dropping an in-flight `Op` also queues an
+//! `IORING_OP_ASYNC_CANCEL` for it, but the buffers are freed only when the operation's
+//! own CQE arrives. Dropping the driver cancels whatever is still in flight and waits for
+//! every CQE before the ring and the memory go away.
+//!
+//! # Standalone use
+//!
+//! [`Driver::block_on`] runs a future that only waits for this driver's operations on the
+//! calling thread, waiting in `io_uring_enter`: this is how a tokio-runtime thread (where
+//! file IO blocks by contract) still gets a batched, deep-queue copy from a private ring.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::sys;
+
+/// `user_data` of SQEs whose completion nobody waits for (cancel requests).
+const UNTRACKED: u64 = u64::MAX;
+
+/// The result of one completed SQE.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Completion {
+    /// `cqe.res`: a count or `-errno`.
+    pub res: i32,
+}
+
+impl Completion {
+    /// The result as a count or an `io::Error`.
+    pub fn into_result(self) -> io::Result<u32> {
+        if self.res < 0 {
+            Err(io::Error::from_raw_os_error(-self.res))
+        } else {
+            Ok(self.res as u32)
+        }
+    }
+}
+
+enum Lifecycle {
+    /// Pushed (maybe not yet submitted); no waker yet.
+    Submitted,
+    /// Polled at least once and pending.
+    Waiting(Waker),
+    /// The CQE arrived; the `Op` will pick it up.
+    Completed(Completion),
+    /// The `Op` was dropped before its CQE: the driver keeps its data alive until the CQE.
+    Ignored(#[allow(dead_code)] Box<dyn Any>),
+}
+
+struct Slot {
+    generation: u32,
+    state: Option<Lifecycle>,
+}
+
+/// A slab of operation slots with generation counters.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slab {
+    fn insert(&mut self, state: Lifecycle) -> u64 {
+        self.live += 1;
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    state: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.state = Some(state);
+        (u64::from(slot.generation) << 32) | u64::from(idx)
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Lifecycle> {
+        let slot = self.slots.get_mut((key & 0xffff_ffff) as usize)?;
+        if u64::from(slot.generation) != key >> 32 {
+            return None;
+        }
+        slot.state.as_mut()
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Lifecycle> {
+        let idx = (key & 0xffff_ffff) as u32;
+        let slot = self.slots.get_mut(idx as usize)?;
+        if u64::from(slot.generation) != key >> 32 {
+            return None;
+        }
+        let state = slot.state.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(idx);
+        self.live -= 1;
+        Some(state)
+    }
+}
+
+struct Inner {
+    ring: IoUring,
+    ops: Slab,
+    /// The driver task's waker, woken once per batch of pushes.
+    flush_waker: Option<Waker>,
+    flush_pending: bool,
+}
+
+/// Counters for tests and benchmarks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DriverStats {
+    /// `io_uring_enter` calls made to submit or wait.
+    pub enters: u64,
+    /// SQEs handed to the kernel.
+    pub sqes: u64,
+    /// CQEs reaped.
+    pub cqes: u64,
+    /// Operations whose future was dropped before their CQE.
+    pub abandoned: u64,
+    /// Times the completion queue had overflowed into the kernel's overflow list.
+    pub cq_overflows: u64,
+}
+
+/// One io_uring ring with its operation table. See the module docs.
+pub(crate) struct Driver {
+    inner: RefCell<Inner>,
+    stats: Cell<DriverStats>,
+    eventfd: Option<OwnedFd>,
+}
+
+impl Driver {
+    /// A ring with `entries` submission slots (rounded up to a power of two; the completion
+    /// queue gets twice as many, at least 1024). With `with_eventfd`, an eventfd is
+    /// registered to be signalled on every completion (see [`Driver::eventfd`]). With
+    /// `defer_taskrun`, the ring is set up with `DEFER_TASKRUN` where the kernel allows it.
+    pub fn new(entries: u32, with_eventfd: bool, defer_taskrun: bool) -> io::Result<Driver> {
+        // A roomy completion queue: buffered writes complete from io-wq workers in bursts,
+        // and CQEs beyond it go through the kernel's slower overflow list.
+        let cq = (entries.next_power_of_two() * 2).max(1024);
+        // DEFER_TASKRUN (optional, see `Builder::defer_taskrun`): completions that need this
+        // thread's context wait on a local list until we enter with GETEVENTS, instead of
+        // interrupting the thread. The kernel still signals the eventfd when such work is
+        // queued, and TASKRUN_FLAG (IORING_SQ_TASKRUN) tells `reap_locked` an enter is due.
+        // It requires SINGLE_ISSUER, which the thread-bound driver satisfies. Kernels before
+        // 6.1 refuse these flags: fall back to a plain ring.
+        let plain = || IoUring::builder().setup_cqsize(cq).build(entries);
+        let ring = if defer_taskrun {
+            IoUring::builder()
+                .setup_cqsize(cq)
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_taskrun_flag()
+                .build(entries)
+                .or_else(|e| {
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        plain()
+                    } else {
+                        Err(e)
+                    }
+                })?
+        } else {
+            plain()?
+        };
+        let eventfd = if with_eventfd {
+            let efd = sys::eventfd()?;
+            ring.submitter().register_eventfd(efd.as_raw_fd())?;
+            Some(efd)
+        } else {
+            None
+        };
+        Ok(Driver {
+            inner: RefCell::new(Inner {
+                ring,
+                ops: Slab::default(),
+                flush_waker: None,
+                flush_pending: false,
+            }),
+            stats: Cell::new(DriverStats::default()),
+            eventfd,
+        })
+    }
+
+    /// The eventfd the ring signals, if one was registered.
+    pub fn eventfd(&self) -> Option<&OwnedFd> {
+        self.eventfd.as_ref()
+    }
+
+    /// Counters since the driver was created.
+    pub fn stats(&self) -> DriverStats {
+        self.stats.get()
+    }
+
+    /// Operations whose CQE has not been reaped yet (including abandoned ones).
+    pub fn in_flight(&self) -> usize {
+        let inner = self.inner.borrow();
+        inner
+            .ops
+            .slots
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    Some(Lifecycle::Submitted | Lifecycle::Waiting(_) | Lifecycle::Ignored(_))
+                )
+            })
+            .count()
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut DriverStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Queues `sqe` and returns the future of its completion, which owns `data` until the
+    /// kernel is done with it.
+    ///
+    /// # Safety
+    /// Every pointer in `sqe` must point into memory owned by `data` (heap memory that does
+    /// not move when `data` moves) or into memory that outlives the operation, and every fd
+    /// in it must be kept open by `data` or outlive the operation.
+    pub unsafe fn submit<T: 'static>(self: &Rc<Self>, sqe: squeue::Entry, data: T) -> Op<T> {
+        let key = self.inner.borrow_mut().ops.insert(Lifecycle::Submitted);
+        self.push(sqe.user_data(key));
+        Op {
+            driver: self.clone(),
+            key,
+            data: Some(data),
+        }
+    }
+
+    /// Pushes an SQE, submitting first if the queue is full, and schedules a flush.
+    fn push(&self, sqe: squeue::Entry) {
+        let mut deferred = Deferred::default();
+        let waker = {
+            let mut inner = self.inner.borrow_mut();
+            loop {
+                // SAFETY: the SQE's pointers are valid per `submit`'s contract (or it is a
+                // cancel request without pointers).
+                let pushed = unsafe { inner.ring.submission().push(&sqe) }.is_ok();
+                if pushed {
+                    break;
+                }
+                // The submission queue is full: hand it to the kernel now.
+                if let Err(e) = self.submit_locked(&mut inner, 0, &mut deferred) {
+                    tracing::error!("io_uring submit with a full queue failed: {e}");
+                }
+            }
+            if inner.flush_pending {
+                None
+            } else {
+                inner.flush_pending = true;
+                inner.flush_waker.clone()
+            }
+        };
+        deferred.run();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Submits queued SQEs (and waits for `wait` completions), then reaps. Wakers and
+    /// abandoned buffers are handed back through `deferred` so they run outside the borrow.
+    fn submit_locked(
+        &self,
+        inner: &mut Inner,
+        wait: usize,
+        deferred: &mut Deferred,
+    ) -> io::Result<()> {
+        loop {
+            let r = inner.ring.submitter().submit_and_wait(wait);
+            self.bump(|s| s.enters += 1);
+            match r {
+                Ok(n) => {
+                    self.bump(|s| s.sqes += n as u64);
+                    self.reap_locked(inner, deferred);
+                    // The kernel consumes every SQE unless it runs out of memory; if some are
+                    // left, go again as long as it makes progress.
+                    if n == 0 || inner.ring.submission().is_empty() {
+                        return Ok(());
+                    }
+                }
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    // The completion queue overflowed (the kernel keeps the CQEs, NODROP) or
+                    // the kernel is short of memory: make room and retry.
+                    Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                        if self.reap_locked(inner, deferred) == 0 {
+                            // Nothing to reap yet: wait for a completion.
+                            let _ = inner.ring.submitter().submit_and_wait(1);
+                        }
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// Moves every available CQE into its slot, including completions the kernel deferred
+    /// to this thread (DEFER_TASKRUN) and CQEs it parked on its overflow list when the
+    /// completion queue was full (their eventfd signal has already fired, so they must be
+    /// fetched now or never). Returns how many were reaped.
+    fn reap_locked(&self, inner: &mut Inner, deferred: &mut Deferred) -> usize {
+        let mut n = self.reap_ring(inner, deferred);
+        loop {
+            let (overflow, taskrun) = {
+                let sq = inner.ring.submission();
+                (sq.cq_overflow(), sq.taskrun())
+            };
+            if !overflow && !taskrun {
+                break;
+            }
+            // An enter with GETEVENTS (the io-uring crate adds it when it sees either flag)
+            // runs deferred completions and moves overflowed CQEs into the queue.
+            self.bump(|s| {
+                s.enters += 1;
+                s.cq_overflows += u64::from(overflow);
+            });
+            match inner.ring.submitter().submit_and_wait(0) {
+                Ok(k) => self.bump(|s| s.sqes += k as u64),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    tracing::error!("io_uring enter for completions failed: {e}");
+                    break;
+                }
+            }
+            n += self.reap_ring(inner, deferred);
+        }
+        n
+    }
+
+    fn reap_ring(&self, inner: &mut Inner, deferred: &mut Deferred) -> usize {
+        let Inner { ring, ops, .. } = inner;
+        let mut n = 0;
+        for cqe in ring.completion() {
+            n += 1;
+            let key = cqe.user_data();
+            if key == UNTRACKED {
+                continue;
+            }
+            let done = Completion { res: cqe.result() };
+            match ops.get_mut(key) {
+                Some(state @ (Lifecycle::Submitted | Lifecycle::Waiting(_))) => {
+                    if let Lifecycle::Waiting(w) =
+                        std::mem::replace(state, Lifecycle::Completed(done))
+                    {
+                        deferred.wakers.push(w);
+                    }
+                }
+                Some(Lifecycle::Ignored(_)) => {
+                    if let Some(Lifecycle::Ignored(data)) = ops.remove(key) {
+                        deferred.garbage.push(data);
+                    }
+                }
+                Some(Lifecycle::Completed(_)) | None => {
+                    tracing::error!("io_uring CQE for unknown or completed operation {key:#x}");
+                }
+            }
+        }
+        self.bump(|s| s.cqes += n as u64);
+        n
+    }
+
+    /// Submits whatever is queued and reaps what has completed. Called by the driver task.
+    pub fn flush(&self) {
+        let mut deferred = Deferred::default();
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.flush_pending = false;
+            if !inner.ring.submission().is_empty() {
+                if let Err(e) = self.submit_locked(&mut inner, 0, &mut deferred) {
+                    tracing::error!("io_uring submit failed: {e}");
+                }
+            } else {
+                self.reap_locked(&mut inner, &mut deferred);
+            }
+        }
+        deferred.run();
+    }
+
+    /// Registers the waker of the task that calls [`Driver::flush`].
+    pub fn set_flush_waker(&self, waker: &Waker) {
+        let mut inner = self.inner.borrow_mut();
+        match &inner.flush_waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => inner.flush_waker = Some(waker.clone()),
+        }
+    }
+
+    /// Runs `fut` to completion on the calling thread, submitting its operations in
+    /// batches and sleeping in `io_uring_enter` until one completes.
+    ///
+    /// `fut` must only wait for operations of this driver (or be woken by something
+    /// else that does not need this thread to make progress).
+    pub fn block_on<F: Future>(self: &Rc<Self>, fut: F) -> F::Output {
+        struct Flag(AtomicBool);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let flag = Arc::new(Flag(AtomicBool::new(true)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = pin!(fut);
+        loop {
+            if flag.0.swap(false, Ordering::AcqRel) {
+                if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                    return v;
+                }
+            }
+            let mut deferred = Deferred::default();
+            {
+                let mut inner = self.inner.borrow_mut();
+                inner.flush_pending = false;
+                let woken = flag.0.load(Ordering::Acquire);
+                let wait = usize::from(!woken && inner.ops.live > 0);
+                if wait > 0 || !inner.ring.submission().is_empty() {
+                    if let Err(e) = self.submit_locked(&mut inner, wait, &mut deferred) {
+                        tracing::error!("io_uring submit failed: {e}");
+                    }
+                } else if !woken {
+                    // Nothing in flight and nobody woke us: the future waits for something
+                    // this driver does not deliver. Give the CPU away and poll again.
+                    drop(inner);
+                    std::thread::yield_now();
+                    flag.0.store(true, Ordering::Release);
+                }
+            }
+            deferred.run();
+        }
+    }
+
+    /// Queues a cancel request for the operation `key` (its CQE is ignored).
+    fn cancel(&self, key: u64) {
+        let sqe = opcode::AsyncCancel::new(key).build().user_data(UNTRACKED);
+        self.push(sqe);
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Every `Op` holds an `Rc<Driver>`, so whatever is still in the table was abandoned:
+        // ask the kernel to cancel it and wait for every CQE before the memory goes away.
+        let inner = self.inner.get_mut();
+        if inner.ops.live == 0 {
+            return;
+        }
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(UNTRACKED);
+        // SAFETY: a cancel request carries no pointers.
+        while unsafe { inner.ring.submission().push(&cancel) }.is_err() {
+            let _ = inner.ring.submit();
+        }
+        let mut garbage = Vec::new();
+        while inner.ops.live > 0 {
+            match inner.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    // We cannot know when the kernel is done with the memory: leak it rather
+                    // than risk a write into freed memory.
+                    tracing::error!(
+                        "io_uring wait during driver shutdown failed: {e}; leaking buffers"
+                    );
+                    for slot in inner.ops.slots.drain(..) {
+                        std::mem::forget(slot);
+                    }
+                    return;
+                }
+            }
+            let Inner { ring, ops, .. } = &mut *inner;
+            for cqe in ring.completion() {
+                let key = cqe.user_data();
+                if key != UNTRACKED {
+                    if let Some(Lifecycle::Ignored(data)) = ops.remove(key) {
+                        garbage.push(data);
+                    }
+                }
+            }
+        }
+        drop(garbage);
+    }
+}
+
+/// Work collected under the driver's borrow and run after it is released: waking tasks
+/// and dropping abandoned buffers may run arbitrary code.
+#[derive(Default)]
+struct Deferred {
+    wakers: Vec<Waker>,
+    garbage: Vec<Box<dyn Any>>,
+}
+
+impl Deferred {
+    fn run(self) {
+        for w in self.wakers {
+            w.wake();
+        }
+        drop(self.garbage);
+    }
+}
+
+/// The future of one io_uring operation. Resolves to the completion and the data that was
+/// handed in; see [`Driver::submit`].
+pub(crate) struct Op<T: 'static> {
+    driver: Rc<Driver>,
+    key: u64,
+    data: Option<T>,
+}
+
+impl<T: 'static> Unpin for Op<T> {}
+
+impl<T: 'static> Future for Op<T> {
+    type Output = (Completion, T);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mut inner = this.driver.inner.borrow_mut();
+        let Some(state) = inner.ops.get_mut(this.key) else {
+            panic!("io_uring Op polled after completion");
+        };
+        match state {
+            Lifecycle::Completed(done) => {
+                let done = *done;
+                inner.ops.remove(this.key);
+                drop(inner);
+                let data = this.data.take().expect("Op data present until completion");
+                Poll::Ready((done, data))
+            }
+            Lifecycle::Waiting(w) if w.will_wake(cx.waker()) => Poll::Pending,
+            state => {
+                *state = Lifecycle::Waiting(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T: 'static> Drop for Op<T> {
+    fn drop(&mut self) {
+        let Some(data) = self.data.take() else {
+            return; // completed and consumed
+        };
+        let mut inner = self.driver.inner.borrow_mut();
+        match inner.ops.get_mut(self.key) {
+            Some(Lifecycle::Completed(_)) => {
+                inner.ops.remove(self.key);
+                drop(inner);
+                drop(data);
+            }
+            Some(state) => {
+                // In flight: the kernel may still read or write `data`'s memory. Park it in
+                // the slot until the CQE arrives, and ask the kernel to cancel.
+                *state = Lifecycle::Ignored(Box::new(data));
+                drop(inner);
+                self.driver.bump(|s| s.abandoned += 1);
+                self.driver.cancel(self.key);
+            }
+            None => {
+                tracing::error!("io_uring Op {:#x} dropped with no slot", self.key);
+                std::mem::forget(data);
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use async_io::{Runtime, RuntimeType};
+
+/// A scratch directory under the target dir (ext4 here: O_DIRECT works, unlike some tmpfs).
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("async-io-test-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("create a scratch dir under the target dir")
+}
+
+/// Builds a runtime of `kind`; io_uring missing is a failure with the reason, not a pass.
+pub fn runtime(kind: RuntimeType) -> Runtime {
+    match kind.build() {
+        Ok(rt) => rt,
+        Err(e) => panic!("cannot build a {kind} runtime on this machine: {e}"),
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), never all zero.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Writes `data` to a new file `name` in `dir`.
+pub fn make_file(dir: &std::path::Path, name: &str, data: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).expect("write a fixture file");
+    p
+}
+
+/// A pipe as (read end, write end), close-on-exec.
+pub fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two fds pipe2 writes.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel just gave us these two fds; nobody else owns them.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
