@@ -24,11 +24,17 @@ use std::task::{Context as TaskContext, Poll};
 
 /// The future an [`AsyncFileSystem`] method returns: a value that is ready
 /// at once (no allocation) or a boxed future.
+///
+/// The boxed future need not be `Send`: a connection is served thread by
+/// thread (each serving thread reads its own `/dev/fuse` fd or ring), so a
+/// file system may use thread-bound I/O such as an io_uring owned by the
+/// serving thread (`async-io`'s io_uring runtime). Serving tasks are
+/// therefore local tasks (`spawn_local`).
 pub enum FsFuture<'a, T> {
     /// A result available at once; `None` once taken.
     Ready(Option<io::Result<T>>),
     /// A result still being computed.
-    Pending(Pin<Box<dyn Future<Output = io::Result<T>> + Send + 'a>>),
+    Pending(Pin<Box<dyn Future<Output = io::Result<T>> + 'a>>),
 }
 
 impl<'a, T> FsFuture<'a, T> {
@@ -38,7 +44,7 @@ impl<'a, T> FsFuture<'a, T> {
     }
 
     /// Boxes `future`.
-    pub fn boxed(future: impl Future<Output = io::Result<T>> + Send + 'a) -> Self {
+    pub fn boxed(future: impl Future<Output = io::Result<T>> + 'a) -> Self {
         FsFuture::Pending(Box::pin(future))
     }
 }

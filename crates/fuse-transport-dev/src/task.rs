@@ -5,9 +5,13 @@
 //! reactor, reads requests when the fd is readable, and runs each request's
 //! [`Server::handle_async`] as its own task, so a file system whose
 //! operations wait (an async backend, a thread pool) serves many requests at
-//! once on one thread. It runs on any tokio runtime: multi-threaded,
-//! current-thread, or the io_uring runtime of the `async-io` crate (a
-//! current-thread runtime whose reactor also drives an io_uring).
+//! once on one thread. Request tasks are local tasks (the file system's
+//! futures need not be `Send`), so [`FuseDevTask::run`] must run inside a
+//! tokio [`LocalSet`](tokio::task::LocalSet): `async-io`'s runtimes (tokio
+//! or io_uring, a current-thread runtime whose reactor also drives an
+//! io_uring) provide one, and on a plain tokio runtime
+//! `LocalSet::new().run_until(task.run())` does. To serve on several
+//! threads, run one task per thread: each reads its own cloned fd.
 
 use crate::backing::DevBackingFiles;
 use crate::dev;
@@ -217,7 +221,7 @@ impl FuseDevTask {
             let fd = self.fd.clone();
             let pool = pool.clone();
             let handle = self.handle();
-            tasks.spawn(async move {
+            tasks.spawn_local(async move {
                 let mut reply = reply;
                 let mut tx = TaskTransaction {
                     fd: fd.get_ref().as_fd(),

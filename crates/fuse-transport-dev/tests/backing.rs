@@ -194,7 +194,8 @@ fn fuse_dev_task_registers_backing_files_needs_root() {
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async {
         let task = FuseDevTask::mount(
             Server::new(fs.clone()),
             &mnt,
@@ -205,7 +206,7 @@ fn fuse_dev_task_registers_backing_files_needs_root() {
         let server = task.server().clone();
         assert!(server.backing_files().is_some());
         let handle = task.handle();
-        let running = tokio::spawn(task.run());
+        let running = tokio::task::spawn_local(task.run());
         let m = mnt.clone();
         tokio::task::spawn_blocking(move || read_through(&m))
             .await
@@ -214,7 +215,7 @@ fn fuse_dev_task_registers_backing_files_needs_root() {
         assert_eq!(server.counters().get(Opcode::Read), 0);
         handle.stop();
         running.await.unwrap().unwrap();
-    });
+    }));
     drop(runtime);
     assert!(!fuse_transport_dev::is_fuse_mount(&mnt).unwrap());
     check_after_session(&fs);

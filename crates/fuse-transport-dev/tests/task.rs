@@ -11,7 +11,8 @@ use std::sync::Arc;
 fn serve_and_read(runtime: tokio::runtime::Runtime) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    runtime.block_on(async {
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async {
         let server = Server::new(Arc::new(Hello::default()));
         let task = FuseDevTask::mount(
             server,
@@ -23,7 +24,7 @@ fn serve_and_read(runtime: tokio::runtime::Runtime) {
         let mnt = task.mountpoint().to_path_buf();
         let handle = task.handle();
         let server = task.server().clone();
-        let running = tokio::spawn(task.run());
+        let running = tokio::task::spawn_local(task.run());
         // The file system is read from a blocking thread: this runtime's
         // threads serve it.
         let read = tokio::task::spawn_blocking(move || {
@@ -44,7 +45,7 @@ fn serve_and_read(runtime: tokio::runtime::Runtime) {
         assert!(server.counters().get(fuse_abi::Opcode::Read) >= 1);
         handle.stop();
         running.await.unwrap().unwrap();
-    });
+    }));
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
 }
 
@@ -77,7 +78,8 @@ fn task_ends_when_unmounted_from_outside() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
+    let local = tokio::task::LocalSet::new();
+    rt.block_on(local.run_until(async {
         let server = Server::new(Arc::new(Hello::default()));
         let task = FuseDevTask::mount(
             server,
@@ -87,7 +89,7 @@ fn task_ends_when_unmounted_from_outside() {
         )
         .unwrap();
         let mnt = task.mountpoint().to_path_buf();
-        let running = tokio::spawn(task.run());
+        let running = tokio::task::spawn_local(task.run());
         tokio::task::spawn_blocking(move || {
             std::fs::metadata(mnt.join("hello")).unwrap();
             fuse_transport_dev::unmount_path(&mnt, false).unwrap();
@@ -99,5 +101,5 @@ fn task_ends_when_unmounted_from_outside() {
             .expect("task ended")
             .unwrap()
             .unwrap();
-    });
+    }));
 }
