@@ -176,6 +176,14 @@ impl From<OwnedFd> for File {
     }
 }
 
+/// Shares a descriptor the caller keeps too (no `dup`): operations in flight keep it
+/// open until their completions arrive, whoever drops their `Arc` first.
+impl From<Arc<OwnedFd>> for File {
+    fn from(fd: Arc<OwnedFd>) -> File {
+        File { fd }
+    }
+}
+
 impl From<std::fs::File> for File {
     fn from(f: std::fs::File) -> File {
         File::from(OwnedFd::from(f))

@@ -51,7 +51,7 @@ impl std::str::FromStr for CachePolicy {
 
 /// Options of a [`crate::PassthroughFs`]; `Default` gives the usual
 /// passthrough: [`CachePolicy::Auto`], xattrs and readdirplus on, no
-/// writeback cache, opens answered normally.
+/// writeback cache, opens answered normally, no kernel passthrough.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassthroughConfig {
     /// Cache policy: open flags and the default timeouts.
@@ -83,6 +83,13 @@ pub struct PassthroughConfig {
     /// Zero-message directory opens, like [`PassthroughConfig::no_open`]
     /// for OPENDIR (`FUSE_NO_OPENDIR_SUPPORT`).
     pub no_opendir: bool,
+    /// Answer READDIR and READDIRPLUS with no entries (success, the end of
+    /// the directory at once), while names still resolve through LOOKUP
+    /// and OPENDIR, RELEASEDIR and everything else work as usual. For
+    /// trees whose directories are not to be enumerated through the
+    /// mount: a lazily loaded image whose listings are expensive to fetch,
+    /// or a drop box where only who knows a name reaches the file.
+    pub no_readdir: bool,
     /// Take over clearing the set-user-ID and set-group-ID bits on write,
     /// truncate and chown (`FUSE_HANDLE_KILLPRIV_V2`).
     pub killpriv_v2: bool,
@@ -92,10 +99,31 @@ pub struct PassthroughConfig {
     /// Only takes effect when the process runs as root (uid 0, with
     /// `CAP_SETUID` and `CAP_SETGID`).
     pub caller_credentials: bool,
+    /// Kernel passthrough (`FUSE_PASSTHROUGH`, Linux 6.9+): the kernel
+    /// reads and writes open regular files straight from the backing
+    /// files, so READ and WRITE never reach the daemon. Used where the
+    /// kernel offers it and the process may register backing files
+    /// (`CAP_SYS_ADMIN` in the initial user namespace); otherwise, and for
+    /// files the kernel refuses, the daemon serves READ and WRITE as usual
+    /// (logged once). Off with the writeback cache or zero-message opens,
+    /// which exclude it. See `docs/passthrough.md`.
+    ///
+    /// Off in `Default`, so that a program measuring or testing how its
+    /// transport carries READ and WRITE keeps seeing them; the
+    /// `passthroughfs` daemon turns it on unless given `--no-passthrough`.
+    pub passthrough: bool,
     /// The signal used to interrupt a worker blocked in a lock wait
     /// (SETLKW) when the kernel sends INTERRUPT; `None` uses
     /// `SIGRTMIN() + 5`. A handler that does nothing is installed for it.
     pub interrupt_signal: Option<i32>,
+    /// Hold known inodes by file handle (`name_to_handle_at(2)`, opened
+    /// again with `open_by_handle_at(2)` when used) instead of by an open
+    /// `O_PATH` descriptor each, so that trees with more files than the
+    /// descriptor limit can be served. Used only where it works (the
+    /// backing file system supports file handles and the process has
+    /// `CAP_DAC_READ_SEARCH` in the initial user namespace); otherwise, or
+    /// when off, every known inode keeps a descriptor.
+    pub file_handles: bool,
 }
 
 impl Default for PassthroughConfig {
@@ -109,9 +137,12 @@ impl Default for PassthroughConfig {
             readdirplus: true,
             no_open: false,
             no_opendir: false,
+            no_readdir: false,
             killpriv_v2: false,
             caller_credentials: true,
+            passthrough: false,
             interrupt_signal: None,
+            file_handles: true,
         }
     }
 }

@@ -203,6 +203,22 @@ impl Creds {
     }
 }
 
+/// Runs `f` with file system uid 0 (and so the process's file system
+/// capabilities, `CAP_DAC_READ_SEARCH` among them) on this thread, then
+/// restores the thread's file system uid. For the daemon's own
+/// bookkeeping while a thread acts as a caller: reopening a known inode
+/// from its file handle (`open_by_handle_at` needs the capability).
+pub(crate) fn with_fs_caps<T>(f: impl FnOnce() -> T) -> T {
+    let prev = current_fsuid();
+    if prev == 0 {
+        return f();
+    }
+    set_fsuid(0);
+    let r = f();
+    set_fsuid(prev);
+    r
+}
+
 /// Gives this thread its own umask (0), cwd and root: `unshare(CLONE_FS)`.
 fn make_fs_private() -> io::Result<()> {
     // SAFETY: unshare(CLONE_FS) only affects this thread's fs_struct.

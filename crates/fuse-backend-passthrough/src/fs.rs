@@ -3,13 +3,14 @@
 use crate::config::{CachePolicy, PassthroughConfig};
 use crate::creds::Creds;
 use crate::handle::{Handle, HandleTable, LockCtx};
-use crate::inode::{Inode, InodeFile, InodeKey, InodeStore};
+use crate::inode::{Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
+use crate::passthrough::{self, Passthrough, PassthroughStats};
 use crate::sys::{self, errno, NumName, STATX_WANTED};
 use fuse_abi::{AccessMask, Attr, FileLock, FopenFlags, InitFlags, Kstatfs, ReleaseFlags, ROOT_ID};
 use fuse_server::{
-    AttrReply, Context, CopyFileRangeArgs, CreateArgs, DirentPlusSink, DirentSink, Entry,
-    FallocateArgs, FileSystem, FlushArgs, FsyncArgs, InitConfig, KernelInit, LockArgs, LseekArgs,
-    MkdirArgs, MknodArgs, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs, SetTime,
+    AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs, DirentPlusSink, DirentSink,
+    Entry, FallocateArgs, FileSystem, FlushArgs, FsyncArgs, InitConfig, KernelInit, LockArgs,
+    LseekArgs, MkdirArgs, MknodArgs, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs, SetTime,
     SetattrArgs, SetxattrArgs, StatxArgs, StatxReply, WriteArgs, XattrReply, ZeroCopyReader,
     ZeroCopyWriter,
 };
@@ -21,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+// The `AsyncFileSystem` implementation and its thread pool switch: a child
+// module, so it shares this one's private helpers.
+#[path = "async_fs.rs"]
+mod async_fs;
 
 /// Errors of creating a [`PassthroughFs`].
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +85,10 @@ pub struct PassthroughFs {
     interrupt_signal: i32,
     attr_timeout: Duration,
     entry_timeout: Duration,
+    /// Kernel passthrough: backing ids per inode.
+    pt: Passthrough,
+    /// Async serving: the thread pool switch and the pool.
+    asyncs: async_fs::AsyncServing,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -118,10 +128,17 @@ pub fn attr_from_statx(st: &libc::statx) -> Attr {
     }
 }
 
-/// Rejects names the kernel should never send: empty, or with a `/`.
+/// The largest xattr value and name list Linux has (`XATTR_SIZE_MAX`,
+/// `XATTR_LIST_MAX`): a GETXATTR or LISTXATTR asking for more needs no
+/// bigger buffer (the kernel caps callers' sizes there too).
+const XATTR_SIZE_MAX: usize = 65536;
+
+/// Rejects names the kernel never sends in a request that names an
+/// entry to make, remove or rename: empty, with a `/`, or `.` and `..`
+/// (the kernel resolves those itself; LOOKUP handles them apart).
 fn check_name(name: &CStr) -> io::Result<()> {
     let b = name.to_bytes();
-    if b.is_empty() || b.contains(&b'/') {
+    if b.is_empty() || b.contains(&b'/') || is_dot_or_dotdot(b) {
         return Err(errno(libc::EINVAL));
     }
     Ok(())
@@ -129,6 +146,19 @@ fn check_name(name: &CStr) -> io::Result<()> {
 
 fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
+}
+
+/// What a READDIR or READDIRPLUS whose reply holds `stored` entries
+/// answers for the listing's result `r`: an error before the first entry
+/// is the answer; one after it ends the reply, which carries its entries.
+/// (The stream stands right after them, so the next request meets the
+/// error again. Answering the error would lose them: the stream moved
+/// past them, and the references of READDIRPLUS entries would leak.)
+fn listing_result(r: io::Result<()>, stored: usize) -> io::Result<()> {
+    match r {
+        Err(e) if stored == 0 => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// A `struct flock` for a protocol lock.
@@ -221,6 +251,14 @@ impl PassthroughFs {
         let fd = sys::open(&c, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(src_err)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED).map_err(src_err)?;
         let key = InodeKey::from_statx(&st);
+        let files = InodeFiles::new(fd.as_fd(), config.file_handles);
+        match files.fallback_reason() {
+            None => tracing::info!(source = %source.display(), "inodes held by file handle"),
+            Some(why) => tracing::info!(
+                source = %source.display(),
+                "inodes held by O_PATH descriptor (one per known inode): {why}"
+            ),
+        }
         let root = Inode::new(
             ROOT_ID,
             key,
@@ -229,6 +267,7 @@ impl PassthroughFs {
         );
         let proc_self_fd = sys::open(c"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)
             .map_err(PassthroughError::Proc)?;
+        let passthrough = config.passthrough;
         let interrupt_signal = config
             .interrupt_signal
             .unwrap_or_else(|| libc::SIGRTMIN() + 5);
@@ -240,11 +279,13 @@ impl PassthroughFs {
             cfg: config,
             source,
             proc_self_fd,
-            inodes: InodeStore::new(root),
+            inodes: InodeStore::new(root, files),
             handles: HandleTable::new(),
             agreed: Agreed::default(),
             waiters: Mutex::new(Vec::new()),
             interrupt_signal,
+            pt: Passthrough::new(passthrough),
+            asyncs: async_fs::AsyncServing::new(),
         })
     }
 
@@ -275,10 +316,109 @@ impl PassthroughFs {
         self.handles.len()
     }
 
+    /// Whether inodes are held by file handle (`name_to_handle_at`), so a
+    /// known inode needs no open descriptor; see
+    /// [`PassthroughConfig::file_handles`].
+    pub fn uses_file_handles(&self) -> bool {
+        self.inodes.files().fallback_reason().is_none()
+    }
+
+    /// Why inodes are held by `O_PATH` descriptor instead of file handle
+    /// (`None` when they are held by file handle).
+    pub fn file_handle_fallback(&self) -> Option<&str> {
+        self.inodes.files().fallback_reason()
+    }
+
+    /// Descriptors held by the cache of inodes in use (file handle mode;
+    /// at most a fixed number, whatever the number of inodes).
+    pub fn cached_fds(&self) -> usize {
+        self.inodes.files().cached_fds()
+    }
+
     /// Whether operations run with the callers' credentials (enabled in
     /// the config and the process runs as root).
     pub fn uses_caller_credentials(&self) -> bool {
         self.creds.enabled()
+    }
+
+    /// What kernel passthrough did so far: whether it is on, backing ids
+    /// registered now ([`PassthroughStats::live_backing_ids`], 0 once every
+    /// file is closed), opens passed through and opens served by the
+    /// daemon, and why it is off or fell back.
+    pub fn passthrough_stats(&self) -> PassthroughStats {
+        self.pt.stats()
+    }
+
+    /// Backing ids registered with the kernel now: one per inode with
+    /// files open in passthrough mode.
+    pub fn live_backing_ids(&self) -> u64 {
+        self.pt.stats().live_backing_ids
+    }
+
+    /// The reply to an open of a regular file with handle `fh` and backing
+    /// id `backing_id` (0: served by the daemon). A passthrough open
+    /// carries only `FOPEN_PASSTHROUGH`: the kernel refuses it next to
+    /// `FOPEN_KEEP_CACHE` (the user's open fails), and `FOPEN_DIRECT_IO`
+    /// would send READ and WRITE to the daemon again; passthrough I/O
+    /// bypasses FUSE's page cache anyway.
+    fn file_opened(&self, fh: u64, backing_id: i32) -> Opened {
+        if backing_id > 0 {
+            Opened {
+                fh,
+                flags: FopenFlags::PASSTHROUGH,
+                backing_id,
+            }
+        } else {
+            Opened {
+                fh,
+                flags: self.fopen_flags(false),
+                backing_id: 0,
+            }
+        }
+    }
+
+    /// Inserts the handle of the regular file `inode` opened as `fd` and
+    /// answers the open, passed through when possible. `mode`: the file's
+    /// mode if known (else it is read when a backing id would be made).
+    /// Runs with the daemon's credentials (backing ids record them).
+    fn open_file(
+        &self,
+        inode: &Inode,
+        fd: OwnedFd,
+        flags: i32,
+        mode: Option<u32>,
+    ) -> io::Result<Opened> {
+        let ticket = self.pt.open(inode.nodeid, fd.as_fd(), || {
+            // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing
+            // set-user-ID on write to the daemon's WRITE, which passthrough
+            // never sends: such files are served by the daemon. (Without
+            // it the kernel clears the bits itself, passthrough or not.)
+            if !self.killpriv_v2() {
+                return false;
+            }
+            let mode = mode.or_else(|| {
+                sys::statx_fd(fd.as_fd(), libc::STATX_MODE)
+                    .ok()
+                    .map(|st| st.stx_mode as u32)
+            });
+            // Unknown: let the daemon serve it.
+            mode.is_none_or(passthrough::privileged_mode)
+        });
+        match self.handles.insert(Handle::file(fd, inode.nodeid, flags)) {
+            Ok(fh) => {
+                let backing_id = ticket.as_ref().map_or(0, |t| t.backing_id);
+                if let Some(t) = ticket {
+                    self.pt.bind(t, fh);
+                }
+                Ok(self.file_opened(fh, backing_id))
+            }
+            Err(e) => {
+                if let Some(t) = ticket {
+                    self.pt.abandon(t);
+                }
+                Err(e)
+            }
+        }
     }
 
     fn proc_fd(&self) -> BorrowedFd<'_> {
@@ -303,20 +443,17 @@ impl PassthroughFs {
         flags: i32,
         entry: Entry,
     ) -> io::Result<(Entry, Opened)> {
-        let opened = |fh| Opened {
-            fh,
-            flags: self.fopen_flags(false),
-            backing_id: 0,
-        };
         if self.no_open() {
             let mut slot = lock(&inode.lazy);
             if slot.is_none() {
                 *slot = Some(Arc::new(Handle::file(fd, inode.nodeid, flags)));
             }
-            return Ok((entry, opened(0)));
+            return Ok((entry, self.file_opened(0, 0)));
         }
-        match self.handles.insert(Handle::file(fd, inode.nodeid, flags)) {
-            Ok(fh) => Ok((entry, opened(fh))),
+        // Backing ids are registered with the daemon's credentials.
+        self.creds.root();
+        match self.open_file(inode, fd, flags, Some(entry.attr.mode)) {
+            Ok(opened) => Ok((entry, opened)),
             Err(e) => {
                 self.inodes.forget(inode.nodeid, 1);
                 Err(e)
@@ -341,11 +478,11 @@ impl PassthroughFs {
     /// Looks up `name` in `parent`; the entry carries one lookup reference
     /// (none if it is the root).
     fn lookup_in(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
-        check_name(name)?;
         let b = name.to_bytes();
         if is_dot_or_dotdot(b) {
             return self.lookup_dot(parent, b == b"..");
         }
+        check_name(name)?;
         let pfd = parent.file.path_fd()?;
         let st = sys::statx(
             pfd.as_fd(),
@@ -367,9 +504,10 @@ impl PassthroughFs {
     fn insert_inode(&self, fd: OwnedFd, st: &libc::statx) -> Arc<Inode> {
         let key = InodeKey::from_statx(st);
         let mode = st.stx_mode as u32;
-        self.inodes.insert_and_ref(key, |id| {
-            Inode::new(id, key, InodeFile::from_path_fd(fd), mode)
-        })
+        // Made outside the store's lock; dropped if the inode is known.
+        let file = self.inodes.files().make(fd);
+        self.inodes
+            .insert_and_ref(key, |id| Inode::new(id, key, file, mode))
     }
 
     /// The inode of an open (non-`O_PATH`) descriptor, with one more lookup
@@ -437,6 +575,39 @@ impl PassthroughFs {
             (CachePolicy::Always, true) => FopenFlags::KEEP_CACHE | FopenFlags::CACHE_DIR,
             _ => FopenFlags::empty(),
         }
+    }
+
+    /// INIT: whether to ask for `FUSE_PASSTHROUGH` (then also sets the
+    /// stack depth), saying why not when it was wanted.
+    fn passthrough_init(&self, kernel: &KernelInit, config: &mut InitConfig) -> InitFlags {
+        if !self.pt.wanted() {
+            return InitFlags::empty();
+        }
+        let why = if !kernel.flags.contains(InitFlags::PASSTHROUGH) {
+            format!(
+                "the kernel does not offer FUSE_PASSTHROUGH (Linux 6.9+ with \
+                 CONFIG_FUSE_PASSTHROUGH; this one speaks protocol 7.{})",
+                kernel.minor
+            )
+        } else if self.cfg.writeback && kernel.flags.contains(InitFlags::WRITEBACK_CACHE) {
+            "the writeback cache is on, and the kernel does not combine it with passthrough"
+                .to_string()
+        } else if self.cfg.no_open && kernel.flags.contains(InitFlags::NO_OPEN_SUPPORT) {
+            "zero-message opens are on: without OPEN no reply can carry a backing id".to_string()
+        } else if self.pt.can_ask() {
+            config.max_stack_depth = self
+                .inodes
+                .root()
+                .file
+                .path_fd()
+                .map_or(1, |root| passthrough::stack_depth_for(root.as_fd()));
+            return InitFlags::PASSTHROUGH;
+        } else {
+            self.pt.stats().reason.unwrap_or_default()
+        };
+        tracing::info!("kernel passthrough off: {why}");
+        self.pt.set_reason(why);
+        InitFlags::empty()
     }
 
     /// The handle a request names: `fh`, or with handle 0 (zero-message
@@ -623,7 +794,9 @@ impl PassthroughFs {
         }
     }
 
-    /// A buffer of `size` bytes for a reply, or ENOMEM.
+    /// A buffer of `size` bytes for a reply, or ENOMEM. Sizes that come
+    /// from a request are capped by the caller first: a request can't make
+    /// the daemon allocate more than a reply can carry.
     fn reply_buf(size: usize) -> io::Result<Vec<u8>> {
         let mut buf = Vec::new();
         buf.try_reserve_exact(size)
@@ -662,8 +835,18 @@ impl FileSystem for PassthroughFs {
         if self.cfg.no_opendir {
             want |= InitFlags::NO_OPENDIR_SUPPORT;
         }
+        want |= self.passthrough_init(kernel, config);
         config.flags |= want;
         let got = config.flags & kernel.flags;
+        let passthrough =
+            got.contains(InitFlags::PASSTHROUGH) && !got.contains(InitFlags::WRITEBACK_CACHE);
+        self.pt.set_active(passthrough);
+        if passthrough {
+            tracing::info!(
+                max_stack_depth = config.max_stack_depth,
+                "kernel passthrough on: the kernel reads and writes open files' backing files"
+            );
+        }
         self.agreed
             .writeback
             .store(got.contains(InitFlags::WRITEBACK_CACHE), Ordering::Relaxed);
@@ -694,7 +877,22 @@ impl FileSystem for PassthroughFs {
         Ok(())
     }
 
+    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {
+        self.pt.attach(files);
+    }
+
     fn destroy(&self) {
+        if self.pt.wanted() {
+            let s = self.pt.stats();
+            tracing::info!(
+                passthrough_opens = s.passthrough_opens,
+                daemon_opens = s.fallback_opens,
+                backing_ids = s.registered,
+                "kernel passthrough at unmount"
+            );
+        }
+        // Backing ids first, while the connection can still close them.
+        self.pt.clear();
         self.handles.clear();
         self.inodes.clear();
     }
@@ -929,12 +1127,9 @@ impl FileSystem for PassthroughFs {
         if args.kill_suidgid() && self.killpriv_v2() {
             self.kill_suidgid_fd(fd.as_fd())?;
         }
-        let fh = self.handles.insert(Handle::file(fd, ino, flags))?;
-        Ok(Opened {
-            fh,
-            flags: self.fopen_flags(false),
-            backing_id: 0,
-        })
+        // Backing ids are registered with the daemon's credentials.
+        self.creds.root();
+        self.open_file(&inode, fd, flags, None)
     }
 
     fn read(
@@ -1011,6 +1206,8 @@ impl FileSystem for PassthroughFs {
             .handles
             .remove(args.fh)
             .ok_or_else(|| errno(libc::EBADF))?;
+        // The last release of a passthrough inode closes its backing id.
+        self.pt.release(args.fh);
         if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {
             // The descriptor may live on while a request still uses it.
             let _ = sys::flock(h.fd(), libc::LOCK_UN);
@@ -1047,7 +1244,7 @@ impl FileSystem for PassthroughFs {
             let n = sys::getxattr(path.as_cstr(), name, &mut [])?;
             return Ok(XattrReply::Size(n as u32));
         }
-        let mut buf = Self::reply_buf(size as usize)?;
+        let mut buf = Self::reply_buf((size as usize).min(XATTR_SIZE_MAX))?;
         let n = sys::getxattr(path.as_cstr(), name, &mut buf)?;
         buf.truncate(n);
         Ok(XattrReply::Data(buf))
@@ -1063,7 +1260,7 @@ impl FileSystem for PassthroughFs {
             let n = sys::listxattr(path.as_cstr(), &mut [])?;
             return Ok(XattrReply::Size(n as u32));
         }
-        let mut buf = Self::reply_buf(size as usize)?;
+        let mut buf = Self::reply_buf((size as usize).min(XATTR_SIZE_MAX))?;
         let n = sys::listxattr(path.as_cstr(), &mut buf)?;
         buf.truncate(n);
         Ok(XattrReply::Data(buf))
@@ -1125,10 +1322,15 @@ impl FileSystem for PassthroughFs {
         self.creds.root();
         let h = self.handle(ino, args.fh)?;
         let stream = h.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+        if self.cfg.no_readdir || args.size == 0 {
+            // Listings are off, or the reply has no room: touch nothing.
+            return Ok(());
+        }
         let mut stream = lock(stream);
-        stream.read(h.fd(), args.offset, |e| {
+        let r = stream.read(h.fd(), args.offset, |e| {
             Ok(out.add(e.ino, e.off, e.dtype as u32, e.name))
-        })
+        });
+        listing_result(r, out.count())
     }
 
     fn readdirplus(
@@ -1139,11 +1341,16 @@ impl FileSystem for PassthroughFs {
         out: &mut dyn DirentPlusSink,
     ) -> io::Result<()> {
         self.creds.root();
-        let parent = self.inodes.get(ino)?;
         let h = self.handle(ino, args.fh)?;
         let stream = h.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+        // Names are looked up in the directory being listed: the handle's.
+        let parent = self.inodes.get(h.nodeid)?;
+        if self.cfg.no_readdir || args.size == 0 {
+            // Listings are off, or the reply has no room: touch nothing.
+            return Ok(());
+        }
         let mut stream = lock(stream);
-        stream.read(h.fd(), args.offset, |e| {
+        let r = stream.read(h.fd(), args.offset, |e| {
             if is_dot_or_dotdot(e.name) {
                 // No lookup (as libfuse does): a node id of 0 tells the
                 // kernel to make no dentry of it.
@@ -1172,7 +1379,8 @@ impl FileSystem for PassthroughFs {
                 Err(err) if out.count() == 0 => Err(err),
                 Err(_) => Ok(false),
             }
-        })
+        });
+        listing_result(r, out.count())
     }
 
     fn releasedir(&self, _ctx: &Context, _ino: u64, args: &ReleaseArgs) -> io::Result<()> {
@@ -1326,6 +1534,13 @@ impl FileSystem for PassthroughFs {
         self.creds.root();
         let h = self.handle(ino, args.fh)?;
         let offset = i64::try_from(args.offset).map_err(|_| errno(libc::EINVAL))?;
+        let Some(stream) = &h.dir else {
+            return sys::lseek(h.fd(), offset, args.whence as i32);
+        };
+        // A directory's descriptor moves under its stream: what the stream
+        // buffered and the cookie it stands at are stale after this.
+        let mut stream = lock(stream);
+        stream.invalidate();
         sys::lseek(h.fd(), offset, args.whence as i32)
     }
 

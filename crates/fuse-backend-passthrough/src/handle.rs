@@ -5,44 +5,56 @@ use crate::inode::IdMap;
 use crate::sys::{self, errno};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// An open file or directory of the backing tree.
 pub(crate) struct Handle {
-    fd: OwnedFd,
+    /// Shared so that an io_uring operation in flight keeps it open
+    /// (`async_io::File`), even after RELEASE removed the handle.
+    fd: Arc<OwnedFd>,
     /// The node id it was opened for.
     pub nodeid: u64,
     /// The flags the backing file was opened with.
     pub flags: i32,
     /// A directory's stream position and buffer (`None` for files).
     pub dir: Option<Mutex<DirStream>>,
+    /// The backing file refused `RWF_NOWAIT` (`EOPNOTSUPP`): async READs
+    /// don't try it again on this handle.
+    pub no_nowait: AtomicBool,
 }
 
 impl Handle {
     /// An open file.
     pub(crate) fn file(fd: OwnedFd, nodeid: u64, flags: i32) -> Self {
         Self {
-            fd,
+            fd: Arc::new(fd),
             nodeid,
             flags,
             dir: None,
+            no_nowait: AtomicBool::new(false),
         }
     }
 
     /// An open directory.
     pub(crate) fn dir(fd: OwnedFd, nodeid: u64, flags: i32) -> Self {
         Self {
-            fd,
+            fd: Arc::new(fd),
             nodeid,
             flags,
             dir: Some(Mutex::new(DirStream::new())),
+            no_nowait: AtomicBool::new(false),
         }
     }
 
     /// The open descriptor.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// The open descriptor, shared (for IO that may outlive the request).
+    pub(crate) fn shared_fd(&self) -> &Arc<OwnedFd> {
+        &self.fd
     }
 }
 
@@ -116,6 +128,10 @@ impl HandleTable {
 /// The size of a directory stream's getdents64 buffer.
 const DIR_BUF_SIZE: usize = 32 * 1024;
 
+/// A stream position no request names (cookies beyond `i64::MAX` are the
+/// end and never seek): the next read seeks to the cookie it is given.
+const UNKNOWN_POS: u64 = u64::MAX;
+
 /// A directory stream: entries read with getdents64 and not yet handed
 /// out, and the cookie the next entry follows.
 ///
@@ -125,7 +141,8 @@ pub(crate) struct DirStream {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// The cookie of the position the stream is at (0: the start).
+    /// The cookie of the position the stream is at (0: the start;
+    /// [`UNKNOWN_POS`]: not known, the next read seeks).
     pos: u64,
 }
 
@@ -151,9 +168,20 @@ impl DirStream {
         }
     }
 
+    /// Forgets the buffered entries and the position, so that the next
+    /// read seeks to the cookie it is given: the descriptor was moved
+    /// behind the stream's back (LSEEK), or what was read can't be trusted.
+    pub(crate) fn invalidate(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.pos = UNKNOWN_POS;
+    }
+
     /// Hands out entries after cookie `offset` to `emit` until it returns
     /// `false` (the entry it was given stays for the next call) or the
-    /// directory ends. `fd` is the directory's open descriptor.
+    /// directory ends. `fd` is the directory's open descriptor. On an
+    /// error (of `emit` too) the entries handed out before stay handed
+    /// out and the stream stands right after them.
     pub(crate) fn read(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -186,9 +214,11 @@ impl DirStream {
                 }
             }
             let Some((entry, reclen)) = parse_dirent(&self.buf[self.start..self.end]) else {
-                // A record we can't read: drop the rest of the buffer.
+                // A record we can't read: drop the buffer, and read again
+                // from the cookie of the next request (which meets it again
+                // rather than skipping what followed it).
                 tracing::warn!("malformed getdents64 record");
-                self.start = self.end;
+                self.invalidate();
                 return Err(errno(libc::EIO));
             };
             let off = entry.off;

@@ -2,12 +2,17 @@
 //! of the source directory, with exact lookup counts.
 //!
 //! How an inode holds on to its backing file is the business of one small
-//! type, [`InodeFile`]: today an `O_PATH` descriptor. Every user goes
-//! through [`InodeFile::path_fd`] (a descriptor for `*at()` calls, valid
-//! while the returned guard lives) and [`InodeFile::reopen`] (a new
-//! descriptor opened with given flags), so `InodeFile` can later hold a
-//! file handle from `name_to_handle_at(2)` instead and open it with
-//! `open_by_handle_at(2)` on demand, without an fd per known inode.
+//! type, [`InodeFile`]: a file handle from `name_to_handle_at(2)` where the
+//! backing file system supports them (ext4, xfs, btrfs, tmpfs on recent
+//! kernels, ...) and the daemon may open them (`CAP_DAC_READ_SEARCH` in the
+//! initial user namespace), else an `O_PATH` descriptor ([`InodeFiles`]
+//! decides once, at start, and says why). Every user goes through
+//! [`InodeFile::path_fd`] (a descriptor for `*at()` calls, valid while the
+//! returned guard lives) and [`InodeFile::reopen`] (a new descriptor opened
+//! with given flags). A handle is opened with `open_by_handle_at(2)` on
+//! demand and the descriptor kept in a small cache of inodes in use, so a
+//! tree of any size can be served within the descriptor limit, and a hot
+//! inode costs no extra system call.
 
 use crate::handle::{Handle, LockCtx};
 use crate::sys::{self, StackPath};
@@ -16,7 +21,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A hasher for keys that are already unique integers (node ids, handles).
 #[derive(Default, Clone, Copy)]
@@ -69,17 +74,16 @@ impl InodeKey {
 pub(crate) enum PathFd<'a> {
     /// The inode's own `O_PATH` descriptor.
     Borrowed(BorrowedFd<'a>),
-    /// A descriptor opened for this use (a file handle opened with
-    /// `open_by_handle_at`), closed on drop.
-    #[allow(dead_code)]
-    Owned(OwnedFd),
+    /// A descriptor from the cache of inodes in use (opened from the
+    /// inode's file handle), kept open while this lives.
+    Shared(Arc<OwnedFd>),
 }
 
 impl AsFd for PathFd<'_> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             PathFd::Borrowed(fd) => *fd,
-            PathFd::Owned(fd) => fd.as_fd(),
+            PathFd::Shared(fd) => fd.as_fd(),
         }
     }
 }
@@ -92,28 +96,247 @@ impl PathFd<'_> {
     }
 }
 
-/// How an inode holds its backing file: an `O_PATH` descriptor.
-#[derive(Debug)]
-pub(crate) struct InodeFile {
-    fd: OwnedFd,
+/// A small direct-mapped cache of `O_PATH` descriptors of inodes held by
+/// file handle: the inodes in use (a directory being listed or looked up
+/// in, a file being opened or stat'ed) keep a descriptor, so a request
+/// rarely pays an `open_by_handle_at`. Each slot holds one inode's
+/// descriptor; a new one replaces whatever shared its slot. The cache
+/// holds at most its size in descriptors, whatever the number of inodes.
+struct FdCache {
+    slots: Box<[Mutex<Slot>]>,
+    mask: usize,
+}
+
+impl FdCache {
+    fn new(size: usize) -> Self {
+        let size = size.next_power_of_two().max(1);
+        Self {
+            slots: (0..size).map(|_| Mutex::new(None)).collect(),
+            mask: size - 1,
+        }
+    }
+
+    fn slot(&self, id: u64) -> MutexGuard<'_, Slot> {
+        let i = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.mask;
+        self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, id: u64) -> Option<Arc<OwnedFd>> {
+        match &*self.slot(id) {
+            Some((k, fd)) if *k == id => Some(fd.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&self, id: u64, fd: Arc<OwnedFd>) {
+        let old = self.slot(id).replace((id, fd));
+        // The replaced descriptor closes here, outside the slot's lock
+        // (or later, when its last user is done).
+        drop(old);
+    }
+
+    fn remove(&self, id: u64) {
+        let old = {
+            let mut slot = self.slot(id);
+            match &*slot {
+                Some((k, _)) if *k == id => slot.take(),
+                _ => None,
+            }
+        };
+        drop(old);
+    }
+
+    fn len(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.lock().unwrap_or_else(|e| e.into_inner()).is_some())
+            .count()
+    }
+}
+
+/// One slot of the [`FdCache`]: an inode's cache key and its descriptor.
+type Slot = Option<(u64, Arc<OwnedFd>)>;
+
+/// The number of descriptors the cache of inodes in use holds at most.
+const FD_CACHE_SIZE: usize = 1024;
+
+/// What inodes held by file handle share: the source's mount (the
+/// `mount_fd` of `open_by_handle_at`) and the descriptor cache.
+struct HandleOpener {
+    mount_fd: OwnedFd,
+    mnt_id: u64,
+    cache: FdCache,
+    next_id: AtomicU64,
+}
+
+/// How inodes hold their backing files: by file handle where the backing
+/// file system supports them and the process may open them
+/// (`CAP_DAC_READ_SEARCH`), else by `O_PATH` descriptor.
+pub(crate) struct InodeFiles {
+    opener: Option<Arc<HandleOpener>>,
+    /// Why inodes are held by descriptor (`None`: by file handle).
+    fallback: Option<String>,
+}
+
+impl InodeFiles {
+    /// Decides how inodes of the tree whose root is `root` are held:
+    /// by file handle if `want_handles` and a probe (`name_to_handle_at`
+    /// then `open_by_handle_at` of the root) works, else by descriptor.
+    pub(crate) fn new(root: BorrowedFd<'_>, want_handles: bool) -> Self {
+        if !want_handles {
+            return Self::fds("file handles turned off in the configuration".into());
+        }
+        let probe = || -> io::Result<HandleOpener> {
+            let (handle, mnt_id) = sys::name_to_handle_fd(root)?;
+            // `open_by_handle_at` takes no O_PATH descriptor as mount_fd
+            // (EBADF): the root opened for reading.
+            let mount_fd = sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+            let fd = sys::open_by_handle(mount_fd.as_fd(), &handle, libc::O_PATH)?;
+            drop(fd);
+            Ok(HandleOpener {
+                mount_fd,
+                mnt_id,
+                cache: FdCache::new(FD_CACHE_SIZE),
+                next_id: AtomicU64::new(1),
+            })
+        };
+        match probe() {
+            Ok(opener) => Self {
+                opener: Some(Arc::new(opener)),
+                fallback: None,
+            },
+            Err(e) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) => {
+                        "the source's file system does not support file handles".to_owned()
+                    }
+                    Some(libc::EPERM) => "opening file handles needs CAP_DAC_READ_SEARCH \
+                         (in the initial user namespace)"
+                        .to_owned(),
+                    _ => format!("file handles don't work here: {e}"),
+                };
+                Self::fds(why)
+            }
+        }
+    }
+
+    fn fds(why: String) -> Self {
+        Self {
+            opener: None,
+            fallback: Some(why),
+        }
+    }
+
+    /// `None` when inodes are held by file handle, else the reason they
+    /// are held by descriptor.
+    pub(crate) fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// Descriptors held by the cache of inodes in use.
+    pub(crate) fn cached_fds(&self) -> usize {
+        self.opener.as_ref().map_or(0, |o| o.cache.len())
+    }
+
+    /// The way to hold the file of the `O_PATH` descriptor `fd`: its file
+    /// handle (with `fd` kept in the cache, as the inode is about to be
+    /// used) when it is on the source's mount and has one, else `fd`.
+    pub(crate) fn make(&self, fd: OwnedFd) -> InodeFile {
+        let Some(opener) = &self.opener else {
+            return InodeFile(Repr::Fd(fd));
+        };
+        match sys::name_to_handle_fd(fd.as_fd()) {
+            Ok((handle, mnt_id)) if mnt_id == opener.mnt_id => {
+                let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
+                opener.cache.put(id, Arc::new(fd));
+                InodeFile(Repr::Handle(HandleFile {
+                    handle,
+                    id,
+                    opener: opener.clone(),
+                }))
+            }
+            // Another mount below the source, or a file without a handle.
+            _ => InodeFile(Repr::Fd(fd)),
+        }
+    }
+}
+
+/// An inode held by file handle.
+struct HandleFile {
+    handle: sys::FileHandle,
+    /// Its key in the descriptor cache.
+    id: u64,
+    opener: Arc<HandleOpener>,
+}
+
+impl HandleFile {
+    fn path_fd(&self) -> io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = self.opener.cache.get(self.id) {
+            return Ok(fd);
+        }
+        // A thread acting as a caller lacks CAP_DAC_READ_SEARCH: open as
+        // the daemon (the inode is known already; access checks happen on
+        // what the request then does with the descriptor).
+        let fd = crate::creds::with_fs_caps(|| {
+            sys::open_by_handle(self.opener.mount_fd.as_fd(), &self.handle, libc::O_PATH)
+        })?;
+        let fd = Arc::new(fd);
+        self.opener.cache.put(self.id, fd.clone());
+        Ok(fd)
+    }
+}
+
+impl Drop for HandleFile {
+    fn drop(&mut self) {
+        self.opener.cache.remove(self.id);
+    }
+}
+
+enum Repr {
+    /// An `O_PATH` descriptor.
+    Fd(OwnedFd),
+    /// A file handle.
+    Handle(HandleFile),
+}
+
+/// How an inode holds its backing file: an `O_PATH` descriptor, or a file
+/// handle (`name_to_handle_at`) opened on demand with `open_by_handle_at`
+/// (and cached while the inode is in use), so that a known inode needs no
+/// open descriptor. See [`InodeFiles`].
+pub(crate) struct InodeFile(Repr);
+
+impl std::fmt::Debug for InodeFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Repr::Fd(fd) => f.debug_tuple("InodeFile::Fd").field(fd).finish(),
+            Repr::Handle(h) => f.debug_tuple("InodeFile::Handle").field(&h.handle).finish(),
+        }
+    }
 }
 
 impl InodeFile {
-    /// Wraps an `O_PATH` descriptor.
+    /// Wraps an `O_PATH` descriptor (held as is: the root's).
     pub(crate) fn from_path_fd(fd: OwnedFd) -> Self {
-        Self { fd }
+        Self(Repr::Fd(fd))
     }
 
-    /// A descriptor for `*at()` calls and `AT_EMPTY_PATH` calls.
+    /// A descriptor for `*at()` calls and `AT_EMPTY_PATH` calls. For an
+    /// inode held by file handle whose file is gone from the backing file
+    /// system, `ESTALE`.
     pub(crate) fn path_fd(&self) -> io::Result<PathFd<'_>> {
-        Ok(PathFd::Borrowed(self.fd.as_fd()))
+        match &self.0 {
+            Repr::Fd(fd) => Ok(PathFd::Borrowed(fd.as_fd())),
+            Repr::Handle(h) => h.path_fd().map(PathFd::Shared),
+        }
     }
 
     /// Opens the file again with `flags` (never following a symlink in
     /// the backing tree: the `/proc/self/fd` magic link leads to the file
     /// itself). `proc_self_fd` is an `O_PATH` descriptor of `/proc/self/fd`.
+    /// Access is checked with the calling thread's credentials.
     pub(crate) fn reopen(&self, proc_self_fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
-        let name = sys::NumName::new(self.fd.as_raw_fd() as u64);
+        let pfd = self.path_fd()?;
+        let name = sys::NumName::new(pfd.as_fd().as_raw_fd() as u64);
         sys::openat(proc_self_fd, name.as_cstr(), flags & !libc::O_NOFOLLOW, 0)
     }
 }
@@ -170,6 +393,8 @@ impl Inode {
 struct Maps {
     by_id: IdMap<Arc<Inode>>,
     by_key: HashMap<InodeKey, u64>,
+    /// The most inodes held since memory was last given back.
+    peak: usize,
 }
 
 /// All inodes the kernel knows, by node id and by backing identity.
@@ -181,21 +406,36 @@ pub(crate) struct InodeStore {
     maps: RwLock<Maps>,
     next: AtomicU64,
     root: Arc<Inode>,
+    files: InodeFiles,
 }
 
+/// A store that never held this many inodes keeps its memory.
+const SHRINK_MIN_PEAK: usize = 64;
+
 impl InodeStore {
-    /// A store holding the root inode (node id 1).
-    pub(crate) fn new(root: Inode) -> Self {
+    /// A store holding the root inode (node id 1); new inodes hold their
+    /// files as `files` says.
+    pub(crate) fn new(root: Inode, files: InodeFiles) -> Self {
         let root = Arc::new(root);
         let mut by_id = IdMap::default();
         by_id.insert(fuse_abi::ROOT_ID, root.clone());
         let mut by_key = HashMap::new();
         by_key.insert(root.key, fuse_abi::ROOT_ID);
         Self {
-            maps: RwLock::new(Maps { by_id, by_key }),
+            maps: RwLock::new(Maps {
+                by_id,
+                by_key,
+                peak: 1,
+            }),
             next: AtomicU64::new(fuse_abi::ROOT_ID + 1),
             root,
+            files,
         }
+    }
+
+    /// How new inodes hold their files.
+    pub(crate) fn files(&self) -> &InodeFiles {
+        &self.files
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
@@ -256,6 +496,7 @@ impl InodeStore {
         inode.refs.store(1, Ordering::Release);
         maps.by_id.insert(id, inode.clone());
         maps.by_key.insert(key, id);
+        maps.peak = maps.peak.max(maps.by_id.len());
         inode
     }
 
@@ -306,14 +547,33 @@ impl InodeStore {
                         if maps.by_key.get(&key) == Some(&nodeid) {
                             maps.by_key.remove(&key);
                         }
-                        maps.by_id.remove(&nodeid)
+                        let removed = maps.by_id.remove(&nodeid);
+                        (removed, Self::shrink(&mut maps))
                     }
-                    _ => None,
+                    _ => (None, false),
                 }
             };
-            // Close descriptors outside the lock.
-            drop(removed);
+            // Close descriptors and free memory outside the lock.
+            drop(removed.0);
+            if removed.1 {
+                sys::release_free_memory();
+            }
         }
+    }
+
+    /// After the store shrank to an eighth of its peak (a FORGET storm),
+    /// shrinks the tables; returns whether the allocator should give free
+    /// memory back to the system too.
+    fn shrink(maps: &mut Maps) -> bool {
+        let len = maps.by_id.len();
+        if maps.peak < SHRINK_MIN_PEAK || len > maps.peak / 8 {
+            return false;
+        }
+        tracing::debug!(inodes = len, peak = maps.peak, "inode store shrank");
+        maps.peak = len.max(1);
+        maps.by_id.shrink_to_fit();
+        maps.by_key.shrink_to_fit();
+        true
     }
 
     /// Inodes in the store, the root included.
@@ -339,9 +599,11 @@ impl InodeStore {
             maps.by_key.clear();
             maps.by_id.insert(fuse_abi::ROOT_ID, self.root.clone());
             maps.by_key.insert(self.root.key, fuse_abi::ROOT_ID);
+            Self::shrink(&mut maps);
             by_id
         };
         drop(old);
+        sys::release_free_memory();
         *self.root.lazy.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.root
             .locks

@@ -21,13 +21,18 @@
 //! ## Design
 //!
 //! - **Inodes** (the internal `inode` module): each node id the kernel
-//!   knows is an `O_PATH` descriptor of the backing file, keyed by
-//!   (`st_dev`, `st_ino`, mount id) so that hard links and repeated lookups
-//!   give one node id, with an exact lookup count; node ids are a counter
-//!   (the root is 1) and are never reused. How an inode holds its file is
-//!   one small type (`InodeFile`), so that it can hold a file handle
-//!   (`name_to_handle_at`) instead of a descriptor later, for trees with
-//!   more files than the descriptor limit.
+//!   knows is a backing file, keyed by (`st_dev`, `st_ino`, mount id) so
+//!   that hard links and repeated lookups give one node id, with an exact
+//!   lookup count; node ids are a counter (the root is 1) and are never
+//!   reused. An inode holds its file by *file handle* (`name_to_handle_at`)
+//!   where the backing file system supports them and the daemon may open
+//!   them (root with `CAP_DAC_READ_SEARCH`), so a known inode needs no open
+//!   descriptor and trees larger than the descriptor limit can be served;
+//!   handles are opened with `open_by_handle_at` when used, and a small
+//!   cache keeps the descriptors of the inodes in use. Elsewhere (in a user
+//!   namespace, on file systems without handles, or with
+//!   [`PassthroughConfig::file_handles`] off) each inode keeps an `O_PATH`
+//!   descriptor; the log says which, and why.
 //! - **Safety**: every request works relative to descriptors with `*at()`
 //!   calls, `O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW` and `AT_EMPTY_PATH`; files
 //!   are opened again through `/proc/self/fd/N`, which leads to the file
@@ -53,12 +58,28 @@
 //!   be interrupted by the kernel's INTERRUPT.
 //! - **Directories**: each open directory keeps a getdents64 buffer and
 //!   the cookie it stands at; cookies are the backing file system's
-//!   `d_off`, and a request at another cookie seeks there. READDIRPLUS
-//!   looks up every entry but `.` and `..` (sent with node id 0, as
-//!   libfuse does), and forgets an entry at once when the reply is full.
+//!   `d_off`, and a request at another cookie seeks there; an LSEEK of the
+//!   handle makes the stream forget both. The cookies increase where the
+//!   backing file system's positions do (ext4: hash order); tmpfs lists
+//!   newest first, with decreasing positions. An error after the first
+//!   entry of a reply ends the reply with its entries (the next request
+//!   meets it). READDIRPLUS looks up every entry but `.` and `..` (sent
+//!   with node id 0, as libfuse does), in the handle's directory, and
+//!   forgets an entry at once when the reply is full.
+//!   [`PassthroughConfig::no_readdir`] answers every listing with no entries.
 //! - **Zero-message opens** ([`PassthroughConfig::no_open`]): READ, WRITE
 //!   and READDIR with handle 0 use one descriptor per inode, opened on
 //!   first use and closed with the inode.
+//! - **Kernel passthrough** ([`PassthroughConfig::passthrough`]; off in
+//!   `Default`, on in the daemon): where the kernel offers
+//!   `FUSE_PASSTHROUGH` and the daemon
+//!   has `CAP_SYS_ADMIN` in the initial user namespace, OPEN and CREATE of
+//!   regular files register a backing file (one id per inode, closed at
+//!   its last release) and the kernel reads, writes and maps the file
+//!   without asking the daemon; [`PassthroughFs::passthrough_stats`] tells
+//!   what happened. Elsewhere, and for files the kernel refuses, the daemon
+//!   serves READ and WRITE (logged once). `docs/passthrough.md` lists what
+//!   conflicts with it.
 //!
 //! ## Lookup counts and unmounting
 //!
@@ -76,7 +97,14 @@ mod creds;
 mod fs;
 mod handle;
 mod inode;
+mod passthrough;
+mod pool;
+#[cfg(test)]
+mod readdir_tests;
 mod sys;
 
 pub use config::{CachePolicy, PassthroughConfig};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
+pub use passthrough::PassthroughStats;
+pub use pool::AsyncPoolStats;
+pub use sys::raise_nofile_limit;

@@ -6,12 +6,18 @@
 //!
 //! Stays in the foreground until the file system is unmounted or the
 //! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0).
+//! `--runtime tokio|uring` serves the file system through its
+//! `AsyncFileSystem` on an `async-io` runtime (a `FuseDevTask`, or with
+//! `--uring` a runtime per ring thread); `--thread-pool` then moves
+//! requests that may block to the backend's thread pool.
+//! SIGUSR1 logs the transport's state (with `--uring`: its mode, the ring
+//! buffers' reserved and resident bytes, requests per queue) and goes on.
 //! Logs to standard error; `RUST_LOG` sets the level (default `info`).
 
 use clap::{Parser, ValueEnum};
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
-use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringSession};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,6 +45,29 @@ impl From<Cache> for CachePolicy {
     }
 }
 
+/// What runs the request handlers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Runtime {
+    /// Worker threads (or ring threads), one request at a time each.
+    Sync,
+    /// A tokio runtime: one task per request; file IO blocks the thread
+    /// unless --thread-pool.
+    Tokio,
+    /// A tokio runtime driving an io_uring: READ and WRITE are io_uring
+    /// operations.
+    Uring,
+}
+
+impl Runtime {
+    fn async_type(self) -> Option<async_io::RuntimeType> {
+        match self {
+            Runtime::Sync => None,
+            Runtime::Tokio => Some(async_io::RuntimeType::Tokio),
+            Runtime::Uring => Some(async_io::RuntimeType::IoUring),
+        }
+    }
+}
+
 /// Serve the directory SOURCE through FUSE at MOUNTPOINT (in the foreground).
 #[derive(Debug, Parser)]
 #[command(name = "passthroughfs", version, about)]
@@ -49,7 +78,8 @@ struct Args {
     /// Where to mount it.
     mountpoint: PathBuf,
 
-    /// Worker threads to start with (more start when all are busy).
+    /// Worker threads to start with (more start when all are busy;
+    /// `--runtime sync` over /dev/fuse).
     #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
     threads: usize,
 
@@ -84,6 +114,17 @@ struct Args {
     /// Zero-message directory opens (when the kernel supports them).
     #[arg(long)]
     no_opendir: bool,
+
+    /// Kernel passthrough: the kernel reads and writes open files straight
+    /// from the backing files (the default where the kernel offers it and
+    /// the daemon has CAP_SYS_ADMIN in the initial user namespace; the
+    /// daemon serves READ and WRITE itself elsewhere).
+    #[arg(long, overrides_with = "no_passthrough")]
+    passthrough: bool,
+
+    /// No kernel passthrough: the daemon serves every READ and WRITE.
+    #[arg(long, overrides_with = "passthrough")]
+    no_passthrough: bool,
 
     /// Clear set-user-ID/set-group-ID bits in the daemon (FUSE_HANDLE_KILLPRIV_V2).
     #[arg(long)]
@@ -131,6 +172,29 @@ struct Args {
     /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
     #[arg(long, value_name = "N", default_value_t = 0, requires = "uring")]
     uring_queues: usize,
+
+    /// What runs the request handlers: worker threads (sync), or one
+    /// async-io runtime (over /dev/fuse: one thread serving every request
+    /// as a task; with --uring: one per ring thread).
+    #[arg(long, value_enum, default_value_t = Runtime::Sync)]
+    runtime: Runtime,
+
+    /// The backend's blocking thread pool (needs --runtime tokio or uring):
+    /// on tokio, READs that miss the page cache, WRITEs, LOOKUP, OPEN,
+    /// CREATE, lock waits and syncs run on pool threads; on any runtime,
+    /// O_DIRECT READ and WRITE do.
+    #[arg(long)]
+    thread_pool: bool,
+
+    /// Largest number of pool threads (default 64).
+    #[arg(long, value_name = "N", requires = "thread_pool")]
+    pool_threads: Option<usize>,
+
+    /// If MOUNTPOINT is a dead FUSE mount (its daemon exited or was
+    /// killed: every access fails with ENOTCONN), unmount it lazily first
+    /// instead of refusing to start.
+    #[arg(long)]
+    unmount_dead: bool,
 }
 
 /// A one-line error for the user.
@@ -164,7 +228,7 @@ fn check_source(source: &Path) -> Result<(), Failure> {
     }
 }
 
-fn check_mountpoint(mountpoint: &Path) -> Result<(), Failure> {
+fn check_mountpoint(mountpoint: &Path, unmount_dead: bool) -> Result<(), Failure> {
     // statfs always asks the daemon (a stat may be answered from the
     // kernel's cache even on a dead mount): a live FUSE mount there is in
     // use, one whose daemon is gone answers ENOTCONN.
@@ -173,12 +237,26 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), Failure> {
             "mountpoint {} is in use: a FUSE file system is already mounted there (unmount it first)",
             mountpoint.display()
         ))),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(Failure(
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) && unmount_dead => {
+            // Lazily: programs may still hold files of the dead mount.
+            fuse_transport_dev::unmount_path(mountpoint, true).map_err(|e| {
+                Failure(format!(
+                    "cannot unmount the dead FUSE mount at {}: {e}",
+                    mountpoint.display()
+                ))
+            })?;
+            tracing::warn!(
+                mountpoint = %mountpoint.display(),
+                "unmounted a dead FUSE mount (its daemon had exited) lazily"
+            );
+            check_mountpoint(mountpoint, false)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(Failure(format!(
+            "{}, or start passthroughfs with --unmount-dead to do that itself",
             fuse_transport_dev::MountError::DeadMount {
                 path: mountpoint.to_path_buf(),
             }
-            .to_string(),
-        )),
+        ))),
         // Anything else (missing, not a directory, ...) is reported by the mount.
         _ => Ok(()),
     }
@@ -191,7 +269,7 @@ fn block_signals() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
             libc::sigaddset(&mut set, sig);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
@@ -206,6 +284,25 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     sig
 }
 
+/// What SIGUSR1 logs: the transport and, over io_uring, its memory and
+/// counters (`docs/fuse-uring-performance.md` reads `reserved`).
+fn log_transport_state(session: &dyn Session, uring: Option<&UringSession>) {
+    let Some(uring) = uring else {
+        tracing::info!(transport = %session.transport(), "transport state");
+        return;
+    };
+    let stats = uring.stats();
+    tracing::info!(
+        mode = %stats.mode,
+        reserved = stats.memory.reserved,
+        resident = stats.memory.resident,
+        ring_requests = stats.ring_requests(),
+        pooled_requests = stats.pooled_requests,
+        requests_per_queue = ?stats.requests_per_queue,
+        "transport state"
+    );
+}
+
 fn run(args: Args) -> Result<(), Failure> {
     if args.allow_other && !args.default_permissions {
         return Err(Failure(
@@ -217,7 +314,14 @@ fn run(args: Args) -> Result<(), Failure> {
         ));
     }
     check_source(&args.source)?;
-    check_mountpoint(&args.mountpoint)?;
+    check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+    match fuse_backend_passthrough::raise_nofile_limit() {
+        Ok((from, to)) if from < to => {
+            tracing::info!(from, to, "raised the open file limit to the hard limit")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open file limit: {e}"),
+    }
     let config = PassthroughConfig {
         cache: args.cache.into(),
         writeback: args.writeback,
@@ -228,10 +332,25 @@ fn run(args: Args) -> Result<(), Failure> {
         no_open: args.no_open,
         no_opendir: args.no_opendir,
         killpriv_v2: args.killpriv_v2,
+        passthrough: !args.no_passthrough,
         ..PassthroughConfig::default()
     };
     let fs = PassthroughFs::new(&args.source, config).map_err(|e| Failure(e.to_string()))?;
     let fs = Arc::new(fs);
+    let runtime = args.runtime.async_type();
+    if args.thread_pool {
+        if runtime.is_none() {
+            return Err(Failure(
+                "--thread-pool needs --runtime tokio or uring: the pool serves the async path; \
+                 synchronous workers already block on threads of their own"
+                    .into(),
+            ));
+        }
+        if let Some(n) = args.pool_threads {
+            fs.set_async_thread_pool_size(n);
+        }
+        fs.enable_async_thread_pool(true);
+    }
     if !fs.uses_caller_credentials() {
         tracing::warn!("not running as root: files are created with the daemon's owner");
     }
@@ -261,19 +380,29 @@ fn run(args: Args) -> Result<(), Failure> {
     }
 
     let signals = block_signals();
-    let server = Server::new(fs.clone());
+    let server = match runtime {
+        None => Server::new(fs.clone()),
+        Some(_) => Server::new_async(fs.clone()),
+    };
+    if let (Some(kind), false) = (runtime, args.uring) {
+        return serve_task(kind, server, &args.mountpoint, &options, signals);
+    }
+    let mut uring_session = None;
     let session: Arc<dyn Session> = if args.uring {
         let config = UringConfig {
             threads: args.uring_queues,
             entries_per_queue: args.uring_entries,
             bufs_per_queue: args.uring_bufs,
             dev_max_threads: session_config.max_threads,
+            runtime,
             ..UringConfig::default()
         };
-        Arc::new(
+        let uring = Arc::new(
             UringSession::mount(server, &args.mountpoint, &options, config)
                 .map_err(|e| Failure(e.to_string()))?,
-        )
+        );
+        uring_session = Some(uring.clone());
+        uring
     } else {
         Arc::new(
             DevSession::mount(server, &args.mountpoint, &options, session_config)
@@ -289,10 +418,15 @@ fn run(args: Args) -> Result<(), Failure> {
     let stopper = session.clone();
     std::thread::Builder::new()
         .name("signals".into())
-        .spawn(move || {
+        .spawn(move || loop {
             let sig = wait_for_signal(&signals);
+            if sig == libc::SIGUSR1 {
+                log_transport_state(stopper.as_ref(), uring_session.as_deref());
+                continue;
+            }
             tracing::info!(signal = sig, "unmounting on signal");
             stopper.stop();
+            break;
         })
         .map_err(|e| Failure(format!("starting the signal thread: {e}")))?;
     let result = session.wait();
@@ -305,7 +439,70 @@ fn run(args: Args) -> Result<(), Failure> {
     }
 }
 
+/// Serves `server` at `mountpoint` with a `FuseDevTask` on a runtime of
+/// type `kind` on this thread, until unmounted or signalled (a signal
+/// stops the task, which lets the requests it runs finish).
+fn serve_task(
+    kind: async_io::RuntimeType,
+    server: Server,
+    mountpoint: &Path,
+    options: &MountOptions,
+    signals: libc::sigset_t,
+) -> Result<(), Failure> {
+    let rt = kind
+        .build()
+        .map_err(|e| Failure(format!("building the {kind} runtime: {e}")))?;
+    rt.block_on(async {
+        let task = FuseDevTask::mount(server, mountpoint, options, TaskConfig::default())
+            .map_err(|e| Failure(e.to_string()))?;
+        let handle = task.handle();
+        let transport = format!("/dev/fuse, one task on a {kind} runtime");
+        let logged = transport.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || loop {
+                let sig = wait_for_signal(&signals);
+                if sig == libc::SIGUSR1 {
+                    tracing::info!(transport = %logged, "transport state");
+                    continue;
+                }
+                tracing::info!(signal = sig, "unmounting on signal");
+                handle.stop();
+                break;
+            })
+            .map_err(|e| Failure(format!("starting the signal thread: {e}")))?;
+        tracing::info!(
+            mountpoint = %task.mountpoint().display(),
+            %transport,
+            "passthroughfs serving"
+        );
+        task.run()
+            .await
+            .map_err(|e| Failure(format!("serving failed: {e}")))
+    })?;
+    tracing::info!("unmounted; exiting");
+    Ok(())
+}
+
+/// Memory that a large walk used goes back once the kernel forgot its
+/// inodes (glibc): one malloc arena for the whole process (worker threads
+/// otherwise get arenas of their own, and what they allocated stays
+/// resident in each, scattered; small allocations still go through each
+/// thread's cache without taking the arena's lock), and a fixed mmap
+/// threshold (the dynamic one rises after a large table is freed, and the
+/// next large tables then pin the heap).
+fn tune_malloc() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: called first in main, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 10);
+    }
+}
+
 fn main() -> ExitCode {
+    tune_malloc();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

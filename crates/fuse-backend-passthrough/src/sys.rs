@@ -503,3 +503,135 @@ pub(crate) fn decode_dev(rdev: u32) -> libc::dev_t {
     let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
     libc::makedev(major, minor)
 }
+
+/// The largest file handle the kernel makes (`MAX_HANDLE_SZ`).
+pub(crate) const MAX_HANDLE_SZ: usize = 128;
+
+/// A file handle from `name_to_handle_at(2)`: an opaque, persistent
+/// reference to an inode that `open_by_handle_at(2)` turns into a
+/// descriptor again (or `ESTALE` once the inode is gone).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct FileHandle {
+    kind: i32,
+    bytes: Box<[u8]>,
+}
+
+impl std::fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileHandle")
+            .field("type", &self.kind)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawFileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+/// `name_to_handle_at(2)` of the descriptor itself (`AT_EMPTY_PATH`):
+/// its handle and the id of the mount it is on.
+pub(crate) fn name_to_handle_fd(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, u64)> {
+    let mut raw = RawFileHandle {
+        handle_bytes: MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mnt_id: libc::c_int = 0;
+    // SAFETY: `raw` is a file_handle with `handle_bytes` bytes of room;
+    // `mnt_id` is valid for writes; the path is the empty string.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            &mut raw as *mut RawFileHandle,
+            &mut mnt_id as *mut libc::c_int,
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| errno(libc::ENOMEM))?;
+    bytes.extend_from_slice(&raw.f_handle[..len]);
+    Ok((
+        FileHandle {
+            kind: raw.handle_type,
+            bytes: bytes.into_boxed_slice(),
+        },
+        mnt_id as u32 as u64,
+    ))
+}
+
+/// `open_by_handle_at(2)`: opens the inode of `handle` on the file system
+/// of `mount_fd` with `flags` (`O_CLOEXEC` added). Needs
+/// `CAP_DAC_READ_SEARCH`; `ESTALE` once the inode is gone.
+pub(crate) fn open_by_handle(
+    mount_fd: BorrowedFd<'_>,
+    handle: &FileHandle,
+    flags: i32,
+) -> io::Result<OwnedFd> {
+    let len = handle.bytes.len().min(MAX_HANDLE_SZ);
+    let mut raw = RawFileHandle {
+        handle_bytes: len as u32,
+        handle_type: handle.kind,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    raw.f_handle[..len].copy_from_slice(&handle.bytes[..len]);
+    // SAFETY: `raw` is a valid file_handle of `len` bytes; the result is a
+    // new descriptor or an error.
+    let fd = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount_fd.as_raw_fd(),
+            &mut raw as *mut RawFileHandle,
+            flags | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The soft and hard `RLIMIT_NOFILE`.
+fn nofile_limits() -> io::Result<(u64, u64)> {
+    let mut rl = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is valid for writes.
+    check(unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut rl) })?;
+    Ok((rl.rlim_cur, rl.rlim_max))
+}
+
+/// Raises the soft `RLIMIT_NOFILE` (the open file limit) of the process to
+/// its hard limit; returns the (old, new) soft limit. A daemon calls this
+/// at start: open files, directories and (without file handles) every
+/// known inode each hold a descriptor.
+pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    let (soft, hard) = nofile_limits()?;
+    if soft < hard {
+        let rl = libc::rlimit64 {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: `rl` is a valid rlimit.
+        check(unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &rl) })?;
+    }
+    Ok((soft, hard))
+}
+
+/// Gives the allocator's free memory back to the system (`malloc_trim`),
+/// after a large structure shrank (a FORGET storm).
+pub(crate) fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -66,6 +66,16 @@ pub struct UringConfig {
     /// in any real use.
     #[doc(hidden)]
     pub fault: Option<UringFault>,
+    /// Async handlers (feature `async`): each ring thread runs an
+    /// `async-io` runtime of this type and serves every request of its
+    /// queues as a task calling `Server::handle_async`, so a queue's
+    /// entries are served concurrently (up to
+    /// [`UringConfig::entries_per_queue`] at once) and a request that waits
+    /// (an io_uring read of a backing file, a thread pool job) doesn't hold
+    /// the others up. `None` (the default): the synchronous loop, one
+    /// request at a time per thread, with `Server::handle`.
+    #[cfg(feature = "async")]
+    pub runtime: Option<async_io::RuntimeType>,
 }
 
 /// Faults the transport's tests inject to exercise the fallback chain
@@ -91,6 +101,8 @@ impl Default for UringConfig {
             dev_max_threads: 64,
             enabled: true,
             fault: None,
+            #[cfg(feature = "async")]
+            runtime: None,
         }
     }
 }

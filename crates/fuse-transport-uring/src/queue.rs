@@ -25,25 +25,24 @@
 //! a command, or running the ring's deferred completion work), so once the
 //! ring is gone nothing can reach the memory any more.
 //!
-//! ## Towards async handlers
+//! ## Synchronous and async handlers
 //!
-//! The loop is synchronous: it answers each request with
-//! [`Server::handle`] before looking at the next CQE. Everything an
-//! asynchronous version needs is per entry, so it can keep many entries in
-//! user space at once: a [`RingTransaction`] only borrows its own entry (its
-//! header and its payload or pool buffer, which the kernel hands to one
-//! entry at a time), and the commit is one SQE pushed whenever that
-//! entry's reply is written. A future version keeps one
-//! `Pin<Box<dyn Future>>` per entry in user space (a `handle_async` call
-//! over a transaction that owns raw views of the entry instead of
-//! borrowing), polls those whose wakers fired, pushes the commit SQE of
-//! each that completes, and waits in `submit_and_wait(1)` otherwise; wakers
-//! write the thread's eventfd, whose poll SQE is already part of the ring
-//! and ends that wait. Pool offsets are checked for range and alignment
-//! (whole buffers only); the kernel lends a pool buffer to one entry at a
-//! time, and a version with several transactions alive at once should also
-//! track which buffers are lent out, so that even a kernel bug could not
-//! make two live transactions alias one buffer.
+//! This loop is synchronous: it answers each request with
+//! [`Server::handle`] before looking at the next CQE, so a queue serves one
+//! request at a time. With [`crate::UringConfig::runtime`] (feature
+//! `async`) the thread instead runs an `async-io` runtime and serves every
+//! request as a task (`async_queue.rs`): everything that needs is per
+//! entry, so many entries can be in user space at once. A
+//! [`RingTransaction`] only points into its own entry (its header and its
+//! payload or pool buffer, which the kernel hands to one entry at a time),
+//! and the commit is one SQE pushed whenever that entry's task has written
+//! its reply. Pool offsets are checked for range and alignment (whole
+//! buffers only); the kernel lends a pool buffer to one entry at a time,
+//! and a task holds its entry from the CQE to the commit.
+
+#[cfg(feature = "async")]
+#[path = "async_queue.rs"]
+mod async_queue;
 
 use crate::cmd;
 use crate::config::UringFault;
@@ -113,6 +112,9 @@ pub(crate) struct ThreadPlan {
     pub(crate) defer_taskrun: bool,
     pub(crate) wake: Arc<EventFd>,
     pub(crate) fault: Option<UringFault>,
+    /// Async mode: the runtime the thread serves its entries on.
+    #[cfg(feature = "async")]
+    pub(crate) runtime: Option<async_io::RuntimeType>,
 }
 
 /// Setup handshake with the session: the thread reports once its entries
@@ -161,6 +163,11 @@ pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -
         }
     };
     let result = match thread.start(&mut ring, handshake) {
+        #[cfg(feature = "async")]
+        Ok(true) if thread.plan.runtime.is_some() => {
+            let kind = thread.plan.runtime.unwrap_or(async_io::RuntimeType::Tokio);
+            async_queue::serve(&mut thread, &mut ring, kind)
+        }
         Ok(true) => thread.serve(&mut ring),
         Ok(false) => Ok(()),
         Err(e) => Err(e),

@@ -97,6 +97,8 @@ struct Layout {
     threads: usize,
     entries_per_queue: usize,
     pooled_queues: usize,
+    /// Async mode: the runtime type's name.
+    async_runtime: Option<&'static str>,
 }
 
 impl UringSession {
@@ -276,6 +278,8 @@ impl UringSession {
                 defer_taskrun: config.defer_taskrun,
                 wake,
                 fault: config.fault,
+                #[cfg(feature = "async")]
+                runtime: config.runtime,
             });
         }
         for (qid, pool) in pools.into_iter().enumerate() {
@@ -295,6 +299,10 @@ impl UringSession {
             threads,
             entries_per_queue: config.entries_per_queue.max(1),
             pooled_queues,
+            #[cfg(feature = "async")]
+            async_runtime: config.runtime.map(|r| r.as_str()),
+            #[cfg(not(feature = "async"))]
+            async_runtime: None,
         };
 
         let (report_tx, report_rx) = mpsc::channel();
@@ -492,10 +500,14 @@ impl Session for UringSession {
                 self.fallback_reason.as_deref().unwrap_or("unknown")
             ),
             mode => format!(
-                "io_uring, {} queues on {} threads, {} entries per queue, {}; /dev/fuse for forgets and interrupts ({dev_workers} workers)",
+                "io_uring, {} queues on {} threads, {} entries per queue{}, {}; /dev/fuse for forgets and interrupts ({dev_workers} workers)",
                 l.queues,
                 l.threads,
                 l.entries_per_queue,
+                match l.async_runtime {
+                    Some(rt) => format!(" served concurrently on a {rt} runtime"),
+                    None => String::new(),
+                },
                 match mode {
                     UringMode::Pools { bufs_per_queue } =>
                         format!("buffer pools of {bufs_per_queue} buffers per queue"),

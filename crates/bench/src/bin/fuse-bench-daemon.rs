@@ -1,0 +1,36 @@
+//! `fuse-bench-daemon`: a passthrough mount in any transport, runtime and
+//! pool mode, for `cargo xtask bench` (see `bench::daemon`).
+//!
+//! ```text
+//! fuse-bench-daemon [--transport dev|uring] [--runtime sync|tokio|uring]
+//!                   [--threads N] [--thread-pool] [--uring-bufs N]
+//!                   [--uring-entries N] [--cache never|auto|always]
+//!                   [--writeback] ... SOURCE MOUNTPOINT
+//! ```
+//!
+//! Prints one `FUSE-BENCH-DAEMON READY transport=… runtime=… buffers=…`
+//! line on standard output when the mount is ready; unmounts on SIGINT,
+//! SIGTERM or SIGHUP. A mode whose code doesn't exist yet exits with status
+//! 3 and "not available yet: …". Logs to standard error (`RUST_LOG`,
+//! default `warn`).
+
+use bench::daemon::{run, DaemonArgs};
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(DaemonArgs::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("fuse-bench-daemon: error: {}", f.message);
+            ExitCode::from(f.status)
+        }
+    }
+}

@@ -1,0 +1,1161 @@
+//! [`AsyncFileSystem`] for [`PassthroughFs`]: serving from an `async-io`
+//! runtime (a `FuseDevTask`, or a FUSE-over-io_uring queue thread in async
+//! mode), with an optional blocking thread pool.
+//!
+//! A child module of `fs`, so it uses the synchronous implementation's
+//! private helpers directly.
+//!
+//! ## What runs where
+//!
+//! Metadata operations are the synchronous ones, returned as ready
+//! futures (no allocation, no executor round trip). READ and WRITE depend
+//! on the runtime the request runs on ([`RuntimeType::current`]) and on the
+//! pool ([`PassthroughFs::enable_async_thread_pool`]):
+//!
+//! | request | io_uring runtime | tokio runtime, pool off | tokio runtime, pool on |
+//! |---|---|---|---|
+//! | READ | io_uring READ on the thread's ring | `pread` inline | `preadv2(RWF_NOWAIT)` inline; the pool on `EAGAIN` (or where the backing file system has no `RWF_NOWAIT`) |
+//! | WRITE | io_uring WRITE | `pwrite` inline | the pool |
+//! | `O_DIRECT` READ/WRITE, WRITE with `KILL_SUIDGID` | the pool if on, else as above | inline | the pool |
+//! | LOOKUP, OPEN, CREATE | inline | inline | the pool, result in a guard |
+//! | SETLKW, FSYNC, FSYNCDIR, FALLOCATE, COPY_FILE_RANGE | inline | inline | the pool |
+//!
+//! ## Buffers
+//!
+//! The transport lends its memory (the reply body, the WRITE payload) to
+//! the request's future only by reference, and a future may be dropped at
+//! any await point (a stopped session drops its request tasks). An
+//! io_uring operation goes on after its future is dropped, and a pool job
+//! runs to its end: neither may hold transport memory. So both work on an
+//! owned, page-aligned buffer ([`OwnedBuf`], allocated with
+//! [`fuse_server::AlignedBuf`], whose failure is `ENOMEM`), and the future
+//! copies between it and the transport's memory while it still holds that
+//! memory: one copy in user space more than the synchronous path, which
+//! `pread`s straight into the reply. Page-aligned, so `O_DIRECT` does its
+//! IO on it directly (no bounce buffer). Buffers are recycled per size
+//! class. The inline `RWF_NOWAIT` read of a page cache hit needs no owned
+//! buffer: it runs while the future is polled and reads straight into the
+//! reply.
+
+use super::PassthroughFs;
+use crate::handle::Handle;
+use crate::pool::{AsyncPoolStats, BlockingPool, Counters, PoolFuture, DEFAULT_MAX_THREADS};
+use crate::sys::errno;
+use async_io::{IoBuf, IoBufMut, RuntimeType};
+use fuse_abi::{AccessMask, FileLock, Kstatfs, SetupmappingIn};
+use fuse_server::{
+    AsyncFileSystem, AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs,
+    DirentPlusSink, DirentSink, Entry, FallocateArgs, FileSystem, FlushArgs, ForgetList, FsFuture,
+    FsyncArgs, InitConfig, IoctlArgs, IoctlReply, KernelInit, LockArgs, LseekArgs, MkdirArgs,
+    MknodArgs, OpenArgs, Opened, PodList, PollArgs, ReadArgs, ReleaseArgs, RenameArgs, SetattrArgs,
+    SetxattrArgs, SliceReader, StatxArgs, StatxReply, WriteArgs, XattrReply, ZeroCopyReader,
+    ZeroCopyWriter,
+};
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// The async serving state of a [`PassthroughFs`]: the pool switch, the
+/// pool, and the file system's own `Arc` for the pool's jobs.
+pub(crate) struct AsyncServing {
+    pool_on: AtomicBool,
+    pool: OnceLock<BlockingPool>,
+    /// Set by `enable_async_thread_pool` (which takes `&Arc<Self>`): jobs
+    /// on pool threads hold the file system by this.
+    this: OnceLock<Weak<PassthroughFs>>,
+    max_threads: AtomicUsize,
+    counters: Arc<Counters>,
+}
+
+impl AsyncServing {
+    pub(crate) fn new() -> Self {
+        Self {
+            pool_on: AtomicBool::new(false),
+            pool: OnceLock::new(),
+            this: OnceLock::new(),
+            max_threads: AtomicUsize::new(DEFAULT_MAX_THREADS),
+            counters: Arc::default(),
+        }
+    }
+}
+
+/// The pool and the file system's `Arc`, for one request.
+struct Pooled<'a> {
+    pool: &'a BlockingPool,
+    fs: Arc<PassthroughFs>,
+}
+
+impl PassthroughFs {
+    /// Turns the blocking thread pool of the asynchronous serving path on
+    /// or off (off by default). It matters only when the file system is
+    /// served through [`AsyncFileSystem`] (`Server::new_async`), e.g. by a
+    /// `FuseDevTask` or a FUSE-over-io_uring session in async mode.
+    ///
+    /// With the pool on, requests that may sleep in the kernel leave the
+    /// serving thread (see the module table in `docs/architecture.md`):
+    /// on a tokio runtime (where file IO blocks the thread) READs that
+    /// miss the page cache (`preadv2(RWF_NOWAIT)` is tried inline first),
+    /// WRITEs, LOOKUP, OPEN, CREATE, lock waits and syncs; on any runtime
+    /// `O_DIRECT` READ and WRITE and WRITE with `KILL_SUIDGID`. A pool job
+    /// works on its own page-aligned buffer, never on the transport's.
+    ///
+    /// A request dropped before its job started cancels the job; a job
+    /// that already runs finishes, and what its result holds (a lookup
+    /// reference, an open handle) is given back if nobody claims it. A
+    /// WRITE that already runs still lands: stop a `FuseDevTask` with
+    /// `TaskHandle::stop` (which lets running requests finish and reply)
+    /// rather than dropping its runtime, or the kernel may send such a
+    /// WRITE again to whoever serves next (twice the data on an
+    /// `O_APPEND` file).
+    ///
+    /// Threads start on demand up to [`PassthroughFs::set_async_thread_pool_size`]
+    /// (64 by default) and end after 10 s without work.
+    pub fn enable_async_thread_pool(self: &Arc<Self>, enabled: bool) {
+        let _ = self.asyncs.this.set(Arc::downgrade(self));
+        if enabled {
+            self.asyncs.pool.get_or_init(|| {
+                BlockingPool::new(
+                    self.asyncs.max_threads.load(Ordering::Relaxed),
+                    self.asyncs.counters.clone(),
+                )
+            });
+        }
+        self.asyncs.pool_on.store(enabled, Ordering::Release);
+    }
+
+    /// Whether the async thread pool is on.
+    pub fn async_thread_pool_enabled(&self) -> bool {
+        self.asyncs.pool_on.load(Ordering::Acquire)
+    }
+
+    /// The largest number of pool threads (at least 1; default 64).
+    pub fn set_async_thread_pool_size(&self, max_threads: usize) {
+        self.asyncs
+            .max_threads
+            .store(max_threads.max(1), Ordering::Relaxed);
+        if let Some(pool) = self.asyncs.pool.get() {
+            pool.set_max_threads(max_threads);
+        }
+    }
+
+    /// What the async serving path and its pool did so far.
+    pub fn async_thread_pool_stats(&self) -> AsyncPoolStats {
+        let c = &self.asyncs.counters;
+        AsyncPoolStats {
+            enabled: self.async_thread_pool_enabled(),
+            threads: self.asyncs.pool.get().map_or(0, BlockingPool::threads),
+            queued: c.queued.load(Ordering::Relaxed),
+            started: c.started.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            abandoned: c.abandoned.load(Ordering::Relaxed),
+            undone: c.undone.load(Ordering::Relaxed),
+            nowait_hits: c.nowait_hits.load(Ordering::Relaxed),
+            nowait_misses: c.nowait_misses.load(Ordering::Relaxed),
+            pool_reads: c.pool_reads.load(Ordering::Relaxed),
+            pool_writes: c.pool_writes.load(Ordering::Relaxed),
+            uring_reads: c.uring_reads.load(Ordering::Relaxed),
+            uring_writes: c.uring_writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The pool, if it is on.
+    fn pooled(&self) -> Option<Pooled<'_>> {
+        if !self.async_thread_pool_enabled() {
+            return None;
+        }
+        let pool = self.asyncs.pool.get()?;
+        let fs = self.asyncs.this.get()?.upgrade()?;
+        Some(Pooled { pool, fs })
+    }
+
+    /// The pool for a request that may block, when the thread's file IO
+    /// blocks (tokio) and the pool is on.
+    fn pooled_if_blocking(&self) -> Option<Pooled<'_>> {
+        if RuntimeType::current().file_io_blocks() {
+            self.pooled()
+        } else {
+            None
+        }
+    }
+
+    /// The body of a WRITE once its handle is known: as
+    /// [`FileSystem::write`] does it (runs on a pool thread too).
+    fn write_handle(
+        &self,
+        h: &Handle,
+        ino: u64,
+        args: &WriteArgs,
+        data: &mut dyn ZeroCopyReader,
+    ) -> io::Result<usize> {
+        self.creds.root();
+        let n = match Self::write_from(h.fd(), args.offset, data) {
+            Err(e) if Self::direct_tail(&e, h, args) => {
+                self.write_tail_buffered(ino, args, data)?
+            }
+            r => r?,
+        };
+        if args.kill_suidgid() && self.killpriv_v2() {
+            self.kill_suidgid_fd(h.fd())?;
+        }
+        Ok(n)
+    }
+
+    /// A page cache write through a handle opened with `O_DIRECT` may be
+    /// unaligned (the tail of the file): `EINVAL`, written buffered instead.
+    fn direct_tail(e: &io::Error, h: &Handle, args: &WriteArgs) -> bool {
+        e.raw_os_error() == Some(libc::EINVAL) && h.flags & libc::O_DIRECT != 0 && args.from_cache()
+    }
+
+    fn write_tail_buffered(
+        &self,
+        ino: u64,
+        args: &WriteArgs,
+        data: &mut dyn ZeroCopyReader,
+    ) -> io::Result<usize> {
+        let inode = self.inodes.get(ino)?;
+        let fd = inode.file.reopen(self.proc_fd(), libc::O_WRONLY)?;
+        Self::write_from(std::os::fd::AsFd::as_fd(&fd), args.offset, data)
+    }
+
+    /// READ with the pool on a tokio runtime: `RWF_NOWAIT` inline into the
+    /// reply, the rest (if the page cache doesn't have it) on the pool.
+    fn read_nowait_then_pool<'a>(
+        &'a self,
+        p: Pooled<'a>,
+        h: Arc<Handle>,
+        offset: u64,
+        size: usize,
+        out: &'a mut dyn ZeroCopyWriter,
+    ) -> FsFuture<'a, ()> {
+        let mut done = 0usize;
+        while done < size && !h.no_nowait.load(Ordering::Relaxed) {
+            let dst = &mut out.spare()[..size - done];
+            match preadv2_nowait(h.fd(), dst, offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    out.commit(n);
+                    done += n;
+                    if done == size {
+                        break;
+                    }
+                }
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => {
+                        return self.miss(p, h, offset, done, size, out);
+                    }
+                    Some(libc::EOPNOTSUPP) => {
+                        h.no_nowait.store(true, Ordering::Relaxed);
+                        tracing::debug!(
+                            nodeid = h.nodeid,
+                            "the backing file has no RWF_NOWAIT: its READs go to the pool"
+                        );
+                    }
+                    // What was read is returned; the error comes with the next READ.
+                    _ if done > 0 => break,
+                    _ => return FsFuture::ready(Err(e)),
+                },
+            }
+        }
+        if done < size && h.no_nowait.load(Ordering::Relaxed) {
+            return self.miss(p, h, offset, done, size, out);
+        }
+        self.asyncs
+            .counters
+            .nowait_hits
+            .fetch_add(1, Ordering::Relaxed);
+        FsFuture::ready(Ok(()))
+    }
+
+    fn miss<'a>(
+        &'a self,
+        p: Pooled<'a>,
+        h: Arc<Handle>,
+        offset: u64,
+        done: usize,
+        size: usize,
+        out: &'a mut dyn ZeroCopyWriter,
+    ) -> FsFuture<'a, ()> {
+        self.asyncs
+            .counters
+            .nowait_misses
+            .fetch_add(1, Ordering::Relaxed);
+        FsFuture::boxed(pool_read(p, h, offset + done as u64, size - done, out))
+    }
+}
+
+/// Reads `size` bytes at `offset` on a pool thread into its own buffer,
+/// then copies them into the reply.
+async fn pool_read(
+    p: Pooled<'_>,
+    h: Arc<Handle>,
+    offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    let mut buf = OwnedBuf::new(size)?;
+    let fs = p.fs;
+    fs.asyncs
+        .counters
+        .pool_reads
+        .fetch_add(1, Ordering::Relaxed);
+    let (buf, n) = p
+        .pool
+        .run(move || {
+            fs.creds.root();
+            let n = read_full(h.fd(), buf.full_mut(), offset)?;
+            Ok((buf, n))
+        })
+        .await?;
+    out.write_all(&buf.full()[..n])
+}
+
+/// Writes the request's data on a pool thread from a copy of it.
+async fn pool_write(
+    p: Pooled<'_>,
+    h: Arc<Handle>,
+    ino: u64,
+    args: WriteArgs,
+    data: &mut dyn ZeroCopyReader,
+) -> io::Result<usize> {
+    let len = data.remaining();
+    let mut buf = OwnedBuf::new(len)?;
+    buf.full_mut()[..len].copy_from_slice(&data.unconsumed()[..len]);
+    let fs = p.fs;
+    fs.asyncs
+        .counters
+        .pool_writes
+        .fetch_add(1, Ordering::Relaxed);
+    let n = p
+        .pool
+        .run(move || {
+            let mut src = SliceReader::new(&buf.full()[..len]);
+            fs.write_handle(&h, ino, &args, &mut src)
+        })
+        .await?;
+    data.consume(n);
+    Ok(n)
+}
+
+/// READ on the io_uring runtime: io_uring READs of the handle's descriptor
+/// into an owned buffer, then one copy into the reply.
+async fn uring_read(
+    fs: &PassthroughFs,
+    h: Arc<Handle>,
+    offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    fs.asyncs
+        .counters
+        .uring_reads
+        .fetch_add(1, Ordering::Relaxed);
+    let file = async_io::File::from(h.shared_fd().clone());
+    let buf = OwnedBuf::new(size)?;
+    let (r, buf) = file.read_exact_at(buf, offset).await;
+    let n = buf.bytes_init();
+    match r {
+        Ok(()) => {}
+        // End of file: what is there.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        // What was read is returned; the error comes with the next READ.
+        Err(_) if n > 0 => {}
+        Err(e) => return Err(e),
+    }
+    out.write_all(&buf[..n])
+}
+
+/// WRITE on the io_uring runtime: one io_uring WRITE from a copy of the
+/// request's data (a short count is returned as is, as `pwrite` would).
+async fn uring_write(
+    fs: &PassthroughFs,
+    h: Arc<Handle>,
+    ino: u64,
+    args: &WriteArgs,
+    data: &mut dyn ZeroCopyReader,
+) -> io::Result<usize> {
+    let len = data.remaining();
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut buf = OwnedBuf::new(len)?;
+    buf.full_mut()[..len].copy_from_slice(&data.unconsumed()[..len]);
+    buf.len = len;
+    fs.asyncs
+        .counters
+        .uring_writes
+        .fetch_add(1, Ordering::Relaxed);
+    let file = async_io::File::from(h.shared_fd().clone());
+    let (r, _buf) = file.write_at(buf, args.offset).await;
+    let n = match r {
+        Ok(n) => {
+            data.consume(n);
+            n
+        }
+        Err(e) if PassthroughFs::direct_tail(&e, &h, args) => {
+            fs.write_tail_buffered(ino, args, data)?
+        }
+        Err(e) => return Err(e),
+    };
+    if args.kill_suidgid() && fs.killpriv_v2() {
+        fs.kill_suidgid_fd(h.fd())?;
+    }
+    Ok(n)
+}
+
+/// Reads into the reply on this thread (`pread`), as the synchronous READ.
+fn read_inline(
+    fd: BorrowedFd<'_>,
+    mut offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    let mut left = size;
+    let mut done = 0usize;
+    while left > 0 {
+        match out.write_from_file(fd, offset, left) {
+            Ok(0) => break,
+            Ok(n) => {
+                offset += n as u64;
+                left = left.saturating_sub(n);
+                done += n;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `fd` at `offset` with `pread` until it is full or the
+/// file ends; an error after some bytes returns those.
+fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match fuse_server::io::pread(fd, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// `preadv2(fd, [buf], offset, RWF_NOWAIT)`: data only if the page cache
+/// has it (`EAGAIN` otherwise, `EOPNOTSUPP` where the file system can't
+/// tell).
+fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, valid for writes of its length.
+    let n = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_NOWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Size classes of recycled buffers: 4 KiB to 16 MiB, powers of two.
+const MIN_CLASS: u32 = 12;
+const CLASSES: usize = 13;
+
+/// Recycled buffers, per size class (a buffer is a private mapping of its
+/// own: making and dropping one per request would cost two system calls
+/// and page faults).
+static BUF_CACHE: [Mutex<Vec<fuse_server::AlignedBuf>>; CLASSES] =
+    [const { Mutex::new(Vec::new()) }; CLASSES];
+
+fn class_of(size: usize) -> Option<usize> {
+    let c = size
+        .max(1 << MIN_CLASS)
+        .checked_next_power_of_two()?
+        .trailing_zeros();
+    let i = (c - MIN_CLASS) as usize;
+    (i < CLASSES).then_some(i)
+}
+
+/// How many buffers of class `i` are kept: 16 small ones, 4 large ones.
+fn class_keep(i: usize) -> usize {
+    if i <= 4 {
+        16
+    } else {
+        4
+    }
+}
+
+/// An owned, page-aligned buffer for IO that may outlive a request's
+/// future (an io_uring operation, a pool job): usable as an
+/// `async_io::IoBufMut` whose capacity is the size asked for.
+pub(crate) struct OwnedBuf {
+    buf: Option<fuse_server::AlignedBuf>,
+    /// The capacity asked for (the mapping may be larger).
+    cap: usize,
+    /// Initialised bytes (what a write sends, what a read filled).
+    len: usize,
+}
+
+impl OwnedBuf {
+    /// A buffer of `size` bytes, recycled or new; `ENOMEM` if no memory.
+    pub(crate) fn new(size: usize) -> io::Result<Self> {
+        let recycled = class_of(size)
+            .and_then(|i| BUF_CACHE[i].lock().unwrap_or_else(|e| e.into_inner()).pop());
+        let buf = match recycled {
+            Some(b) => b,
+            None => {
+                let len = match class_of(size) {
+                    Some(i) => 1usize << (i as u32 + MIN_CLASS),
+                    None => size,
+                };
+                fuse_server::AlignedBuf::new(len)?
+            }
+        };
+        Ok(Self {
+            buf: Some(buf),
+            cap: size,
+            len: 0,
+        })
+    }
+
+    /// All `cap` bytes.
+    pub(crate) fn full(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[..self.cap],
+            None => &[],
+        }
+    }
+
+    /// All `cap` bytes, writable.
+    pub(crate) fn full_mut(&mut self) -> &mut [u8] {
+        match &mut self.buf {
+            Some(b) => &mut b[..self.cap],
+            None => &mut [],
+        }
+    }
+}
+
+impl std::ops::Deref for OwnedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.full()[..self.len]
+    }
+}
+
+impl Drop for OwnedBuf {
+    fn drop(&mut self) {
+        let Some(buf) = self.buf.take() else { return };
+        if let Some(i) =
+            class_of(buf.len()).filter(|&i| 1usize << (i as u32 + MIN_CLASS) == buf.len())
+        {
+            let mut cache = BUF_CACHE[i].lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() < class_keep(i) {
+                cache.push(buf);
+            }
+        }
+    }
+}
+
+// SAFETY: the memory is a mapping owned by the `AlignedBuf`, which doesn't
+// move when the value moves; `len` bytes from its start are initialised
+// (the whole mapping is: zeroed at creation).
+unsafe impl IoBuf for OwnedBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.full().as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: `cap` bytes of the mapping are writable, at a stable address.
+unsafe impl IoBufMut for OwnedBuf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.full_mut().as_mut_ptr()
+    }
+    fn bytes_total(&self) -> usize {
+        self.cap
+    }
+    unsafe fn set_init(&mut self, n: usize) {
+        self.len = n.min(self.cap);
+    }
+}
+
+/// What a pooled LOOKUP, OPEN or CREATE hands the kernel, held until the
+/// request claims it.
+enum Unclaimed {
+    Entry(Entry),
+    Opened { ino: u64, opened: Opened },
+    Created { entry: Entry, opened: Opened },
+}
+
+/// A pooled LOOKUP's, OPEN's or CREATE's result in a guard: if the request
+/// is dropped before it takes the result (nobody will ever send it to the
+/// kernel), dropping the guard forgets the lookup reference and releases
+/// the handle.
+struct Claim {
+    fs: Arc<PassthroughFs>,
+    ctx: Context,
+    what: Option<Unclaimed>,
+}
+
+impl Claim {
+    fn new(fs: &Arc<PassthroughFs>, ctx: Context, what: Unclaimed) -> Self {
+        Self {
+            fs: fs.clone(),
+            ctx,
+            what: Some(what),
+        }
+    }
+
+    fn take(mut self) -> Unclaimed {
+        self.what.take().expect("a claim is taken once")
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let Some(what) = self.what.take() else { return };
+        let fs = &*self.fs;
+        let release = |ino: u64, opened: &Opened| {
+            if opened.fh != 0 {
+                let args = ReleaseArgs {
+                    fh: opened.fh,
+                    ..ReleaseArgs::default()
+                };
+                if let Err(e) = FileSystem::release(fs, &self.ctx, ino, &args) {
+                    tracing::debug!(fh = opened.fh, "releasing an unclaimed handle: {e}");
+                }
+            }
+        };
+        match what {
+            Unclaimed::Entry(entry) => FileSystem::forget(fs, &self.ctx, entry.nodeid, 1),
+            Unclaimed::Opened { ino, opened } => release(ino, &opened),
+            Unclaimed::Created { entry, opened } => {
+                release(entry.nodeid, &opened);
+                FileSystem::forget(fs, &self.ctx, entry.nodeid, 1);
+            }
+        }
+        fs.asyncs.counters.undone.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            unique = self.ctx.unique,
+            "undid the result of a dropped request"
+        );
+    }
+}
+
+/// Runs a synchronous method on the pool (with the file system's `Arc`).
+fn on_pool<T: Send + 'static>(
+    p: Pooled<'_>,
+    f: impl FnOnce(&Arc<PassthroughFs>) -> io::Result<T> + Send + 'static,
+) -> PoolFuture<T> {
+    let fs = p.fs;
+    p.pool.run(move || f(&fs))
+}
+
+impl AsyncFileSystem for PassthroughFs {
+    fn init(&self, kernel: &KernelInit, config: &mut InitConfig) -> io::Result<()> {
+        FileSystem::init(self, kernel, config)
+    }
+
+    fn destroy(&self) {
+        FileSystem::destroy(self)
+    }
+
+    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {
+        FileSystem::attach_backing_files(self, files)
+    }
+
+    fn lookup<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, Entry> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::lookup(self, ctx, parent, name));
+        };
+        let ctx = *ctx;
+        let name = CString::from(name);
+        let job = on_pool(p, move |fs| {
+            let entry = FileSystem::lookup(&**fs, &ctx, parent, &name)?;
+            Ok(Claim::new(fs, ctx, Unclaimed::Entry(entry)))
+        });
+        FsFuture::boxed(async move {
+            match job.await?.take() {
+                Unclaimed::Entry(entry) => Ok(entry),
+                _ => Err(errno(libc::EIO)),
+            }
+        })
+    }
+
+    fn forget<'a>(&'a self, ctx: &'a Context, ino: u64, nlookup: u64) -> FsFuture<'a, ()> {
+        FileSystem::forget(self, ctx, ino, nlookup);
+        FsFuture::ready(Ok(()))
+    }
+
+    fn batch_forget<'a>(&'a self, ctx: &'a Context, items: ForgetList<'a>) -> FsFuture<'a, ()> {
+        FileSystem::batch_forget(self, ctx, items);
+        FsFuture::ready(Ok(()))
+    }
+
+    fn getattr<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        fh: Option<u64>,
+    ) -> FsFuture<'a, AttrReply> {
+        FsFuture::ready(FileSystem::getattr(self, ctx, ino, fh))
+    }
+
+    fn setattr<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a SetattrArgs,
+    ) -> FsFuture<'a, AttrReply> {
+        FsFuture::ready(FileSystem::setattr(self, ctx, ino, args))
+    }
+
+    fn readlink<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, Vec<u8>> {
+        FsFuture::ready(FileSystem::readlink(self, ctx, ino))
+    }
+
+    fn symlink<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        name: &'a CStr,
+        target: &'a CStr,
+    ) -> FsFuture<'a, Entry> {
+        FsFuture::ready(FileSystem::symlink(self, ctx, parent, name, target))
+    }
+
+    fn mknod<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        name: &'a CStr,
+        args: &'a MknodArgs,
+    ) -> FsFuture<'a, Entry> {
+        FsFuture::ready(FileSystem::mknod(self, ctx, parent, name, args))
+    }
+
+    fn mkdir<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        name: &'a CStr,
+        args: &'a MkdirArgs,
+    ) -> FsFuture<'a, Entry> {
+        FsFuture::ready(FileSystem::mkdir(self, ctx, parent, name, args))
+    }
+
+    fn unlink<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::unlink(self, ctx, parent, name))
+    }
+
+    fn rmdir<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::rmdir(self, ctx, parent, name))
+    }
+
+    fn rename<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        args: &'a RenameArgs<'a>,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::rename(self, ctx, parent, args))
+    }
+
+    fn link<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        newparent: u64,
+        newname: &'a CStr,
+    ) -> FsFuture<'a, Entry> {
+        FsFuture::ready(FileSystem::link(self, ctx, ino, newparent, newname))
+    }
+
+    fn open<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a OpenArgs) -> FsFuture<'a, Opened> {
+        let Some(p) = self.pooled_if_blocking().filter(|_| !self.no_open()) else {
+            return FsFuture::ready(FileSystem::open(self, ctx, ino, args));
+        };
+        let ctx = *ctx;
+        let args = *args;
+        let job = on_pool(p, move |fs| {
+            let opened = FileSystem::open(&**fs, &ctx, ino, &args)?;
+            Ok(Claim::new(fs, ctx, Unclaimed::Opened { ino, opened }))
+        });
+        FsFuture::boxed(async move {
+            match job.await?.take() {
+                Unclaimed::Opened { opened, .. } => Ok(opened),
+                _ => Err(errno(libc::EIO)),
+            }
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        ino: u64,
+        args: &'a ReadArgs,
+        out: &'a mut dyn ZeroCopyWriter,
+    ) -> FsFuture<'a, ()> {
+        self.creds.root();
+        let h = match self.handle(ino, args.fh) {
+            Ok(h) => h,
+            Err(e) => return FsFuture::ready(Err(e)),
+        };
+        let size = (args.size as usize).min(out.available());
+        if size == 0 {
+            return FsFuture::ready(Ok(()));
+        }
+        let direct = h.flags & libc::O_DIRECT != 0;
+        let kind = RuntimeType::current();
+        if let Some(p) = self.pooled() {
+            if direct {
+                return FsFuture::boxed(pool_read(p, h, args.offset, size, out));
+            }
+            if kind.file_io_blocks() {
+                return self.read_nowait_then_pool(p, h, args.offset, size, out);
+            }
+        }
+        match kind {
+            RuntimeType::IoUring => FsFuture::boxed(uring_read(self, h, args.offset, size, out)),
+            RuntimeType::Tokio => FsFuture::ready(read_inline(h.fd(), args.offset, size, out)),
+        }
+    }
+
+    fn write<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        ino: u64,
+        args: &'a WriteArgs,
+        data: &'a mut dyn ZeroCopyReader,
+    ) -> FsFuture<'a, usize> {
+        self.creds.root();
+        let h = match self.handle(ino, args.fh) {
+            Ok(h) => h,
+            Err(e) => return FsFuture::ready(Err(e)),
+        };
+        let direct = h.flags & libc::O_DIRECT != 0;
+        let killpriv = args.kill_suidgid() && self.killpriv_v2();
+        let kind = RuntimeType::current();
+        if let Some(p) = self.pooled() {
+            if direct || killpriv || kind.file_io_blocks() {
+                return FsFuture::boxed(pool_write(p, h, ino, *args, data));
+            }
+        }
+        match kind {
+            RuntimeType::IoUring => FsFuture::boxed(uring_write(self, h, ino, args, data)),
+            RuntimeType::Tokio => FsFuture::ready(self.write_handle(&h, ino, args, data)),
+        }
+    }
+
+    fn statfs<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, Kstatfs> {
+        FsFuture::ready(FileSystem::statfs(self, ctx, ino))
+    }
+
+    fn release<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a ReleaseArgs,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::release(self, ctx, ino, args))
+    }
+
+    fn fsync<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FsyncArgs) -> FsFuture<'a, ()> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::fsync(self, ctx, ino, args));
+        };
+        let (ctx, args) = (*ctx, *args);
+        FsFuture::boxed(on_pool(p, move |fs| {
+            FileSystem::fsync(&**fs, &ctx, ino, &args)
+        }))
+    }
+
+    fn setxattr<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a SetxattrArgs<'a>,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::setxattr(self, ctx, ino, args))
+    }
+
+    fn getxattr<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        name: &'a CStr,
+        size: u32,
+    ) -> FsFuture<'a, XattrReply> {
+        FsFuture::ready(FileSystem::getxattr(self, ctx, ino, name, size))
+    }
+
+    fn listxattr<'a>(&'a self, ctx: &'a Context, ino: u64, size: u32) -> FsFuture<'a, XattrReply> {
+        FsFuture::ready(FileSystem::listxattr(self, ctx, ino, size))
+    }
+
+    fn removexattr<'a>(&'a self, ctx: &'a Context, ino: u64, name: &'a CStr) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::removexattr(self, ctx, ino, name))
+    }
+
+    fn flush<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FlushArgs) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::flush(self, ctx, ino, args))
+    }
+
+    fn opendir<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a OpenArgs,
+    ) -> FsFuture<'a, Opened> {
+        FsFuture::ready(FileSystem::opendir(self, ctx, ino, args))
+    }
+
+    fn readdir<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a ReadArgs,
+        out: &'a mut dyn DirentSink,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::readdir(self, ctx, ino, args, out))
+    }
+
+    fn readdirplus<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a ReadArgs,
+        out: &'a mut dyn DirentPlusSink,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::readdirplus(self, ctx, ino, args, out))
+    }
+
+    fn releasedir<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a ReleaseArgs,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::releasedir(self, ctx, ino, args))
+    }
+
+    fn fsyncdir<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FsyncArgs) -> FsFuture<'a, ()> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::fsyncdir(self, ctx, ino, args));
+        };
+        let (ctx, args) = (*ctx, *args);
+        FsFuture::boxed(on_pool(p, move |fs| {
+            FileSystem::fsyncdir(&**fs, &ctx, ino, &args)
+        }))
+    }
+
+    fn getlk<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a LockArgs,
+    ) -> FsFuture<'a, FileLock> {
+        FsFuture::ready(FileSystem::getlk(self, ctx, ino, args))
+    }
+
+    fn setlk<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a LockArgs,
+        sleep: bool,
+    ) -> FsFuture<'a, ()> {
+        // A lock wait must not hold the serving thread: the request that
+        // ends it (the holder's unlock) comes to the same thread.
+        let waits = sleep && args.lock.r#type != libc::F_UNLCK as u32;
+        match self.pooled().filter(|_| waits) {
+            None => FsFuture::ready(FileSystem::setlk(self, ctx, ino, args, sleep)),
+            Some(p) => {
+                let (ctx, args) = (*ctx, *args);
+                FsFuture::boxed(on_pool(p, move |fs| {
+                    FileSystem::setlk(&**fs, &ctx, ino, &args, sleep)
+                }))
+            }
+        }
+    }
+
+    fn access<'a>(&'a self, ctx: &'a Context, ino: u64, mask: AccessMask) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::access(self, ctx, ino, mask))
+    }
+
+    fn create<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        name: &'a CStr,
+        args: &'a CreateArgs,
+    ) -> FsFuture<'a, (Entry, Opened)> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::create(self, ctx, parent, name, args));
+        };
+        let ctx = *ctx;
+        let args = *args;
+        let name = CString::from(name);
+        let job = on_pool(p, move |fs| {
+            let (entry, opened) = FileSystem::create(&**fs, &ctx, parent, &name, &args)?;
+            Ok(Claim::new(fs, ctx, Unclaimed::Created { entry, opened }))
+        });
+        FsFuture::boxed(async move {
+            match job.await?.take() {
+                Unclaimed::Created { entry, opened } => Ok((entry, opened)),
+                _ => Err(errno(libc::EIO)),
+            }
+        })
+    }
+
+    fn interrupt<'a>(&'a self, ctx: &'a Context, unique: u64) -> FsFuture<'a, ()> {
+        FileSystem::interrupt(self, ctx, unique);
+        FsFuture::ready(Ok(()))
+    }
+
+    fn bmap<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        blocksize: u32,
+        block: u64,
+    ) -> FsFuture<'a, u64> {
+        FsFuture::ready(FileSystem::bmap(self, ctx, ino, blocksize, block))
+    }
+
+    fn ioctl<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a IoctlArgs<'a>,
+    ) -> FsFuture<'a, IoctlReply> {
+        FsFuture::ready(FileSystem::ioctl(self, ctx, ino, args))
+    }
+
+    fn poll<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a PollArgs) -> FsFuture<'a, u32> {
+        FsFuture::ready(FileSystem::poll(self, ctx, ino, args))
+    }
+
+    fn retrieve_reply<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        notify_unique: u64,
+        offset: u64,
+        data: &'a [u8],
+    ) -> FsFuture<'a, ()> {
+        FileSystem::retrieve_reply(self, ctx, ino, notify_unique, offset, data);
+        FsFuture::ready(Ok(()))
+    }
+
+    fn fallocate<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a FallocateArgs,
+    ) -> FsFuture<'a, ()> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::fallocate(self, ctx, ino, args));
+        };
+        let (ctx, args) = (*ctx, *args);
+        FsFuture::boxed(on_pool(p, move |fs| {
+            FileSystem::fallocate(&**fs, &ctx, ino, &args)
+        }))
+    }
+
+    /// Inline on every runtime: it takes the handle table's read lock and
+    /// (for a directory) the stream's lock, never anything a pooled READ or
+    /// WRITE of the same handle holds, so it never waits for one; it drops
+    /// a directory's cached position and cookie.
+    fn lseek<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a LseekArgs) -> FsFuture<'a, u64> {
+        FsFuture::ready(FileSystem::lseek(self, ctx, ino, args))
+    }
+
+    fn copy_file_range<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a CopyFileRangeArgs,
+    ) -> FsFuture<'a, u64> {
+        let Some(p) = self.pooled_if_blocking() else {
+            return FsFuture::ready(FileSystem::copy_file_range(self, ctx, ino, args));
+        };
+        let (ctx, args) = (*ctx, *args);
+        FsFuture::boxed(on_pool(p, move |fs| {
+            FileSystem::copy_file_range(&**fs, &ctx, ino, &args)
+        }))
+    }
+
+    fn setupmapping<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a SetupmappingIn,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::setupmapping(self, ctx, ino, args))
+    }
+
+    fn removemapping<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        ranges: PodList<'a, fuse_abi::RemovemappingOne>,
+    ) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::removemapping(self, ctx, ino, ranges))
+    }
+
+    fn syncfs<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, ()> {
+        FsFuture::ready(FileSystem::syncfs(self, ctx, ino))
+    }
+
+    fn tmpfile<'a>(
+        &'a self,
+        ctx: &'a Context,
+        parent: u64,
+        args: &'a CreateArgs,
+    ) -> FsFuture<'a, (Entry, Opened)> {
+        FsFuture::ready(FileSystem::tmpfile(self, ctx, parent, args))
+    }
+
+    fn statx<'a>(
+        &'a self,
+        ctx: &'a Context,
+        ino: u64,
+        args: &'a StatxArgs,
+    ) -> FsFuture<'a, StatxReply> {
+        FsFuture::ready(FileSystem::statx(self, ctx, ino, args))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_buffers_are_page_aligned_recycled_and_enomem_when_too_big() {
+        let mut b = OwnedBuf::new(10_000).unwrap();
+        let at = b.stable_mut_ptr() as usize;
+        assert_eq!(at % 4096, 0);
+        assert_eq!((b.bytes_total(), b.bytes_init(), b.len()), (10_000, 0, 0));
+        b.full_mut()[..3].copy_from_slice(b"abc");
+        // SAFETY: 3 bytes were written.
+        unsafe { b.set_init(3) };
+        assert_eq!(&b[..], b"abc");
+        drop(b);
+        // The same size class comes back from the cache.
+        let b = OwnedBuf::new(9_000).unwrap();
+        assert_eq!(b.stable_ptr() as usize, at);
+        assert_eq!(b.bytes_total(), 9_000);
+        for size in [usize::MAX / 2, 1 << 44] {
+            let e = OwnedBuf::new(size).err().expect("no memory for that");
+            assert_eq!(e.raw_os_error(), Some(libc::ENOMEM), "{size}");
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! Faults the `passthroughfs` daemon survives, each on both transports
+//! (`/dev/fuse` and FUSE over io_uring), with the daemon as a child
+//! process:
+//!
+//! - unmounted (`umount`, and `umount -l`) while 4 writers and 4 readers
+//!   run: it exits 0 within 5 s, no thread hangs, no ERROR or panic on its
+//!   standard error, and every file written and fsynced is intact;
+//! - SIGTERM during the same load: the same;
+//! - SIGKILL: the dead mount answers ENOTCONN instead of hanging, a new
+//!   daemon refuses the dead mountpoint with a message that says what to
+//!   do, and `--unmount-dead` recovers it;
+//! - the backing tree changed behind the mount (truncated, replaced by
+//!   rename, deleted, a directory removed or replaced by a file): the
+//!   mount shows the change once the timeouts pass, or a clean error,
+//!   never stale data past them, and the daemon keeps serving;
+//! - and, not a fault but a refusal: `--allow-other` without
+//!   `--default-permissions` is refused with the reason.
+//!
+//! They need root (mounting); the io_uring runs need
+//! `/sys/module/fuse/parameters/enable_uring` = Y. Both fail, never pass,
+//! without them.
+
+mod common;
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use common::{pattern, require_root};
+use daemon::*;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Files written and fsynced through the mount: (name, content).
+type Synced = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// 4 writers and 4 readers working in `work` (a directory of the mount).
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Option<io::Error>>>,
+    synced: Synced,
+}
+
+impl Load {
+    fn start(work: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let synced: Synced = Arc::default();
+        let mut threads = Vec::new();
+        for w in 0..4u64 {
+            let (stop, synced, work) = (stop.clone(), synced.clone(), work.to_path_buf());
+            threads.push(std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    n += 1;
+                    let name = format!("w{w}-{n}");
+                    let data = pattern(8192 + (n as usize % 5) * 4096, w * 1_000_000 + n);
+                    let r = (|| {
+                        let mut f = std::fs::File::create(work.join(&name))?;
+                        f.write_all(&data)?;
+                        f.sync_all()?;
+                        Ok::<_, io::Error>(())
+                    })();
+                    match r {
+                        Ok(()) => synced.lock().unwrap().push((name, data)),
+                        Err(e) => return Some(e),
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                None
+            }));
+        }
+        for r in 0..4usize {
+            let (stop, synced, work) = (stop.clone(), synced.clone(), work.to_path_buf());
+            threads.push(std::thread::spawn(move || {
+                let mut i = r;
+                while !stop.load(Ordering::Acquire) {
+                    let pick = {
+                        let s = synced.lock().unwrap();
+                        (!s.is_empty()).then(|| s[i % s.len()].clone())
+                    };
+                    i += 7;
+                    if let Some((name, want)) = pick {
+                        let mut got = Vec::new();
+                        let r = std::fs::File::open(work.join(&name))
+                            .and_then(|mut f| f.read_to_end(&mut got));
+                        match r {
+                            Ok(_) => assert_eq!(got, want, "{name}: read back differs"),
+                            Err(e) => return Some(e),
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                None
+            }));
+        }
+        Self {
+            stop,
+            threads,
+            synced,
+        }
+    }
+
+    /// Stops the clients; each must return within `timeout` (none hangs).
+    /// Returns the errors they met.
+    fn stop(self, timeout: Duration) -> (Vec<io::Error>, Synced) {
+        self.stop.store(true, Ordering::Release);
+        let deadline = Instant::now() + timeout;
+        let mut errors = Vec::new();
+        for t in self.threads {
+            while !t.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "a client thread hangs on the mount"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if let Some(e) = t.join().expect("client thread panicked") {
+                errors.push(e);
+            }
+        }
+        (errors, self.synced)
+    }
+}
+
+/// The files written and fsynced are in the backing directory, intact.
+fn assert_synced_intact(src_work: &Path, synced: &Synced) {
+    let synced = synced.lock().unwrap();
+    assert!(
+        synced.len() >= 8,
+        "the load wrote only {} files",
+        synced.len()
+    );
+    for (name, data) in synced.iter() {
+        let got = std::fs::read(src_work.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name}: fsynced data not intact");
+    }
+}
+
+/// A clean exit: status 0 within `limit` of `since`, nothing alarming
+/// logged.
+fn assert_clean_exit(d: Daemon, since: Instant, limit: Duration, what: &str) {
+    let (status, stderr, _) = d.wait_exit(Duration::from_secs(20));
+    let took = since.elapsed();
+    assert!(
+        status.success(),
+        "{what}: daemon exited with {status}:\n{stderr}"
+    );
+    assert!(
+        took <= limit,
+        "{what}: daemon took {took:?} to exit (limit {limit:?}):\n{stderr}"
+    );
+    let errors = error_lines(&stderr);
+    assert!(
+        errors.is_empty(),
+        "{what}: error noise on stderr: {errors:?}\n{stderr}"
+    );
+}
+
+fn under_load(transport: Transport, how: &str) {
+    require_root();
+    let d = dirs();
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, &[]);
+    std::fs::create_dir(d.mnt.join("work")).unwrap();
+    let load = Load::start(&d.mnt.join("work"));
+    std::thread::sleep(Duration::from_millis(1500));
+    match how {
+        "umount" => {
+            // A busy mount can't be unmounted: retry until no client has a
+            // file open (they pause between files).
+            let start = Instant::now();
+            loop {
+                match fuse_transport_dev::unmount_path(&d.mnt, false) {
+                    Ok(()) => break,
+                    Err(e) => assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "umount kept failing: {e}"
+                    ),
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        "umount -l" => {
+            fuse_transport_dev::unmount_path(&d.mnt, true).unwrap();
+        }
+        "SIGTERM" => {
+            daemon.signal(libc::SIGTERM);
+        }
+        _ => unreachable!(),
+    }
+    let t0 = Instant::now();
+    // Clients now fail (the mount is gone) and stop; none may hang.
+    let (_errors, synced) = load.stop(Duration::from_secs(10));
+    assert_clean_exit(
+        daemon,
+        t0,
+        Duration::from_secs(5),
+        &format!("{transport:?} {how}"),
+    );
+    assert!(!is_mounted(&d.mnt), "still mounted after {how}");
+    assert_synced_intact(&d.src.join("work"), &synced);
+}
+
+#[test]
+fn umount_under_load_dev() {
+    under_load(Transport::Dev, "umount");
+}
+
+#[test]
+fn umount_under_load_uring() {
+    under_load(Transport::Uring, "umount");
+}
+
+#[test]
+fn lazy_umount_under_load_dev() {
+    under_load(Transport::Dev, "umount -l");
+}
+
+#[test]
+fn lazy_umount_under_load_uring() {
+    under_load(Transport::Uring, "umount -l");
+}
+
+#[test]
+fn sigterm_under_load_dev() {
+    under_load(Transport::Dev, "SIGTERM");
+}
+
+#[test]
+fn sigterm_under_load_uring() {
+    under_load(Transport::Uring, "SIGTERM");
+}
+
+fn sigkill(transport: Transport) {
+    require_root();
+    let d = dirs();
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, &[]);
+    std::fs::write(d.mnt.join("f"), b"before the kill").unwrap();
+    // A reader keeps requests coming while the daemon dies.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, f) = (stop.clone(), d.mnt.join("f"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                if std::fs::read(&f).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let _guard = daemon.kill();
+    stop.store(true, Ordering::Release);
+    let r = with_timeout(Duration::from_secs(5), move || reader.join());
+    assert!(
+        r.is_some(),
+        "{transport:?}: a reader hangs on the dead mount"
+    );
+
+    // The dead mount answers ENOTCONN, never hangs. (While the kernel
+    // still tears down a dead daemon's rings, a request may get
+    // ECONNABORTED instead; it settles to ENOTCONN within moments.)
+    let start = Instant::now();
+    for what in ["stat", "statfs", "open"] {
+        loop {
+            let p = d.mnt.join("f");
+            let mnt = d.mnt.clone();
+            let r = with_timeout(Duration::from_secs(5), move || match what {
+                "stat" => std::fs::metadata(&p).map(drop),
+                "statfs" => fuse_transport_dev::is_fuse_mount(&mnt).map(drop),
+                _ => std::fs::File::open(&p).map(drop),
+            })
+            .unwrap_or_else(|| panic!("{transport:?}: {what} hangs on the dead mount"));
+            let errno = r.unwrap_err().raw_os_error();
+            if errno == Some(libc::ENOTCONN) {
+                break;
+            }
+            assert!(
+                errno == Some(libc::ECONNABORTED) && start.elapsed() < Duration::from_secs(3),
+                "{transport:?}: {what} on the dead mount: {errno:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // A new daemon refuses the dead mountpoint and says what to do.
+    let out = std::process::Command::new(BIN)
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("umount -l") && stderr.contains("--unmount-dead"),
+        "the message says how to recover: {stderr}"
+    );
+
+    // With --unmount-dead it lazily unmounts the dead mount and serves.
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, &["--unmount-dead"]);
+    assert!(
+        daemon.stderr().contains("dead"),
+        "the recovery is logged: {}",
+        daemon.stderr()
+    );
+    assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"before the kill");
+    daemon.signal(libc::SIGTERM);
+    assert_clean_exit(
+        daemon,
+        Instant::now(),
+        Duration::from_secs(5),
+        "after recovery",
+    );
+    assert!(!is_mounted(&d.mnt));
+}
+
+#[test]
+fn sigkill_leaves_a_dead_mount_that_can_be_recovered_dev() {
+    sigkill(Transport::Dev);
+}
+
+#[test]
+fn sigkill_leaves_a_dead_mount_that_can_be_recovered_uring() {
+    sigkill(Transport::Uring);
+}
+
+fn errno_of(r: io::Result<impl Sized>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+fn backing_changes(transport: Transport) {
+    require_root();
+    let d = dirs();
+    let (src, mnt) = (&d.src, &d.mnt);
+    let a = pattern(100_000, 1);
+    std::fs::write(src.join("trunc"), &a).unwrap();
+    std::fs::write(src.join("repl"), b"first version").unwrap();
+    std::fs::write(src.join("gone"), b"to be deleted").unwrap();
+    std::fs::create_dir_all(src.join("dir/sub")).unwrap();
+    std::fs::write(src.join("dir/sub/x"), b"x").unwrap();
+    std::fs::create_dir(src.join("dir2")).unwrap();
+    std::fs::write(src.join("dir2/y"), b"y").unwrap();
+    // Timeouts of 0.3 s: what the kernel may cache, and for how long.
+    let timeout = Duration::from_millis(300);
+    let past = timeout + Duration::from_millis(200);
+    let daemon = Daemon::start(
+        src,
+        mnt,
+        transport,
+        &["--attr-timeout", "0.3", "--entry-timeout", "0.3"],
+    );
+    let m = |p: &str| mnt.join(p);
+    // The mount has seen everything.
+    assert_eq!(std::fs::read(m("trunc")).unwrap(), a);
+    let mut old_repl = std::fs::File::open(m("repl")).unwrap();
+    let mut old_gone = std::fs::File::open(m("gone")).unwrap();
+    assert_eq!(std::fs::read(m("dir/sub/x")).unwrap(), b"x");
+    assert_eq!(std::fs::read(m("dir2/y")).unwrap(), b"y");
+
+    // Changed behind the mount.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(src.join("trunc"))
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    std::fs::write(src.join("repl.new"), b"second version").unwrap();
+    std::fs::rename(src.join("repl.new"), src.join("repl")).unwrap();
+    std::fs::remove_file(src.join("gone")).unwrap();
+    std::fs::remove_dir_all(src.join("dir")).unwrap();
+    std::fs::remove_dir_all(src.join("dir2")).unwrap();
+    std::fs::write(src.join("dir2"), b"now a file").unwrap();
+    std::thread::sleep(past);
+
+    // Past the timeouts the mount shows the change.
+    assert_eq!(std::fs::metadata(m("trunc")).unwrap().len(), 10);
+    assert_eq!(std::fs::read(m("trunc")).unwrap(), &a[..10]);
+    assert_eq!(std::fs::read(m("repl")).unwrap(), b"second version");
+    assert_eq!(errno_of(std::fs::metadata(m("gone"))), Some(libc::ENOENT));
+    assert_eq!(errno_of(std::fs::metadata(m("dir"))), Some(libc::ENOENT));
+    assert_eq!(errno_of(std::fs::read(m("dir/sub/x"))), Some(libc::ENOENT));
+    assert!(std::fs::metadata(m("dir2")).unwrap().is_file());
+    assert_eq!(std::fs::read(m("dir2")).unwrap(), b"now a file");
+    // Files opened before keep their (old) inode, as on any file system.
+    let mut got = String::new();
+    old_repl.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "first version");
+    let mut got = String::new();
+    old_gone.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "to be deleted");
+    assert_eq!(old_gone.metadata().unwrap().nlink(), 0);
+    drop((old_repl, old_gone));
+
+    // Truncated while open through the mount, then read past the new end.
+    let mut f = std::fs::File::open(m("repl")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(src.join("repl"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    std::thread::sleep(past);
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert!(
+        got.len() == 3 || got == b"second version",
+        "a read sees the truncation or the cached pages: {got:?}"
+    );
+    drop(f);
+
+    // Still serving, nothing alarming logged.
+    let names: Vec<PathBuf> = std::fs::read_dir(mnt)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    daemon.signal(libc::SIGTERM);
+    assert_clean_exit(
+        daemon,
+        Instant::now(),
+        Duration::from_secs(5),
+        "after backing changes",
+    );
+}
+
+#[test]
+fn backing_tree_changed_behind_the_mount_dev() {
+    backing_changes(Transport::Dev);
+}
+
+#[test]
+fn backing_tree_changed_behind_the_mount_uring() {
+    backing_changes(Transport::Uring);
+}
+
+/// `--allow-other` without `--default-permissions` is refused, and the
+/// message says why (the daemon serves every user with its own privileges).
+#[test]
+fn allow_other_without_default_permissions_is_refused_with_the_reason() {
+    let d = dirs();
+    let out = std::process::Command::new(BIN)
+        .arg("--allow-other")
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for why in ["--default-permissions", "privileges", "any user"] {
+        assert!(
+            stderr.contains(why),
+            "the message says why ({why}): {stderr}"
+        );
+    }
+    assert!(!is_mounted(&d.mnt));
+}

@@ -1,0 +1,890 @@
+//! The targets: native, our daemon in each mode, and the peers (libfuse's
+//! passthrough_ll, fuser's passthrough example): building them, mounting
+//! them, and making sure no mount is ever left behind.
+
+use super::config::Peers;
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Our daemon's transports, runtimes and pool switch, in report order.
+pub const TRANSPORTS: [&str; 2] = ["dev", "uring"];
+/// See [`TRANSPORTS`].
+pub const RUNTIMES: [&str; 3] = ["sync", "tokio", "uring"];
+
+/// Exit status of `fuse-bench-daemon` for a mode that doesn't exist yet.
+const EXIT_NOT_AVAILABLE: i32 = 3;
+
+/// The file in the backing directory whose contents prove that a mount
+/// shows the backing directory.
+pub const MARKER: &str = ".fuse-bench-marker";
+
+/// What a target is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetKind {
+    /// The backing directory itself.
+    Native,
+    /// `fuse-bench-daemon` in one mode.
+    Ours {
+        /// `--transport`.
+        transport: &'static str,
+        /// `--runtime`.
+        runtime: &'static str,
+        /// `--thread-pool`.
+        pool: bool,
+        /// `--kernel-passthrough`.
+        kpt: bool,
+    },
+    /// libfuse's passthrough_ll.
+    Libfuse,
+    /// fuser's passthrough example.
+    Fuser,
+}
+
+/// A target by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// Its name in reports.
+    pub name: String,
+    /// What it is.
+    pub kind: TargetKind,
+}
+
+impl TargetSpec {
+    /// One line saying what it is.
+    pub fn about(&self) -> String {
+        match &self.kind {
+            TargetKind::Native => "the backing directory itself (ext4), no FUSE".into(),
+            TargetKind::Ours {
+                transport,
+                runtime,
+                pool,
+                kpt,
+            } => format!(
+                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}",
+                if *pool {
+                    ", READ/WRITE thread pool"
+                } else {
+                    ""
+                },
+                if *kpt {
+                    ", kernel passthrough (READ/WRITE bypass the daemon)"
+                } else {
+                    ""
+                }
+            ),
+            TargetKind::Libfuse => "libfuse 3.14 example passthrough_ll (C, /dev/fuse)".into(),
+            TargetKind::Fuser => "fuser's passthrough example (Rust, /dev/fuse)".into(),
+        }
+    }
+
+    /// Whether it is a FUSE mount.
+    pub fn is_fuse(&self) -> bool {
+        self.kind != TargetKind::Native
+    }
+}
+
+/// The report name of one of our modes: `ours:<transport>/<runtime>`, then
+/// `+pool` and `+kpt` (kernel passthrough).
+pub fn ours_name(transport: &str, runtime: &str, pool: bool, kpt: bool) -> String {
+    format!(
+        "ours:{transport}/{runtime}{}{}",
+        if pool { "+pool" } else { "" },
+        if kpt { "+kpt" } else { "" }
+    )
+}
+
+/// Every target, in report order: native; our modes (every transport ×
+/// runtime, then with the thread pool, then the sync runtimes with kernel
+/// passthrough); libfuse; fuser.
+pub fn all_targets() -> Vec<TargetSpec> {
+    let mut v = vec![TargetSpec {
+        name: "native".into(),
+        kind: TargetKind::Native,
+    }];
+    let mut modes = Vec::new();
+    for pool in [false, true] {
+        for transport in TRANSPORTS {
+            for runtime in RUNTIMES {
+                modes.push((transport, runtime, pool, false));
+            }
+        }
+    }
+    for transport in TRANSPORTS {
+        modes.push((transport, "sync", false, true));
+    }
+    for (transport, runtime, pool, kpt) in modes {
+        v.push(TargetSpec {
+            name: ours_name(transport, runtime, pool, kpt),
+            kind: TargetKind::Ours {
+                transport,
+                runtime,
+                pool,
+                kpt,
+            },
+        });
+    }
+    v.push(TargetSpec {
+        name: "libfuse".into(),
+        kind: TargetKind::Libfuse,
+    });
+    v.push(TargetSpec {
+        name: "fuser".into(),
+        kind: TargetKind::Fuser,
+    });
+    v
+}
+
+/// Where things live during a run.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// `benches/`.
+    pub benches: PathBuf,
+    /// Cargo's target directory.
+    pub target_dir: PathBuf,
+    /// The backing directory every target serves (`target/bench/work/backing`).
+    pub backing: PathBuf,
+    /// The mountpoint (`target/bench/work/mnt`).
+    pub mnt: PathBuf,
+    /// Where the peers are built (`target/bench-peers`).
+    pub peers: PathBuf,
+}
+
+impl Paths {
+    /// The layout under `target_dir`.
+    pub fn new(root: &Path, target_dir: &Path) -> Paths {
+        let work = target_dir.join("bench").join("work");
+        Paths {
+            root: root.to_path_buf(),
+            benches: root.join("benches"),
+            target_dir: target_dir.to_path_buf(),
+            backing: work.join("backing"),
+            mnt: work.join("mnt"),
+            peers: target_dir.join("bench-peers"),
+        }
+    }
+}
+
+/// The binaries a run uses; a peer that could not be built has the reason.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `fuse-bench-daemon`.
+    pub daemon: PathBuf,
+    /// `fuse-bench-meta`.
+    pub meta: PathBuf,
+    /// libfuse's passthrough_ll.
+    pub libfuse: Option<Result<PathBuf, String>>,
+    /// fuser's example.
+    pub fuser: Option<Result<PathBuf, String>>,
+}
+
+/// Builds `fuse-bench-daemon` and `fuse-bench-meta` (release).
+pub fn build_ours(paths: &Paths) -> Result<(PathBuf, PathBuf)> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "bench",
+            "--bin",
+            "fuse-bench-daemon",
+            "--bin",
+            "fuse-bench-meta",
+        ])
+        .current_dir(&paths.root)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build of fuse-bench-daemon and fuse-bench-meta failed ({status})");
+    }
+    let release = paths.target_dir.join("release");
+    Ok((
+        release.join("fuse-bench-daemon"),
+        release.join("fuse-bench-meta"),
+    ))
+}
+
+fn newer(a: &Path, b: &Path) -> bool {
+    let m = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    matches!((m(a), m(b)), (Some(a), Some(b)) if a > b)
+}
+
+/// Runs a command, returning its stdout, or an error with the tail of its
+/// output.
+fn run_quiet(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = text.lines().rev().take(6).collect();
+    Err(format!(
+        "{what} failed ({}): {}",
+        out.status,
+        tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+    ))
+}
+
+/// Builds libfuse's passthrough_ll with gcc from the example source
+/// Debian's libfuse3-dev ships (unpacking a `.c.gz` first).
+pub fn build_libfuse(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
+    let out_dir = paths.peers.join("libfuse");
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
+    let src = PathBuf::from(&peers.libfuse.source);
+    let gz = PathBuf::from(format!("{}.gz", src.display()));
+    let dir = src.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let (source, include) = if src.is_file() {
+        (src.clone(), dir.clone())
+    } else if gz.is_file() {
+        // Unpack the example and the headers next to it.
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let p = entry.map_err(|e| e.to_string())?.path();
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if let Some(plain) = name.strip_suffix(".gz") {
+                if plain == src.file_name().unwrap_or_default().to_string_lossy()
+                    || plain.ends_with(".h")
+                {
+                    let text = run_quiet(
+                        Command::new("gzip").arg("-dc").arg(&p),
+                        &format!("unpacking {}", p.display()),
+                    )?;
+                    std::fs::write(out_dir.join(plain), text).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        (
+            out_dir.join(src.file_name().unwrap_or_default()),
+            out_dir.clone(),
+        )
+    } else {
+        return Err(format!(
+            "{} (or .gz) not found: install libfuse3-dev (apt-get install libfuse3-dev)",
+            src.display()
+        ));
+    };
+    let bin = out_dir.join("passthrough_ll");
+    if bin.is_file() && newer(&bin, &source) {
+        return Ok(bin);
+    }
+    let flags = run_quiet(
+        Command::new("pkg-config").args(["--cflags", "--libs", "fuse3"]),
+        "pkg-config --cflags --libs fuse3",
+    )?;
+    run_quiet(
+        Command::new("gcc")
+            .args(&peers.libfuse.cflags)
+            .arg("-I")
+            .arg(&include)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&source)
+            .args(flags.split_whitespace()),
+        "gcc passthrough_ll.c",
+    )?;
+    Ok(bin)
+}
+
+/// Builds fuser's example from the crates.io package with `cargo install
+/// --example` (needs the registry the first time; cached afterwards).
+pub fn build_fuser(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
+    let v = &peers.fuser.version;
+    let root = paths.peers.join(format!("fuser-{v}"));
+    let bin = root.join("bin").join(&peers.fuser.example);
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_quiet(
+        Command::new(cargo)
+            .arg("install")
+            .arg(format!("fuser@{v}"))
+            .args(["--example", &peers.fuser.example, "--root"])
+            .arg(&root)
+            .arg("--target-dir")
+            .arg(paths.peers.join("fuser-build"))
+            .current_dir(&paths.peers),
+        &format!("cargo install fuser@{v} --example {}", peers.fuser.example),
+    )?;
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("cargo install did not produce {}", bin.display()))
+    }
+}
+
+/// How FUSE targets are configured for a run (the same for all of them).
+#[derive(Debug, Clone)]
+pub struct MountSettings {
+    /// Cache policy (`never`, `auto`, `always`).
+    pub cache: String,
+    /// Writeback cache.
+    pub writeback: bool,
+    /// Serve extended attributes.
+    pub xattr: bool,
+    /// Extra arguments for our daemon.
+    pub daemon_args: Vec<String>,
+}
+
+/// A program and its arguments.
+pub type CommandLine = (PathBuf, Vec<String>);
+
+/// The command serving `spec` (none for native); `Err` if its binary is
+/// missing.
+pub fn command_for(
+    spec: &TargetSpec,
+    bins: &Binaries,
+    paths: &Paths,
+    ms: &MountSettings,
+) -> Result<Option<CommandLine>, String> {
+    let backing = paths.backing.display().to_string();
+    let mnt = paths.mnt.display().to_string();
+    Ok(match &spec.kind {
+        TargetKind::Native => None,
+        TargetKind::Ours {
+            transport,
+            runtime,
+            pool,
+            kpt,
+        } => {
+            let mut args: Vec<String> = vec![
+                "--transport".into(),
+                transport.to_string(),
+                "--runtime".into(),
+                runtime.to_string(),
+                "--cache".into(),
+                ms.cache.clone(),
+            ];
+            if *pool {
+                args.push("--thread-pool".into());
+            }
+            if *kpt {
+                args.push("--kernel-passthrough".into());
+            }
+            if ms.writeback {
+                args.push("--writeback".into());
+            }
+            if !ms.xattr {
+                args.push("--no-xattr".into());
+            }
+            args.extend(ms.daemon_args.iter().cloned());
+            args.push(backing);
+            args.push(mnt);
+            Some((bins.daemon.clone(), args))
+        }
+        TargetKind::Libfuse => {
+            let bin = match &bins.libfuse {
+                Some(Ok(b)) => b.clone(),
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err("not built".into()),
+            };
+            let mut opts = format!(
+                "clone_fd,source={backing},cache={},{}",
+                ms.cache,
+                if ms.xattr { "xattr" } else { "no_xattr" }
+            );
+            if ms.writeback {
+                opts.push_str(",writeback");
+            }
+            Some((bin, vec!["-f".into(), "-o".into(), opts, mnt]))
+        }
+        TargetKind::Fuser => {
+            let bin = match &bins.fuser {
+                Some(Ok(b)) => b.clone(),
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err("not built".into()),
+            };
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            Some((
+                bin,
+                vec![
+                    "--n-threads".into(),
+                    threads.to_string(),
+                    "--clone-fd".into(),
+                    mnt,
+                ],
+            ))
+        }
+    })
+}
+
+/// A command line as one string.
+pub fn display_command(bin: &Path, args: &[String]) -> String {
+    let name = bin.file_name().map_or_else(
+        || bin.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    std::iter::once(name)
+        .chain(args.iter().map(|a| {
+            if a.contains(' ') {
+                format!("'{a}'")
+            } else {
+                a.clone()
+            }
+        }))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Decodes the octal escapes (`\040`) of /proc/self/mountinfo.
+pub fn unescape_mount_path(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
+}
+
+/// (mountpoint, file system type) of every mount in a mountinfo text.
+pub fn parse_mountinfo(text: &str) -> Vec<(PathBuf, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let mountpoint = fields.get(4)?;
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fstype = fields.get(sep + 1)?;
+            Some((unescape_mount_path(mountpoint), fstype.to_string()))
+        })
+        .collect()
+}
+
+/// The mounts of this process's namespace.
+pub fn mounts() -> Vec<(PathBuf, String)> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+}
+
+/// The file system type mounted at `path`, if any (the topmost mount).
+pub fn mounted(path: &Path) -> Option<String> {
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|(p, _)| p == path)
+        .map(|(_, t)| t)
+}
+
+fn umount2(path: &Path, flags: libc::c_int) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Unmounts everything mounted at `path` (a plain unmount, then a lazy one
+/// as the last resort). Returns what it had to do, for the log.
+pub fn force_unmount(path: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    for _ in 0..8 {
+        let Some(fstype) = mounted(path) else { break };
+        match umount2(path, 0) {
+            Ok(()) => done.push(format!("unmounted {} ({fstype})", path.display())),
+            Err(e) => match umount2(path, libc::MNT_DETACH) {
+                Ok(()) => done.push(format!(
+                    "lazily unmounted {} ({fstype}; plain unmount: {e})",
+                    path.display()
+                )),
+                Err(e2) => {
+                    done.push(format!("cannot unmount {}: {e2}", path.display()));
+                    break;
+                }
+            },
+        }
+    }
+    done
+}
+
+/// Unmounts whatever an earlier, interrupted run left under `dir`.
+pub fn sweep_stale_mounts(dir: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    let mut stale: Vec<PathBuf> = mounts()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    stale.sort();
+    stale.dedup();
+    for p in stale.into_iter().rev() {
+        done.extend(force_unmount(&p));
+    }
+    done
+}
+
+/// Why a target didn't start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// Our daemon said the mode doesn't exist yet.
+    NotAvailable(String),
+    /// It mounted something that isn't the backing directory.
+    Unusable(String),
+    /// Anything else.
+    Failed(String),
+}
+
+/// A running target. Dropping it stops it and makes sure nothing stays
+/// mounted.
+pub struct Running {
+    child: Option<Child>,
+    mnt: PathBuf,
+    /// The directory workloads use (the mountpoint, or the backing
+    /// directory for native).
+    pub root: PathBuf,
+    /// Our daemon's start line.
+    pub start_line: Option<String>,
+    log: PathBuf,
+    stopped: bool,
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>();
+    v[v.len().saturating_sub(lines)..].join(" / ")
+}
+
+/// Strips ANSI color sequences (tracing's) from a log excerpt.
+fn plain(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Starts `spec` and waits until its mount shows the backing directory.
+pub fn start(
+    spec: &TargetSpec,
+    command: Option<CommandLine>,
+    paths: &Paths,
+    marker_token: &str,
+    log: &Path,
+    timeout: Duration,
+) -> Result<Running, StartError> {
+    let Some((bin, args)) = command else {
+        return Ok(Running {
+            child: None,
+            mnt: paths.mnt.clone(),
+            root: paths.backing.clone(),
+            start_line: None,
+            log: log.to_path_buf(),
+            stopped: true,
+        });
+    };
+    if let Some(fstype) = mounted(&paths.mnt) {
+        let done = force_unmount(&paths.mnt);
+        if mounted(&paths.mnt).is_some() {
+            return Err(StartError::Failed(format!(
+                "{} is still mounted ({fstype}): {}",
+                paths.mnt.display(),
+                done.join("; ")
+            )));
+        }
+    }
+    std::fs::create_dir_all(&paths.mnt)
+        .map_err(|e| StartError::Failed(format!("creating {}: {e}", paths.mnt.display())))?;
+    let stdout_path = log.with_extension("stdout");
+    let open = |p: &Path| {
+        File::create(p).map_err(|e| StartError::Failed(format!("creating {}: {e}", p.display())))
+    };
+    let child = Command::new(&bin)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(open(&stdout_path)?)
+        .stderr(open(log)?)
+        // Its own process group: a Ctrl-C at the terminal reaches the
+        // harness, which then stops the daemon in order.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| StartError::Failed(format!("starting {}: {e}", bin.display())))?;
+    let mut running = Running {
+        child: Some(child),
+        mnt: paths.mnt.clone(),
+        root: paths.mnt.clone(),
+        start_line: None,
+        log: log.to_path_buf(),
+        stopped: false,
+    };
+    let ours = matches!(spec.kind, TargetKind::Ours { .. });
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = running
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            running.child = None;
+            let why = plain(&tail(log, 3));
+            let _ = force_unmount(&paths.mnt);
+            running.stopped = true;
+            return Err(if status.code() == Some(EXIT_NOT_AVAILABLE) {
+                let why = why
+                    .rsplit(" / ")
+                    .next()
+                    .unwrap_or(&why)
+                    .trim_start_matches("fuse-bench-daemon: error: ")
+                    .trim_start_matches("not available yet: ")
+                    .to_string();
+                StartError::NotAvailable(why)
+            } else {
+                StartError::Failed(format!("exited during start ({status}): {why}"))
+            });
+        }
+        if ours && running.start_line.is_none() {
+            let mut text = String::new();
+            if let Ok(mut f) = File::open(&stdout_path) {
+                let _ = f.read_to_string(&mut text);
+            }
+            running.start_line = text
+                .lines()
+                .find(|l| l.starts_with("FUSE-BENCH-DAEMON READY"))
+                .map(str::to_string);
+        }
+        let fuse_mounted = mounted(&paths.mnt).is_some_and(|t| t.starts_with("fuse"));
+        if fuse_mounted && (!ours || running.start_line.is_some()) {
+            match std::fs::read_to_string(paths.mnt.join(MARKER)) {
+                Ok(t) if t.trim() == marker_token => return Ok(running),
+                other => {
+                    let mut names: Vec<String> = std::fs::read_dir(&paths.mnt)
+                        .map(|d| {
+                            d.filter_map(|e| e.ok())
+                                .map(|e| e.file_name().to_string_lossy().into_owned())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    names.sort();
+                    let found = match other {
+                        Ok(_) => "a different marker".to_string(),
+                        Err(e) => format!("no marker ({e})"),
+                    };
+                    let mut why = format!(
+                        "it mounts, but the mount is not the backing directory: {found}; its root \
+                         lists [{}]",
+                        names.join(", ")
+                    );
+                    if spec.kind == TargetKind::Fuser {
+                        why.push_str(
+                            " — fuser's passthrough example serves one fixed file (/etc/profile, \
+                             through FUSE_PASSTHROUGH) and takes no source directory, so no \
+                             workload can run on it",
+                        );
+                    }
+                    running.stop_quietly();
+                    return Err(StartError::Unusable(why));
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            running.stop_quietly();
+            return Err(StartError::Failed(format!(
+                "not ready after {} s: {}",
+                timeout.as_secs(),
+                plain(&tail(log, 3))
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Running {
+    /// Stops the target: SIGTERM to the daemon (only while it is still our
+    /// un-reaped child, so its PID can't belong to anyone else), a wait,
+    /// then unmounting (lazily as the last resort) and SIGKILL. Returns
+    /// what had to be forced, for the log; empty when the daemon unmounted
+    /// and exited by itself.
+    pub fn stop(&mut self) -> Vec<String> {
+        if self.stopped {
+            return Vec::new();
+        }
+        self.stopped = true;
+        let mut forced = Vec::new();
+        if let Some(mut child) = self.child.take() {
+            // try_wait() == None: the child is alive and not reaped, so its
+            // PID is still this process's child.
+            if let Ok(None) = child.try_wait() {
+                // SAFETY: kill(2) on our own un-reaped child's PID.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                if !wait_for(&mut child, Duration::from_secs(10)) {
+                    forced.push("daemon ignored SIGTERM for 10 s".to_string());
+                    forced.extend(force_unmount(&self.mnt));
+                    if !wait_for(&mut child, Duration::from_secs(5)) {
+                        if let Ok(None) = child.try_wait() {
+                            // SAFETY: as above; still our un-reaped child.
+                            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+                        }
+                        let _ = child.wait();
+                        forced.push("killed the daemon".into());
+                    }
+                }
+            }
+        }
+        forced.extend(force_unmount(&self.mnt));
+        forced
+    }
+
+    fn stop_quietly(&mut self) {
+        let _ = self.stop();
+    }
+
+    /// The daemon's log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Whether the daemon is still running (always true for native).
+    pub fn alive(&mut self) -> bool {
+        match &mut self.child {
+            None => self.stopped || self.root != self.mnt,
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for line in self.stop() {
+            eprintln!("bench: {line}");
+        }
+    }
+}
+
+/// Waits up to `limit` for `child` to exit; true if it did.
+fn wait_for(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_parsing() {
+        let text = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                    99 22 0:55 / /tmp/a\\040b rw,nosuid - fuse.fuse-bench src rw,user_id=0\n\
+                    100 22 0:56 / /x rw master:2 shared:3 - fuse /dev/fuse rw\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(
+            m,
+            vec![
+                (PathBuf::from("/"), "ext4".to_string()),
+                (PathBuf::from("/tmp/a b"), "fuse.fuse-bench".to_string()),
+                (PathBuf::from("/x"), "fuse".to_string()),
+            ]
+        );
+        assert_eq!(unescape_mount_path("a\\134b\\011"), PathBuf::from("a\\b\t"));
+        assert_eq!(
+            unescape_mount_path("trailing\\04"),
+            PathBuf::from("trailing\\04")
+        );
+    }
+
+    #[test]
+    fn target_names() {
+        let all = all_targets();
+        let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names[0], "native");
+        assert!(names.contains(&"ours:dev/sync"));
+        assert!(names.contains(&"ours:uring/tokio+pool"));
+        assert!(names.contains(&"ours:dev/sync+kpt"));
+        assert!(names.contains(&"ours:uring/sync+kpt"));
+        assert_eq!(&names[names.len() - 2..], &["libfuse", "fuser"]);
+        assert_eq!(all.len(), 1 + 2 * 3 * 2 + 2 + 2);
+    }
+
+    #[test]
+    fn commands_are_fair() {
+        let paths = Paths::new(Path::new("/w"), Path::new("/w/target"));
+        let bins = Binaries {
+            daemon: "/w/target/release/fuse-bench-daemon".into(),
+            meta: "/m".into(),
+            libfuse: Some(Ok("/p/passthrough_ll".into())),
+            fuser: Some(Err("no network".into())),
+        };
+        let ms = MountSettings {
+            cache: "auto".into(),
+            writeback: true,
+            xattr: false,
+            daemon_args: vec!["--threads".into(), "4".into()],
+        };
+        let all = all_targets();
+        let find = |n: &str| all.iter().find(|t| t.name == n).unwrap();
+        assert_eq!(command_for(find("native"), &bins, &paths, &ms), Ok(None));
+        let (_, args) = command_for(find("ours:dev/sync+kpt"), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert!(args.contains(&"--kernel-passthrough".to_string()));
+        let (bin, args) = command_for(find("ours:uring/sync+pool"), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            display_command(&bin, &args),
+            "fuse-bench-daemon --transport uring --runtime sync --cache auto --thread-pool \
+             --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        let (bin, args) = command_for(find("libfuse"), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            display_command(&bin, &args),
+            "passthrough_ll -f -o clone_fd,source=/w/target/bench/work/backing,cache=auto,no_xattr,writeback \
+             /w/target/bench/work/mnt"
+        );
+        assert_eq!(
+            command_for(find("fuser"), &bins, &paths, &ms),
+            Err("no network".to_string())
+        );
+    }
+
+    #[test]
+    fn strips_colors() {
+        assert_eq!(plain("\u{1b}[33m WARN\u{1b}[0m x"), " WARN x");
+    }
+}
