@@ -205,6 +205,34 @@ fn from_flock(fl: &libc::flock64, pid: u32) -> FileLock {
 
 /// The mode without set-user-ID, and without set-group-ID if the group
 /// may execute (as the VFS clears them on write, truncate and chown).
+impl PassthroughFs {
+    /// A SETATTR that only clears the set-user-ID bit (and set-group-ID with
+    /// group execute), sent for a caller who doesn't own the file: the
+    /// kernel's kill-priv on write/truncate (without `HANDLE_KILLPRIV_V2`),
+    /// which the VFS does with its own authority.
+    fn is_kernel_priv_kill(
+        &self,
+        ctx: &Context,
+        pfd: &impl AsFd,
+        args: &SetattrArgs,
+        mode: u32,
+    ) -> io::Result<bool> {
+        let only_mode = args.uid.is_none()
+            && args.gid.is_none()
+            && args.size.is_none()
+            && args.atime.is_none()
+            && args.mtime.is_none();
+        if !only_mode || ctx.uid == 0 {
+            return Ok(false);
+        }
+        let st = sys::statx_fd(pfd.as_fd(), libc::STATX_MODE | libc::STATX_UID)?;
+        let current = st.stx_mode as u32 & 0o7777;
+        Ok(st.stx_uid != ctx.uid
+            && current != mode & 0o7777
+            && killed_mode(current) == mode & 0o7777)
+    }
+}
+
 fn killed_mode(mode: u32) -> u32 {
     let mut m = mode & !libc::S_ISUID;
     if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
@@ -944,6 +972,12 @@ impl FileSystem for PassthroughFs {
             )?;
         }
         if let Some(mode) = args.mode {
+            if self.is_kernel_priv_kill(ctx, &pfd, args, mode)? {
+                // The kernel clears set-id bits when someone other than the
+                // owner writes or truncates (it checked that caller): that
+                // chmod must not fail with EPERM as the caller's own would.
+                self.creds.root();
+            }
             match &h {
                 Some(h) => sys::fchmod(h.fd(), mode & 0o7777)?,
                 None => sys::chmod_path(pfd.proc_path().as_cstr(), mode & 0o7777)?,

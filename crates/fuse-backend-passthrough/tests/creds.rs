@@ -183,6 +183,13 @@ fn setuid_cleared_on_write(config: PassthroughConfig) {
     // Truncation by the owner clears them too.
     run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), ": > prog");
     assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o0775);
+    // So does a write by someone who doesn't own the file: native Linux
+    // lets it through and clears the bit.
+    fs::write(t.m("d/roots"), b"x").unwrap();
+    fs::set_permissions(t.m("d/roots"), fs::Permissions::from_mode(0o4777)).unwrap();
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "echo more >> roots");
+    assert_eq!(lmeta(&t.s("d/roots")).mode() & 0o7777, 0o0777);
+    assert_eq!(fs::read(t.s("d/roots")).unwrap(), b"xmore\n");
 }
 
 #[test]
