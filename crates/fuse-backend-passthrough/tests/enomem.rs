@@ -13,30 +13,35 @@ use fuse_server::{DecodeOptions, Operation, RawRequest, ReadArgs, Server, Transa
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Fails allocations larger than `LIMIT` on threads that armed it, and
 /// records the largest allocation they asked for.
 struct FailingAlloc;
 
-static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
+// All per thread: tests run in parallel threads, and one test lifting its
+// limit must not lift another's.
 thread_local! {
     static ARMED: Cell<bool> = const { Cell::new(false) };
+    static LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
 }
 
 fn armed() -> bool {
     ARMED.try_with(Cell::get).unwrap_or(false)
 }
 
+/// Records a request for `size` bytes on an armed thread; whether it must fail.
+fn over_limit(size: usize) -> bool {
+    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+    size > LIMIT.try_with(Cell::get).unwrap_or(usize::MAX)
+}
+
 // SAFETY: defers to the system allocator, or returns null (a failure).
 unsafe impl GlobalAlloc for FailingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if armed() {
-            LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-            if layout.size() > LIMIT.load(Ordering::Relaxed) {
+            if over_limit(layout.size()) {
                 return std::ptr::null_mut();
             }
         }
@@ -46,8 +51,7 @@ unsafe impl GlobalAlloc for FailingAlloc {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if armed() {
-            LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-            if layout.size() > LIMIT.load(Ordering::Relaxed) {
+            if over_limit(layout.size()) {
                 return std::ptr::null_mut();
             }
         }
@@ -57,8 +61,7 @@ unsafe impl GlobalAlloc for FailingAlloc {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if armed() {
-            LARGEST.fetch_max(new_size, Ordering::Relaxed);
-            if new_size > LIMIT.load(Ordering::Relaxed) {
+            if over_limit(new_size) {
                 return std::ptr::null_mut();
             }
         }
@@ -78,13 +81,13 @@ static ALLOC: FailingAlloc = FailingAlloc;
 /// Runs `f` with allocations above `limit` failing on this thread;
 /// returns its result and the largest allocation it asked for.
 fn with_limit<T>(limit: usize, f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.store(0, Ordering::Relaxed);
-    LIMIT.store(limit, Ordering::Relaxed);
+    LARGEST.with(|l| l.set(0));
+    LIMIT.with(|l| l.set(limit));
     ARMED.with(|a| a.set(true));
     let r = f();
     ARMED.with(|a| a.set(false));
-    LIMIT.store(usize::MAX, Ordering::Relaxed);
-    (r, LARGEST.load(Ordering::Relaxed))
+    LIMIT.with(|l| l.set(usize::MAX));
+    (r, LARGEST.with(Cell::get))
 }
 
 struct Tx {

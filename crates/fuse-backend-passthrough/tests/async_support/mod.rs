@@ -1,0 +1,288 @@
+//! A passthrough served through its `AsyncFileSystem` by a `FuseDevTask`
+//! on an `async-io` runtime (tokio or io_uring) on a thread of its own,
+//! with or without the thread pool; stopped with `TaskHandle::stop` and
+//! unmounted (lazily as a last resort) on drop or panic.
+#![allow(dead_code)]
+
+use async_io::RuntimeType;
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_server::Server;
+use fuse_transport_dev::{FuseDevTask, MountOptions, TaskConfig, TaskHandle};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a test mount is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    /// The runtime of the serving thread.
+    pub runtime: RuntimeType,
+    /// `PassthroughFs::enable_async_thread_pool`.
+    pub pool: bool,
+}
+
+impl Mode {
+    /// Every combination.
+    pub const ALL: [Mode; 4] = [
+        Mode {
+            runtime: RuntimeType::Tokio,
+            pool: false,
+        },
+        Mode {
+            runtime: RuntimeType::Tokio,
+            pool: true,
+        },
+        Mode {
+            runtime: RuntimeType::IoUring,
+            pool: false,
+        },
+        Mode {
+            runtime: RuntimeType::IoUring,
+            pool: true,
+        },
+    ];
+}
+
+/// Fails the test (never passes silently) unless we are root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "these tests mount FUSE file systems with mount(2): they need root (CI runs them as \
+         root); without root use `cargo xtask test-in-userns`"
+    );
+}
+
+/// Fails the test unless io_uring runtimes can be built here.
+pub fn require_runtime(runtime: RuntimeType) {
+    if let Err(e) = runtime.check_available() {
+        panic!("the {runtime} runtime is not available here: {e}");
+    }
+}
+
+/// Mount options of the tests (`allow_other`, `default_permissions`).
+pub fn options(fsname: &str) -> MountOptions {
+    MountOptions {
+        fsname: Some(format!("pt-test-async-{fsname}-{}", std::process::id())),
+        subtype: Some("passthroughfs".into()),
+        allow_other: true,
+        default_permissions: true,
+        nodev: false,
+        ..MountOptions::default()
+    }
+}
+
+/// Attributes and names not cached: every stat reaches the daemon.
+pub fn uncached() -> PassthroughConfig {
+    PassthroughConfig {
+        attr_timeout: Some(Duration::ZERO),
+        entry_timeout: Some(Duration::ZERO),
+        ..PassthroughConfig::default()
+    }
+}
+
+/// A `FuseDevTask` serving `server` at `mnt` on a new thread with a
+/// runtime of type `runtime`; returns the task's handle once mounted.
+pub fn serve_task(
+    runtime: RuntimeType,
+    server: Server,
+    mnt: &Path,
+    options: MountOptions,
+) -> (TaskHandle, PathBuf, JoinHandle<io::Result<()>>) {
+    let (tx, rx) = mpsc::channel();
+    let mnt = mnt.to_path_buf();
+    let thread = std::thread::Builder::new()
+        .name(format!("serve-{runtime}"))
+        .spawn(move || {
+            let rt = runtime.build().map_err(io::Error::from)?;
+            rt.block_on(async move {
+                let task = match FuseDevTask::mount(server, &mnt, &options, TaskConfig::default()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return Ok(());
+                    }
+                };
+                let _ = tx.send(Ok((task.handle(), task.mountpoint().to_path_buf())));
+                task.run().await
+            })
+        })
+        .expect("starting the serving thread");
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok((handle, mnt))) => (handle, mnt, thread),
+        Ok(Err(e)) => panic!("mounting: {e}"),
+        Err(e) => panic!("the serving thread did not mount: {e}"),
+    }
+}
+
+/// A passthrough over a fresh backing directory served asynchronously.
+pub struct AsyncMount {
+    /// The file system.
+    pub fs: Arc<PassthroughFs>,
+    /// The backing directory.
+    pub src: PathBuf,
+    /// The mountpoint.
+    pub mnt: PathBuf,
+    /// How it is served.
+    pub mode: Mode,
+    handle: Option<TaskHandle>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl AsyncMount {
+    /// A mount with [`uncached`] options.
+    pub fn new(mode: Mode) -> Self {
+        Self::with(mode, uncached())
+    }
+
+    /// A mount with `config`.
+    pub fn with(mode: Mode, config: PassthroughConfig) -> Self {
+        require_root();
+        require_runtime(mode.runtime);
+        let dir = tempfile::Builder::new()
+            .prefix("pt-async-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let src = dir.path().join("src");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        for p in [dir.path(), &src] {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        Self::over(mode, config, dir, src, mnt)
+    }
+
+    /// A mount of an existing `src` (the directory `dir` holds `mnt`).
+    pub fn over(
+        mode: Mode,
+        config: PassthroughConfig,
+        dir: tempfile::TempDir,
+        src: PathBuf,
+        mnt: PathBuf,
+    ) -> Self {
+        let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs::new"));
+        fs.enable_async_thread_pool(mode.pool);
+        let server = Server::new_async(fs.clone());
+        let (handle, mnt, thread) = serve_task(mode.runtime, server, &mnt, options("m"));
+        Self {
+            fs,
+            src,
+            mnt,
+            mode,
+            handle: Some(handle),
+            thread: Some(thread),
+            dir: Some(dir),
+        }
+    }
+
+    /// A path in the backing directory.
+    pub fn s(&self, name: &str) -> PathBuf {
+        self.src.join(name)
+    }
+
+    /// A path through the mount.
+    pub fn m(&self, name: &str) -> PathBuf {
+        self.mnt.join(name)
+    }
+
+    /// Stops the task (it lets running requests finish, unmounts, and
+    /// calls the file system's `destroy`) and waits for its thread.
+    pub fn unmount(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop();
+        }
+        if let Some(t) = self.thread.take() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(t.is_finished(), "the serving task did not end after stop");
+            t.join()
+                .expect("the serving thread panicked")
+                .expect("serving ended with an error");
+        }
+        assert!(!is_mounted(&self.mnt), "still mounted after stop");
+    }
+}
+
+impl Drop for AsyncMount {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop();
+        }
+        if let Some(t) = self.thread.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        if is_mounted(&self.mnt) {
+            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
+        }
+        if let Some(dir) = self.dir.take() {
+            if is_mounted(&self.mnt) {
+                std::mem::forget(dir);
+            }
+        }
+    }
+}
+
+/// Whether `path` is a mountpoint.
+pub fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| mp == want)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A page-aligned buffer for `O_DIRECT`.
+pub struct Aligned(fuse_server::AlignedBuf);
+
+impl Aligned {
+    /// `len` zeroed bytes at a page boundary.
+    pub fn new(len: usize) -> Self {
+        Self(fuse_server::AlignedBuf::new(len).expect("buffer"))
+    }
+
+    /// The bytes.
+    pub fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
