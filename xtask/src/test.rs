@@ -1321,39 +1321,19 @@ fn statfs_type(path: &Path, timeout: Duration) -> Option<std::io::Result<i64>> {
 }
 
 // ---------------------------------------------------------------------------
-// Hooks for steps that other work adds. Each runs its `cargo xtask`
-// subcommand once that subcommand exists and is skipped (with the reason in
-// the summary) until then.
-
-/// Whether `cargo xtask SUBCOMMAND --help` exists and mentions `needle`
-/// (e.g. a flag the step passes). Asks this very binary, so no rebuild.
-fn xtask_supports(subcommand: &str, needle: &str) -> bool {
-    let Ok(exe) = std::env::current_exe() else {
-        return false;
-    };
-    Command::new(exe)
-        .args([subcommand, "--help"])
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(needle))
-}
+// Steps that run other xtask subcommands.
 
 /// The suite on a real Linux 7.3 kernel (buffer pools, protocol 7.46) under
-/// qemu: `cargo xtask test-in-vm`, once it exists. The VM runner can get the
-/// kernel with [`debian_experimental_package`].
+/// qemu: `cargo xtask test-in-vm`. The VM runner gets the kernel with
+/// [`debian_experimental_package`].
 fn step_vm(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(cargo().args(["xtask", "test-in-vm"]).current_dir(&ctx.root))?;
     Ok(Outcome::Done)
 }
 
 /// A quick benchmark run, to catch a broken benchmark setup (not to judge
-/// speed): `cargo xtask bench --quick`, once it exists.
+/// speed): `cargo xtask bench --quick`.
 fn step_bench(ctx: &mut Ctx) -> Result<Outcome> {
-    if !xtask_supports("bench", "--quick") {
-        return Ok(Outcome::Skipped(
-            "`cargo xtask bench --quick` does not exist yet".into(),
-        ));
-    }
     run_cmd(
         cargo()
             .args(["xtask", "bench", "--quick"])
