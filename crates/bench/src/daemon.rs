@@ -130,7 +130,8 @@ pub struct DaemonArgs {
     /// start when all are busy; default: the number of CPUs, 2 to 8).
     /// `uring` (any runtime): ring threads (0, the default: one per kernel
     /// queue), each with its own runtime in async mode. `dev` with an async
-    /// runtime: runtime threads (only 1 exists yet).
+    /// runtime: runtime threads, each running a `FuseDevTask` on its own
+    /// cloned fd (default: the number of CPUs, 2 to 8).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
@@ -246,6 +247,8 @@ pub enum Plan {
         runtime: async_io::RuntimeType,
         /// The task's configuration.
         config: TaskConfig,
+        /// Runtime threads, each with a task (the first and its siblings).
+        threads: usize,
     },
 }
 
@@ -345,15 +348,6 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
             })
         }
         (Transport::Dev, Runtime::Tokio | Runtime::Uring) => {
-            if args.threads.is_some_and(|n| n != 1) {
-                return Err(PlanError::NotAvailable(format!(
-                    "--threads {} with --runtime {}: FuseDevTask serves a mount from one \
-                     single-threaded async-io runtime; several runtime threads on cloned fds \
-                     don't exist yet",
-                    args.threads.unwrap_or(1),
-                    args.runtime.as_str()
-                )));
-            }
             if args.kernel_passthrough {
                 // FuseDevTask answers INIT inside the task, after the start
                 // line, so the daemon can't check that the kernel agreed.
@@ -370,6 +364,9 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                 config: TaskConfig {
                     max_in_flight: args.max_in_flight.unwrap_or(default.max_in_flight),
                 },
+                threads: args
+                    .threads
+                    .unwrap_or_else(|| SessionConfig::default().threads),
             })
         }
     }
@@ -767,13 +764,17 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                 .with("uring", if mode.uses_uring() { "on" } else { "fallback" });
             serve_session(session, settings_fields(line, &args), signals)
         }
-        Plan::DevAsync { runtime, config } => {
+        Plan::DevAsync {
+            runtime,
+            config,
+            threads,
+        } => {
             let rt = runtime
                 .build()
                 .map_err(|e| Failure::new(format!("building the {runtime} runtime: {e}")))?;
             let line = settings_fields(
                 base_line(&args)
-                    .with("threads", 1)
+                    .with("threads", threads)
                     .with("buffers", "dev-read")
                     .with("inodes", inodes(&fs))
                     .with("max_in_flight", config.max_in_flight)
@@ -786,15 +787,53 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                 let task = FuseDevTask::mount(server, &mountpoint, &options, config)
                     .map_err(|e| Failure::new(format!("mounting: {e}")))?;
                 let handle = task.handle();
+                let siblings = start_siblings(&task, runtime, threads)?;
                 on_signal(signals, move || handle.stop())?;
-                tracing::info!(mountpoint = %mountpoint.display(), %runtime, "serving");
+                tracing::info!(mountpoint = %mountpoint.display(), %runtime, threads, "serving");
                 announce(&line);
-                task.run()
+                let result = task
+                    .run()
                     .await
-                    .map_err(|e| Failure::new(format!("serving failed: {e}")))
+                    .map_err(|e| Failure::new(format!("serving failed: {e}")));
+                for s in siblings {
+                    match s.join() {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!("a sibling task failed: {e}"),
+                        Err(_) => tracing::error!("a sibling task's thread panicked"),
+                    }
+                }
+                result
             })
         }
     }
+}
+
+/// Starts `threads - 1` threads, each running a sibling of `task` on a
+/// runtime of its own.
+fn start_siblings(
+    task: &FuseDevTask,
+    runtime: async_io::RuntimeType,
+    threads: usize,
+) -> Result<Vec<std::thread::JoinHandle<std::io::Result<()>>>, Failure> {
+    (1..threads.max(1))
+        .map(|i| {
+            let sibling = task
+                .sibling()
+                .map_err(|e| Failure::new(format!("cloning /dev/fuse for thread {i}: {e}")))?;
+            std::thread::Builder::new()
+                .name(format!("fuse-task-{i}"))
+                .spawn(move || {
+                    let rt = runtime.build().map_err(std::io::Error::other)?;
+                    rt.block_on(async move {
+                        let task = sibling
+                            .into_task()
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                        task.run().await
+                    })
+                })
+                .map_err(|e| Failure::new(format!("starting runtime thread {i}: {e}")))
+        })
+        .collect()
 }
 
 /// How the backend holds inodes (and, the first time, why not by handle
@@ -894,8 +933,6 @@ mod tests {
         assert!(matches!(e, PlanError::NotAvailable(_)), "{e}");
         assert!(e.to_string().starts_with("not available yet: "), "{e}");
         for rt in ["tokio", "uring"] {
-            let e = plan(&args(&["--runtime", rt, "--threads", "2"])).unwrap_err();
-            assert!(matches!(e, PlanError::NotAvailable(_)), "{e}");
             let e = plan(&args(&["--runtime", rt, "--kernel-passthrough"])).unwrap_err();
             assert!(matches!(e, PlanError::NotAvailable(_)), "{e}");
         }
@@ -966,10 +1003,19 @@ mod tests {
             other => panic!("unexpected plan {other:?}"),
         }
         match plan(&args(&["--runtime", "uring", "--max-in-flight", "7"])).unwrap() {
-            Plan::DevAsync { runtime, config } => {
+            Plan::DevAsync {
+                runtime,
+                config,
+                threads,
+            } => {
                 assert_eq!(runtime, async_io::RuntimeType::IoUring);
                 assert_eq!(config.max_in_flight, 7);
+                assert_eq!(threads, SessionConfig::default().threads);
             }
+            other => panic!("unexpected plan {other:?}"),
+        }
+        match plan(&args(&["--runtime", "tokio", "--threads", "3"])).unwrap() {
+            Plan::DevAsync { threads, .. } => assert_eq!(threads, 3),
             other => panic!("unexpected plan {other:?}"),
         }
     }

@@ -79,7 +79,9 @@ struct Args {
     mountpoint: PathBuf,
 
     /// Worker threads to start with (more start when all are busy;
-    /// `--runtime sync` over /dev/fuse).
+    /// `--runtime sync` over /dev/fuse), or, with `--runtime tokio|uring`
+    /// over /dev/fuse, runtime threads, each serving with its own task and
+    /// cloned fd.
     #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
     threads: usize,
 
@@ -385,7 +387,14 @@ fn run(args: Args) -> Result<(), Failure> {
         Some(_) => Server::new_async(fs.clone()),
     };
     if let (Some(kind), false) = (runtime, args.uring) {
-        return serve_task(kind, server, &args.mountpoint, &options, signals);
+        return serve_task(
+            kind,
+            args.threads,
+            server,
+            &args.mountpoint,
+            &options,
+            signals,
+        );
     }
     let mut uring_session = None;
     let session: Arc<dyn Session> = if args.uring {
@@ -440,10 +449,13 @@ fn run(args: Args) -> Result<(), Failure> {
 }
 
 /// Serves `server` at `mountpoint` with a `FuseDevTask` on a runtime of
-/// type `kind` on this thread, until unmounted or signalled (a signal
-/// stops the task, which lets the requests it runs finish).
+/// type `kind` on this thread and a sibling task on each of `threads - 1`
+/// more threads (each its own runtime and cloned fd), until unmounted or
+/// signalled (a signal stops the tasks, which let the requests they run
+/// finish).
 fn serve_task(
     kind: async_io::RuntimeType,
+    threads: usize,
     server: Server,
     mountpoint: &Path,
     options: &MountOptions,
@@ -456,7 +468,29 @@ fn serve_task(
         let task = FuseDevTask::mount(server, mountpoint, options, TaskConfig::default())
             .map_err(|e| Failure(e.to_string()))?;
         let handle = task.handle();
-        let transport = format!("/dev/fuse, one task on a {kind} runtime");
+        let mut siblings = Vec::new();
+        for i in 1..threads.max(1) {
+            let sibling = task
+                .sibling()
+                .map_err(|e| Failure(format!("cloning /dev/fuse for thread {i}: {e}")))?;
+            let thread = std::thread::Builder::new()
+                .name(format!("fuse-task-{i}"))
+                .spawn(move || -> std::io::Result<()> {
+                    let rt = kind.build().map_err(std::io::Error::other)?;
+                    rt.block_on(async move {
+                        let task = sibling
+                            .into_task()
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                        task.run().await
+                    })
+                })
+                .map_err(|e| Failure(format!("starting runtime thread {i}: {e}")))?;
+            siblings.push(thread);
+        }
+        let transport = format!(
+            "/dev/fuse, a task on a {kind} runtime on each of {} threads",
+            threads.max(1)
+        );
         let logged = transport.clone();
         std::thread::Builder::new()
             .name("signals".into())
@@ -476,9 +510,18 @@ fn serve_task(
             %transport,
             "passthroughfs serving"
         );
-        task.run()
+        let result = task
+            .run()
             .await
-            .map_err(|e| Failure(format!("serving failed: {e}")))
+            .map_err(|e| Failure(format!("serving failed: {e}")));
+        for s in siblings {
+            match s.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("a sibling task failed: {e}"),
+                Err(_) => tracing::error!("a sibling task's thread panicked"),
+            }
+        }
+        result
     })?;
     tracing::info!("unmounted; exiting");
     Ok(())

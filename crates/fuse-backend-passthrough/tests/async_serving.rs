@@ -19,8 +19,9 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-/// One test per mode: `NAME_tokio`, `NAME_tokio_pool`, `NAME_uring`,
-/// `NAME_uring_pool`, each calling `NAME(mode)`.
+/// One test per mode: `tokio::NAME`, `tokio_pool::NAME`, `uring::NAME`,
+/// `uring_pool::NAME`, `tokio_2threads::NAME`, `uring_pool_2threads::NAME`,
+/// each calling `NAME(mode)`.
 macro_rules! per_mode {
     ($($name:ident),* $(,)?) => {
         mod tokio {
@@ -34,6 +35,12 @@ macro_rules! per_mode {
         }
         mod uring_pool {
             $(#[test] fn $name() { super::$name(super::Mode::ALL[3]) })*
+        }
+        mod tokio_2threads {
+            $(#[test] fn $name() { super::$name(super::Mode::ALL[4]) })*
+        }
+        mod uring_pool_2threads {
+            $(#[test] fn $name() { super::$name(super::Mode::ALL[5]) })*
         }
     };
 }

@@ -40,30 +40,24 @@ fn over_limit(size: usize) -> bool {
 // SAFETY: defers to the system allocator, or returns null (a failure).
 unsafe impl GlobalAlloc for FailingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            if over_limit(layout.size()) {
-                return std::ptr::null_mut();
-            }
+        if armed() && over_limit(layout.size()) {
+            return std::ptr::null_mut();
         }
         // SAFETY: forwarded as is.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            if over_limit(layout.size()) {
-                return std::ptr::null_mut();
-            }
+        if armed() && over_limit(layout.size()) {
+            return std::ptr::null_mut();
         }
         // SAFETY: forwarded as is.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if armed() {
-            if over_limit(new_size) {
-                return std::ptr::null_mut();
-            }
+        if armed() && over_limit(new_size) {
+            return std::ptr::null_mut();
         }
         // SAFETY: forwarded as is.
         unsafe { System.realloc(ptr, layout, new_size) }

@@ -314,10 +314,7 @@ impl Lower {
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         AsyncMount::over(
-            Mode {
-                runtime: RuntimeType::Tokio,
-                pool,
-            },
+            Mode::new(RuntimeType::Tokio, pool, 1),
             config,
             dir,
             self.mnt.clone(),

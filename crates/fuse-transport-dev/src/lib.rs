@@ -38,4 +38,4 @@ pub use backing::DevBackingFiles;
 pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
 pub use session::{DevSession, SessionConfig, SessionError};
 #[cfg(feature = "tokio")]
-pub use task::{FuseDevTask, TaskConfig, TaskHandle};
+pub use task::{FuseDevSibling, FuseDevTask, TaskConfig, TaskHandle};

@@ -10,8 +10,10 @@
 //! tokio [`LocalSet`](tokio::task::LocalSet): `async-io`'s runtimes (tokio
 //! or io_uring, a current-thread runtime whose reactor also drives an
 //! io_uring) provide one, and on a plain tokio runtime
-//! `LocalSet::new().run_until(task.run())` does. To serve on several
-//! threads, run one task per thread: each reads its own cloned fd.
+//! `LocalSet::new().run_until(task.run())` does. To serve one mount on
+//! several threads, give every other thread a [`FuseDevTask::sibling`]:
+//! each reads its own cloned fd, all stop together, and the last one to
+//! end tells the file system the connection is over.
 
 use crate::backing::DevBackingFiles;
 use crate::dev;
@@ -21,7 +23,7 @@ use fuse_server::{AlignedBuf, Outcome, RawRequest, Server, Transaction};
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore};
@@ -53,6 +55,11 @@ pub struct TaskHandle {
 struct TaskState {
     stop: AtomicBool,
     wake: Notify,
+    /// Tasks of this mount (the first and its siblings) not yet ended;
+    /// the last one to end calls `Server::finish`.
+    tasks: AtomicUsize,
+    /// Signalled once INIT is answered, for siblings waiting to start.
+    init_done: Notify,
 }
 
 impl TaskHandle {
@@ -80,6 +87,44 @@ pub struct FuseDevTask {
     fd: Arc<AsyncFd<OwnedFd>>,
     config: TaskConfig,
     state: Arc<TaskState>,
+    /// A sibling: it doesn't own the mount and doesn't answer INIT.
+    sibling: bool,
+    /// Still counted in `TaskState::tasks` (until `run` ends or the task
+    /// is dropped unrun).
+    counted: bool,
+}
+
+/// A second (third, ...) task for the mount of a [`FuseDevTask`], not yet
+/// bound to a runtime: move it to another thread and make it a task there
+/// with [`FuseDevSibling::into_task`]. It owns a cloned `/dev/fuse` fd
+/// (`FUSE_DEV_IOC_CLONE`), so requests go to whichever task is reading.
+pub struct FuseDevSibling {
+    fd: OwnedFd,
+    server: Arc<Server>,
+    mountpoint: PathBuf,
+    config: TaskConfig,
+    state: Arc<TaskState>,
+}
+
+impl FuseDevSibling {
+    /// The task, registered with the current thread's tokio runtime (call
+    /// it inside the runtime that will run it). It waits for INIT, which
+    /// the first task answers, and then serves like it; the first task's
+    /// [`TaskHandle`] stops it too.
+    pub fn into_task(self) -> Result<FuseDevTask, SessionError> {
+        let fd = register(self.fd)?;
+        self.state.tasks.fetch_add(1, Ordering::AcqRel);
+        Ok(FuseDevTask {
+            server: self.server,
+            mount: Mutex::new(None),
+            mountpoint: self.mountpoint,
+            fd,
+            config: self.config,
+            state: self.state,
+            sibling: true,
+            counted: true,
+        })
+    }
 }
 
 impl FuseDevTask {
@@ -104,13 +149,7 @@ impl FuseDevTask {
         let fd = dev::clone_fd(mount.dev_fd())
             .or_else(|_| mount.dev_fd().try_clone_to_owned())
             .map_err(SessionError::Init)?;
-        set_nonblocking(fd.as_fd()).map_err(SessionError::Init)?;
-        // SAFETY: `fd` is an `OwnedFd` the AsyncFd owns from now on; nothing
-        // replaces or closes it while it is registered.
-        let fd = Arc::new(
-            unsafe { AsyncFd::register_with_interest(fd, READ_OR_ERROR) }
-                .map_err(|e| SessionError::Init(e.into()))?,
-        );
+        let fd = register(fd)?;
         // Backing files (kernel passthrough) go through the task's fd,
         // held weakly so that they never keep the connection alive.
         server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&fd))));
@@ -123,7 +162,28 @@ impl FuseDevTask {
             state: Arc::new(TaskState {
                 stop: AtomicBool::new(false),
                 wake: Notify::new(),
+                tasks: AtomicUsize::new(1),
+                init_done: Notify::new(),
             }),
+            sibling: false,
+            counted: true,
+        })
+    }
+
+    /// Another task for this mount, to run on another thread (each thread
+    /// its own runtime): it reads a cloned `/dev/fuse` fd, so the kernel
+    /// hands each request to whichever task is reading. Threads then share
+    /// the load the way the worker threads of a `DevSession` do, and the
+    /// scheduler can wake the one nearest the requesting CPU. The mount
+    /// stays with this task; [`TaskHandle::stop`] stops all of them.
+    pub fn sibling(&self) -> io::Result<FuseDevSibling> {
+        let fd = dev::clone_fd(self.fd.get_ref().as_fd())?;
+        Ok(FuseDevSibling {
+            fd,
+            server: self.server.clone(),
+            mountpoint: self.mountpoint.clone(),
+            config: self.config.clone(),
+            state: self.state.clone(),
         })
     }
 
@@ -159,7 +219,7 @@ impl FuseDevTask {
 
     /// Serves until the mount goes away or the task is stopped, then
     /// waits for the requests in flight and unmounts.
-    pub async fn run(self) -> io::Result<()> {
+    pub async fn run(mut self) -> io::Result<()> {
         let limit = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
         let pool: Arc<Mutex<Vec<(AlignedBuf, AlignedBuf)>>> = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = tokio::task::JoinSet::new();
@@ -169,11 +229,26 @@ impl FuseDevTask {
                 tracing::error!("a request task failed: {e}");
             }
         }
-        self.server.finish();
+        // This task's reading ends the mount's: its siblings see the
+        // connection go away (or the shared stop flag) and end too.
+        self.state.stop.store(true, Ordering::Release);
+        self.state.wake.notify_waiters();
+        self.end_task(true);
         if let Err(e) = self.unmount() {
             tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
         }
         result
+    }
+
+    /// This task no longer serves. When `finished` (its `run` ended, so
+    /// the connection is over or stopped), the last of the mount's tasks
+    /// to end tells the file system.
+    fn end_task(&mut self, finished: bool) {
+        let last = std::mem::take(&mut self.counted)
+            && self.state.tasks.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last && finished {
+            self.server.finish();
+        }
     }
 
     async fn serve(
@@ -256,6 +331,9 @@ impl FuseDevTask {
     /// main loop is sized from the negotiated limits. Returns false if the
     /// task was stopped or the connection ended first.
     async fn serve_init(&self) -> io::Result<bool> {
+        if self.sibling {
+            return Ok(self.wait_for_init().await);
+        }
         let d = fuse_server::InitConfig::default();
         let mut request =
             AlignedBuf::new(REQUEST_OFFSET + d.max_write as usize + 2 * AlignedBuf::ALIGN)?;
@@ -280,7 +358,31 @@ impl FuseDevTask {
             };
             self.server.handle_async(&mut tx).await?;
         }
+        self.state.init_done.notify_waiters();
         Ok(true)
+    }
+
+    /// A sibling reads nothing before INIT is answered (by the first task),
+    /// so its buffers are sized from the negotiated limits. False if the
+    /// mount stopped first.
+    async fn wait_for_init(&self) -> bool {
+        loop {
+            let init = self.state.init_done.notified();
+            let stop = self.state.wake.notified();
+            tokio::pin!(init, stop);
+            init.as_mut().enable();
+            stop.as_mut().enable();
+            if self.state.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.server.negotiated().is_some() {
+                return true;
+            }
+            tokio::select! {
+                _ = init => {}
+                _ = stop => {}
+            }
+        }
     }
 
     fn new_buffers(&self) -> io::Result<(AlignedBuf, AlignedBuf)> {
@@ -307,6 +409,26 @@ async fn read_async(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> 
             Ok(result) => return result,
             Err(_would_block) => continue,
         }
+    }
+}
+
+/// Makes `fd` non-blocking and registers it with the current runtime's
+/// reactor.
+fn register(fd: OwnedFd) -> Result<Arc<AsyncFd<OwnedFd>>, SessionError> {
+    set_nonblocking(fd.as_fd()).map_err(SessionError::Init)?;
+    // SAFETY: `fd` is an `OwnedFd` the AsyncFd owns from now on; nothing
+    // replaces or closes it while it is registered.
+    let fd = unsafe { AsyncFd::register_with_interest(fd, READ_OR_ERROR) }
+        .map_err(|e| SessionError::Init(e.into()))?;
+    Ok(Arc::new(fd))
+}
+
+impl Drop for FuseDevTask {
+    fn drop(&mut self) {
+        // Dropped unrun, or `run`'s future dropped midway (a takeover: the
+        // connection may live on for another daemon): it no longer counts,
+        // and the file system is not told anything.
+        self.end_task(false);
     }
 }
 

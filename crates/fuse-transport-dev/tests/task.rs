@@ -1,11 +1,13 @@
 //! `FuseDevTask`: the same tiny file system served as a task on tokio
-//! runtimes (multi-threaded and current-thread). Needs root.
+//! runtimes (multi-threaded and current-thread), and one mount served by
+//! tasks on two threads. Needs root.
 
 mod common;
 
 use common::*;
 use fuse_server::Server;
 use fuse_transport_dev::{FuseDevTask, MountOptions, TaskConfig};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn serve_and_read(runtime: tokio::runtime::Runtime) {
@@ -102,4 +104,78 @@ fn task_ends_when_unmounted_from_outside() {
             .unwrap()
             .unwrap();
     }));
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_sibling_on_another_thread_shares_the_mount_and_stops_with_it() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(Hello::default());
+    let local = tokio::task::LocalSet::new();
+    current_thread_runtime().block_on(local.run_until(async {
+        let task = FuseDevTask::mount(
+            Server::new(fs.clone()),
+            dir.path(),
+            &MountOptions::default(),
+            TaskConfig::default(),
+        )
+        .unwrap();
+        let handle = task.handle();
+        let sibling = task.sibling().unwrap();
+        let sibling_thread = std::thread::spawn(move || {
+            let local = tokio::task::LocalSet::new();
+            current_thread_runtime()
+                .block_on(local.run_until(async move { sibling.into_task().unwrap().run().await }))
+        });
+        let mnt = task.mountpoint().to_path_buf();
+        let running = tokio::task::spawn_local(task.run());
+        // Opens from four threads at once (every open is an OPEN request)
+        // until both tasks have answered some, for at most 20 s.
+        let seen = fs.clone();
+        tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while seen.open_threads.lock().unwrap().len() < 2
+                && std::time::Instant::now() < deadline
+            {
+                let readers: Vec<_> = (0..4)
+                    .map(|_| {
+                        let mnt = mnt.clone();
+                        std::thread::spawn(move || {
+                            for _ in 0..50 {
+                                assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), CONTENT);
+                            }
+                        })
+                    })
+                    .collect();
+                for r in readers {
+                    r.join().unwrap();
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            fs.open_threads.lock().unwrap().len(),
+            2,
+            "both tasks' threads answered OPENs"
+        );
+        assert_eq!(fs.destroys.load(Ordering::Relaxed), 0);
+        // The first task's handle stops both.
+        handle.stop();
+        running.await.unwrap().unwrap();
+        sibling_thread.join().unwrap().unwrap();
+    }));
+    assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
+    assert_eq!(
+        fs.destroys.load(Ordering::Relaxed),
+        1,
+        "the file system is told once, by the last task to end"
+    );
 }

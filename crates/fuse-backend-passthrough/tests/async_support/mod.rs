@@ -21,28 +21,31 @@ pub struct Mode {
     pub runtime: RuntimeType,
     /// `PassthroughFs::enable_async_thread_pool`.
     pub pool: bool,
+    /// Serving threads: a `FuseDevTask` and `threads - 1` siblings, each
+    /// on a runtime of its own.
+    pub threads: usize,
 }
 
 impl Mode {
-    /// Every combination.
-    pub const ALL: [Mode; 4] = [
-        Mode {
-            runtime: RuntimeType::Tokio,
-            pool: false,
-        },
-        Mode {
-            runtime: RuntimeType::Tokio,
-            pool: true,
-        },
-        Mode {
-            runtime: RuntimeType::IoUring,
-            pool: false,
-        },
-        Mode {
-            runtime: RuntimeType::IoUring,
-            pool: true,
-        },
+    /// Every runtime with the pool off and on, on one thread; then both
+    /// runtimes on two threads (tokio without the pool, io_uring with it).
+    pub const ALL: [Mode; 6] = [
+        Mode::new(RuntimeType::Tokio, false, 1),
+        Mode::new(RuntimeType::Tokio, true, 1),
+        Mode::new(RuntimeType::IoUring, false, 1),
+        Mode::new(RuntimeType::IoUring, true, 1),
+        Mode::new(RuntimeType::Tokio, false, 2),
+        Mode::new(RuntimeType::IoUring, true, 2),
     ];
+
+    /// A mode.
+    pub const fn new(runtime: RuntimeType, pool: bool, threads: usize) -> Self {
+        Self {
+            runtime,
+            pool,
+            threads,
+        }
+    }
 }
 
 /// Fails the test (never passes silently) unless we are root.
@@ -92,6 +95,18 @@ pub fn serve_task(
     mnt: &Path,
     options: MountOptions,
 ) -> (TaskHandle, PathBuf, JoinHandle<io::Result<()>>) {
+    serve_tasks(runtime, 1, server, mnt, options)
+}
+
+/// [`serve_task`] with `threads - 1` sibling tasks on threads (and
+/// runtimes) of their own; the returned thread ends after all of them.
+pub fn serve_tasks(
+    runtime: RuntimeType,
+    threads: usize,
+    server: Server,
+    mnt: &Path,
+    options: MountOptions,
+) -> (TaskHandle, PathBuf, JoinHandle<io::Result<()>>) {
     let (tx, rx) = mpsc::channel();
     let mnt = mnt.to_path_buf();
     let thread = std::thread::Builder::new()
@@ -106,8 +121,24 @@ pub fn serve_task(
                         return Ok(());
                     }
                 };
+                let siblings: Vec<_> = (1..threads)
+                    .map(|_| {
+                        let sibling = task.sibling().expect("cloning /dev/fuse");
+                        std::thread::spawn(move || -> io::Result<()> {
+                            let rt = runtime.build().map_err(io::Error::from)?;
+                            rt.block_on(async move {
+                                let task = sibling.into_task().map_err(io::Error::other)?;
+                                task.run().await
+                            })
+                        })
+                    })
+                    .collect();
                 let _ = tx.send(Ok((task.handle(), task.mountpoint().to_path_buf())));
-                task.run().await
+                let result = task.run().await;
+                for s in siblings {
+                    s.join().expect("a sibling's thread panicked")?;
+                }
+                result
             })
         })
         .expect("starting the serving thread");
@@ -169,7 +200,8 @@ impl AsyncMount {
         let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs::new"));
         fs.enable_async_thread_pool(mode.pool);
         let server = Server::new_async(fs.clone());
-        let (handle, mnt, thread) = serve_task(mode.runtime, server, &mnt, options("m"));
+        let (handle, mnt, thread) =
+            serve_tasks(mode.runtime, mode.threads, server, &mnt, options("m"));
         Self {
             fs,
             src,

@@ -15,6 +15,10 @@ pub const CONTENT: &[u8] = b"hello, world\n";
 pub struct Hello {
     pub lookups: AtomicU64,
     pub forgets: AtomicU64,
+    /// `destroy` calls (the end of the connection).
+    pub destroys: AtomicU64,
+    /// The threads that answered OPEN.
+    pub open_threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
 }
 
 fn attr(ino: u64) -> Attr {
@@ -48,6 +52,10 @@ impl FileSystem for Hello {
         })
     }
 
+    fn destroy(&self) {
+        self.destroys.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn forget(&self, _ctx: &Context, _ino: u64, nlookup: u64) {
         self.forgets.fetch_add(nlookup, Ordering::Relaxed);
     }
@@ -60,6 +68,10 @@ impl FileSystem for Hello {
     }
 
     fn open(&self, _ctx: &Context, _ino: u64, _args: &OpenArgs) -> io::Result<Opened> {
+        self.open_threads
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
         Ok(Opened {
             fh: 7,
             flags: FopenFlags::KEEP_CACHE,
