@@ -287,7 +287,25 @@ fn run_vm(args: &VmArgs) -> Result<()> {
         planned.push(MEASURE_NAME.to_string());
     }
     let log = run_dir.join("console.log");
-    let vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
+    let mut vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
+    // TCG now and then crashes the guest kernel while it boots (seen: an
+    // `int3` Oops in `sched_clock_cpu` during boot-time code patching,
+    // 1 boot in dozens), before any test ran. That says nothing about our
+    // code: boot again, at most twice, and say so.
+    for attempt in 2..=3 {
+        if vm.booted.is_some() || vm.panic.is_none() {
+            break;
+        }
+        let why = vm.panic.clone().unwrap_or_default();
+        let kept = run_dir.join(format!("console-boot-{}.log", attempt - 1));
+        let _ = fs::rename(&log, &kept);
+        println!(
+            "the guest kernel died while booting ({why}), before any test ran; its console \
+             is in {}; booting again (attempt {attempt} of 3)",
+            kept.display()
+        );
+        vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
+    }
     timings.extend(vm.timings());
 
     let total = started.elapsed().as_secs_f64();
