@@ -855,6 +855,19 @@ fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
     };
     let mut cmd = cargo();
     cmd.arg("test").current_dir(&ctx.root);
+    // fuse-abi's layout test compares with the 7.3 header: the one the
+    // abi-check step used (cached by then), wherever it came from.
+    if std::env::var_os("FUSE_ABI_REFERENCE_H").is_none() {
+        match kernel_7_3_fuse_h(&ctx.root) {
+            Ok(header) => {
+                cmd.env("FUSE_ABI_REFERENCE_H", header);
+            }
+            Err(e) => println!(
+                "no Linux 7.3 fuse.h for fuse-abi's layout test ({}); it will fail",
+                one_line(&e)
+            ),
+        }
+    }
     // `--workspace` would override a package selection given after `--`.
     let selects = cargo_args
         .iter()

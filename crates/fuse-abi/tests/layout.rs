@@ -980,14 +980,23 @@ fn rust_types_are_pinned() {
     assert_eq!(NAME_OFFSET_DIRENTPLUS, 152);
 }
 
-/// The kernel header next to this workspace; panics if it is not there.
+/// The Linux 7.3 `fuse.h`: `$FUSE_ABI_REFERENCE_H` (`cargo xtask test`
+/// sets it to the header its abi-check step used, from Debian's
+/// `linux-libc-dev` when the workspace has no `../shared/reference` next
+/// to it), else the reference copy next to the workspace; panics if
+/// neither can be read.
 fn header_text() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/reference/linux-7.3-rc7/fuse.h");
+    let path = std::env::var_os("FUSE_ABI_REFERENCE_H")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/reference/linux-7.3-rc7/fuse.h")
+        });
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "cannot read the reference header {}: {e}; this test compares LAYOUTS \
-             with it and must not pass without it",
+             with it and must not pass without it (set FUSE_ABI_REFERENCE_H to a \
+             Linux 7.3 fuse.h, or run `cargo xtask test`, which finds one)",
             path.display()
         )
     })
