@@ -41,7 +41,11 @@ struct Identity {
 struct ThreadState {
     /// `unshare(CLONE_FS)` and `umask(0)` were done on this thread.
     fs_private: bool,
-    /// The thread acts as the process (fsuid 0, fsgid 0, the process's groups).
+    /// The thread acts as the process (fsuid 0, fsgid 0, the process's
+    /// groups). False on a new thread: a thread inherits the credentials of
+    /// the thread that started it, which may have been acting as a caller
+    /// (a worker starting another worker while serving a user's request),
+    /// so its first request sets every id for real.
     is_root: bool,
     /// The identity in force when `is_root` is false.
     current: Identity,
@@ -55,8 +59,9 @@ thread_local! {
     static STATE: RefCell<ThreadState> = const {
         RefCell::new(ThreadState {
             fs_private: false,
-            is_root: true,
-            current: Identity { uid: 0, gid: 0, groups: Vec::new() },
+            is_root: false,
+            // No caller has this identity: the first switch always happens.
+            current: Identity { uid: u32::MAX, gid: u32::MAX, groups: Vec::new() },
             wanted: Identity { uid: 0, gid: 0, groups: Vec::new() },
             status: Vec::new(),
         })
@@ -312,6 +317,61 @@ fn parse_groups(line: &[u8], out: &mut Vec<u32>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ctx(uid: u32, gid: u32) -> Context {
+        Context {
+            unique: 1,
+            nodeid: 1,
+            uid,
+            gid,
+            pid: 0,
+        }
+    }
+
+    /// A worker that starts another worker while it acts as a caller
+    /// passes that caller's fsuid on to the new thread; the new thread must
+    /// not take itself for root (it once created a root caller's file as
+    /// `nobody`). Runs in threads of its own, so no other test's thread
+    /// changes identity.
+    #[test]
+    fn a_thread_started_while_acting_as_a_caller_starts_over_needs_root() {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "needs root (CI runs as root)"
+        );
+        let creds = Creds::new(true);
+        assert!(creds.enabled());
+        std::thread::scope(|outer| {
+            outer
+                .spawn(|| {
+                    creds.caller(&ctx(65534, 65534)).unwrap();
+                    assert_eq!(current_fsuid(), 65534);
+                    std::thread::scope(|inner| {
+                        inner
+                            .spawn(|| {
+                                assert_eq!(current_fsuid(), 65534, "inherited from its parent");
+                                creds.caller(&ctx(0, 0)).unwrap();
+                                assert_eq!(current_fsuid(), 0, "a root caller acts as root");
+                            })
+                            .join()
+                            .unwrap();
+                        inner
+                            .spawn(|| {
+                                creds.root();
+                                assert_eq!(current_fsuid(), 0, "root() on a new thread");
+                            })
+                            .join()
+                            .unwrap();
+                    });
+                    creds.root();
+                    assert_eq!(current_fsuid(), 0);
+                })
+                .join()
+                .unwrap();
+        });
+    }
 
     #[test]
     fn parses_the_groups_line() {
