@@ -1020,13 +1020,95 @@ fn short_tempdir(prefix: &str) -> Result<tempfile::TempDir> {
 
 /// Runs pjdfstest in `dir`, echoing its output; stores its counts in
 /// `counts` and fails (naming the failed tests) if any test failed.
+///
+/// A test that fails is run once more, alone: a few of pjdfstest's tests
+/// race with the machine (seen: `open::etxtbsy`, about 1 full run in 10
+/// from one checkout, never when run alone). One that passes then is
+/// counted as passed and reported as flaky, by name, in the log and the
+/// summary line; one that fails again fails the step.
 fn run_pjdfstest(pjdfstest: &Path, config: &Path, dir: &Path, counts: &mut Counts) -> Result<()> {
+    let first = run_pjdfstest_once(pjdfstest, config, dir, &[], counts);
+    let failed = match first {
+        Err(PjdFailure::Tests(failed)) if !failed.is_empty() => failed,
+        Err(PjdFailure::Tests(_)) => bail!("pjdfstest reported failures but named none"),
+        Err(PjdFailure::Other(e)) => return Err(e),
+        Ok(()) => return Ok(()),
+    };
+    println!(
+        "pjdfstest: running the {} failed test(s) once more, alone: {}",
+        failed.len(),
+        failed.join(", ")
+    );
+    let mut again = Counts::default();
+    let mut still_failing = Vec::new();
+    let mut flaky = Vec::new();
+    for name in &failed {
+        match run_pjdfstest_once(
+            pjdfstest,
+            config,
+            dir,
+            std::slice::from_ref(name),
+            &mut again,
+        ) {
+            Ok(()) if again.passed >= 1 => flaky.push(name.clone()),
+            Ok(()) => still_failing.push(format!("{name} (not run again)")),
+            Err(PjdFailure::Tests(_)) => still_failing.push(name.clone()),
+            Err(PjdFailure::Other(e)) => return Err(e),
+        }
+    }
+    counts.failed -= flaky.len() as u64;
+    counts.passed += flaky.len() as u64;
+    if !flaky.is_empty() {
+        println!(
+            "pjdfstest: FLAKY (failed once, passed when run again): {}",
+            flaky.join(", ")
+        );
+    }
+    if !still_failing.is_empty() {
+        bail!(
+            "pjdfstest: {} passed, {} failed, {} skipped: {}",
+            counts.passed,
+            counts.failed,
+            counts.skipped,
+            still_failing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Why a pjdfstest run failed.
+enum PjdFailure {
+    /// These tests failed.
+    Tests(Vec<String>),
+    /// It didn't run properly.
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for PjdFailure {
+    fn from(e: anyhow::Error) -> Self {
+        PjdFailure::Other(e)
+    }
+}
+
+impl From<std::io::Error> for PjdFailure {
+    fn from(e: std::io::Error) -> Self {
+        PjdFailure::Other(e.into())
+    }
+}
+
+/// One pjdfstest run (of the tests whose names contain one of `only`, or
+/// all; its `--exact` wants names longer than the ones it prints).
+fn run_pjdfstest_once(
+    pjdfstest: &Path,
+    config: &Path,
+    dir: &Path,
+    only: &[String],
+    counts: &mut Counts,
+) -> std::result::Result<(), PjdFailure> {
     let mut cmd = Command::new(pjdfstest);
-    cmd.arg("-c")
-        .arg(config)
-        .arg("-p")
-        .arg(dir)
-        .current_dir(dir)
+    cmd.arg("-c").arg(config).arg("-p").arg(dir);
+    cmd.args(only);
+    cmd.current_dir(dir)
         .env("NO_COLOR", "1")
         // A failure's message says enough; backtraces would triple the log.
         .env("RUST_BACKTRACE", "0")
@@ -1054,7 +1136,7 @@ fn run_pjdfstest(pjdfstest: &Path, config: &Path, dir: &Path, counts: &mut Count
     }
     let status = child.wait()?;
     let Some(summary) = summary else {
-        bail!("pjdfstest printed no summary ({status})");
+        return Err(anyhow::anyhow!("pjdfstest printed no summary ({status})").into());
     };
     *counts = summary;
     if counts.failed > 0 {
@@ -1071,15 +1153,16 @@ fn run_pjdfstest(pjdfstest: &Path, config: &Path, dir: &Path, counts: &mut Count
         if failed_tests.len() > 10 {
             list.push_str(", ...");
         }
-        bail!(
+        println!(
             "pjdfstest: {} passed, {} failed, {} skipped: {list}",
-            counts.passed,
-            counts.failed,
-            counts.skipped
+            counts.passed, counts.failed, counts.skipped
         );
+        return Err(PjdFailure::Tests(failed_tests));
     }
     if !status.success() {
-        bail!("pjdfstest exited with {status} although no test failed");
+        return Err(
+            anyhow::anyhow!("pjdfstest exited with {status} although no test failed").into(),
+        );
     }
     Ok(())
 }
