@@ -1,7 +1,7 @@
 #!/bin/busybox sh
 # /init of the initramfs that `cargo xtask test-in-vm` boots (see xtask/src/vm.rs).
 #
-# Sets up a minimal system (proc, sys, devtmpfs, /dev/fuse, tmpfs /tmp,
+# Sets up a minimal system (proc, sys, devtmpfs, /dev/fuse, /tmp,
 # loopback, fusectl, /etc/passwd comes with the initramfs), then runs the
 # plan the xtask generated (/xtask/plan.sh: the FUSE INIT probe and each test
 # binary through `run_test`) and powers off.
@@ -33,7 +33,14 @@ mount -t devtmpfs devtmpfs /dev 2>/dev/null || echo "xtask-vm: devtmpfs not moun
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# A checkout under /tmp puts the test binaries and crate directories under
+# /tmp in the initramfs: a tmpfs mounted there would hide them. The
+# initramfs's root is writable already, so /tmp then stays as it is.
+if [ -z "$(ls -A /tmp 2>/dev/null)" ]; then
+	mount -t tmpfs -o mode=1777 tmpfs /tmp
+else
+	chmod 1777 /tmp
+fi
 mount -t tmpfs -o mode=755 tmpfs /run
 mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null ||
 	echo "xtask-vm: fusectl not mounted"
