@@ -405,31 +405,6 @@ async fn uring_write(
     Ok(n)
 }
 
-/// Reads into the reply on this thread (`pread`), as the synchronous READ.
-fn read_inline(
-    fd: BorrowedFd<'_>,
-    mut offset: u64,
-    size: usize,
-    out: &mut dyn ZeroCopyWriter,
-) -> io::Result<()> {
-    let mut left = size;
-    let mut done = 0usize;
-    while left > 0 {
-        match out.write_from_file(fd, offset, left) {
-            Ok(0) => break,
-            Ok(n) => {
-                offset += n as u64;
-                left = left.saturating_sub(n);
-                done += n;
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(_) if done > 0 => break,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// Fills `buf` from `fd` at `offset` with `pread` until it is full or the
 /// file ends; an error after some bytes returns those.
 fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -824,7 +799,9 @@ impl AsyncFileSystem for PassthroughFs {
         }
         match kind {
             RuntimeType::IoUring => FsFuture::boxed(uring_read(self, h, args.offset, size, out)),
-            RuntimeType::Tokio => FsFuture::ready(read_inline(h.fd(), args.offset, size, out)),
+            RuntimeType::Tokio => {
+                FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out))
+            }
         }
     }
 

@@ -233,6 +233,33 @@ impl PassthroughFs {
     }
 }
 
+/// Reads up to `size` bytes at `offset` from `fd` straight into the reply
+/// (`pread` on this thread), until the file ends. An error after some bytes
+/// returns those; the error comes with the next READ.
+fn read_into_reply(
+    fd: BorrowedFd<'_>,
+    mut offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    let mut left = size;
+    let mut done = 0usize;
+    while left > 0 {
+        match out.write_from_file(fd, offset, left) {
+            Ok(0) => break,
+            Ok(n) => {
+                offset += n as u64;
+                left = left.saturating_sub(n);
+                done += n;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn killed_mode(mode: u32) -> u32 {
     let mut m = mode & !libc::S_ISUID;
     if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
@@ -1175,25 +1202,7 @@ impl FileSystem for PassthroughFs {
     ) -> io::Result<()> {
         self.creds.root();
         let h = self.handle(ino, args.fh)?;
-        let fd = h.fd();
-        let mut offset = args.offset;
-        let mut left = args.size as usize;
-        let mut done = 0usize;
-        while left > 0 {
-            match out.write_from_file(fd, offset, left) {
-                Ok(0) => break,
-                Ok(n) => {
-                    offset += n as u64;
-                    left = left.saturating_sub(n);
-                    done += n;
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // What was read is returned; the error comes with the next READ.
-                Err(_) if done > 0 => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        read_into_reply(h.fd(), args.offset, args.size as usize, out)
     }
 
     fn write(

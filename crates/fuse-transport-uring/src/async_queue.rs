@@ -47,9 +47,7 @@
 //! after that is dropped unanswered (the session's `wait` aborts the
 //! connection, which fails it).
 
-use super::{
-    reap, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT, WAKE_USER_DATA,
-};
+use super::{reap, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT};
 use crate::cmd;
 use async_io::RuntimeType;
 use fuse_abi::uring::UringReqHeader;
@@ -258,34 +256,9 @@ fn start(
     user_data: u64,
     res: i32,
 ) -> io::Result<()> {
-    if user_data == WAKE_USER_DATA {
-        t.plan.wake.drain();
-        if t.shared.stop.load(Ordering::Acquire) {
-            t.stopping = true;
-        } else {
-            t.push(ring, cmd::poll_readable(t.plan.wake.raw(), WAKE_USER_DATA))?;
-        }
+    let Some(index) = t.take_completion(ring, user_data, res)? else {
         return Ok(());
-    }
-    let index = user_data as usize;
-    match t.entries.get_mut(index) {
-        Some(e) if e.in_kernel => {
-            e.in_kernel = false;
-            t.in_flight -= 1;
-        }
-        _ => {
-            tracing::warn!(
-                user_data,
-                res,
-                "completion for no entry in the kernel; ignored"
-            );
-            return Ok(());
-        }
-    }
-    if res < 0 {
-        t.command_failed(index, -res);
-        return Ok(());
-    }
+    };
     if t.stopping {
         // No new request once stopping: it stays unanswered (the session
         // aborts the connection at the end, which fails it).

@@ -424,6 +424,28 @@ impl QueueThread {
 
     /// Handles one completion.
     fn complete(&mut self, ring: &mut Ring, user_data: u64, res: i32) -> io::Result<()> {
+        let Some(index) = self.take_completion(ring, user_data, res)? else {
+            return Ok(());
+        };
+        let commit_id = self.answer(index);
+        let e = &self.entries[index];
+        let qid = self.plan.queues[e.queue].qid;
+        self.push(ring, cmd::commit_and_fetch(qid, commit_id, user_data))?;
+        self.entries[index].in_kernel = true;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The bookkeeping of one completion, shared by the synchronous and the
+    /// async loop: the wake eventfd (re-armed unless stopping), an entry
+    /// back from the kernel (no longer in flight), a command that failed.
+    /// Returns the index of the entry if it carries a request to answer.
+    pub(crate) fn take_completion(
+        &mut self,
+        ring: &mut Ring,
+        user_data: u64,
+        res: i32,
+    ) -> io::Result<Option<usize>> {
         if user_data == WAKE_USER_DATA {
             self.plan.wake.drain();
             if self.shared.stop.load(Ordering::Acquire) {
@@ -434,7 +456,7 @@ impl QueueThread {
                     cmd::poll_readable(self.plan.wake.raw(), WAKE_USER_DATA),
                 )?;
             }
-            return Ok(());
+            return Ok(None);
         }
         let index = user_data as usize;
         match self.entries.get_mut(index) {
@@ -448,20 +470,14 @@ impl QueueThread {
                     res,
                     "completion for no entry in the kernel; ignored"
                 );
-                return Ok(());
+                return Ok(None);
             }
         }
         if res < 0 {
             self.command_failed(index, -res);
-            return Ok(());
+            return Ok(None);
         }
-        let commit_id = self.answer(index);
-        let e = &self.entries[index];
-        let qid = self.plan.queues[e.queue].qid;
-        self.push(ring, cmd::commit_and_fetch(qid, commit_id, user_data))?;
-        self.entries[index].in_kernel = true;
-        self.in_flight += 1;
-        Ok(())
+        Ok(Some(index))
     }
 
     /// The kernel gave an entry back with an error: it stays in user space.
