@@ -124,6 +124,15 @@ pub struct PassthroughConfig {
     /// `CAP_DAC_READ_SEARCH` in the initial user namespace); otherwise, or
     /// when off, every known inode keeps a descriptor.
     pub file_handles: bool,
+    /// Inodes held by file handle keep the descriptors of the inodes in
+    /// use in a cache of at most this many, so a hot inode needs no
+    /// `open_by_handle_at`; `None` sizes it to half the open file limit in
+    /// force when the file system is made (`RLIMIT_NOFILE`, which a daemon
+    /// raises to its hard limit first: see [`crate::raise_nofile_limit`]),
+    /// leaving the other half for open files, directories and locks. When
+    /// the process runs out of descriptors anyway (`EMFILE`), the cache
+    /// gives its descriptors back and the call is tried again.
+    pub fd_cache_size: Option<usize>,
 }
 
 impl Default for PassthroughConfig {
@@ -143,6 +152,7 @@ impl Default for PassthroughConfig {
             passthrough: false,
             interrupt_signal: None,
             file_handles: true,
+            fd_cache_size: None,
         }
     }
 }

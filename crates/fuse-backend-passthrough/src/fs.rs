@@ -306,12 +306,25 @@ impl PassthroughFs {
         let fd = sys::open(&c, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(src_err)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED).map_err(src_err)?;
         let key = InodeKey::from_statx(&st);
-        let files = InodeFiles::new(fd.as_fd(), config.file_handles);
+        let cache_size = config
+            .fd_cache_size
+            .unwrap_or_else(crate::inode::default_fd_cache_size);
+        let files = InodeFiles::new(fd.as_fd(), config.file_handles, cache_size);
+        let fd_limit = sys::nofile_limits().map_or(0, |(soft, _)| soft);
         match files.fallback_reason() {
-            None => tracing::info!(source = %source.display(), "inodes held by file handle"),
+            None => tracing::info!(
+                source = %source.display(),
+                fd_limit,
+                cached = files.fd_cache_capacity(),
+                "inodes held by file handle: any number of inodes, descriptors of up to \
+                 {} in use kept open",
+                files.fd_cache_capacity()
+            ),
             Some(why) => tracing::info!(
                 source = %source.display(),
-                "inodes held by O_PATH descriptor (one per known inode): {why}"
+                fd_limit,
+                "inodes held by O_PATH descriptor (one per known inode, so the open file \
+                 limit of {fd_limit} bounds the inodes the kernel may know at once): {why}"
             ),
         }
         let root = Inode::new(
@@ -523,7 +536,7 @@ impl PassthroughFs {
     fn entry(&self, inode: &Inode, st: &libc::statx) -> Entry {
         Entry {
             nodeid: inode.nodeid,
-            generation: 0,
+            generation: inode.generation,
             attr: attr_from_statx(st),
             attr_timeout: self.attr_timeout,
             entry_timeout: self.entry_timeout,
@@ -545,7 +558,10 @@ impl PassthroughFs {
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
             STATX_WANTED,
         )?;
-        if let Some(inode) = self.inodes.get_by_key_and_ref(&InodeKey::from_statx(&st)) {
+        if let Some(inode) = self
+            .inodes
+            .get_live_by_key_and_ref(&InodeKey::from_statx(&st))
+        {
             return Ok(self.entry(&inode, &st));
         }
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
@@ -561,14 +577,16 @@ impl PassthroughFs {
         let mode = st.stx_mode as u32;
         // Made outside the store's lock; dropped if the inode is known.
         let file = self.inodes.files().make(fd);
-        self.inodes
-            .insert_and_ref(key, |id| Inode::new(id, key, file, mode))
+        self.inodes.insert_and_ref(key, file, mode)
     }
 
     /// The inode of an open (non-`O_PATH`) descriptor, with one more lookup
     /// reference; a new inode gets an `O_PATH` descriptor of the same file.
     fn inode_of_open_fd(&self, fd: BorrowedFd<'_>, st: &libc::statx) -> io::Result<Arc<Inode>> {
-        if let Some(inode) = self.inodes.get_by_key_and_ref(&InodeKey::from_statx(st)) {
+        if let Some(inode) = self
+            .inodes
+            .get_live_by_key_and_ref(&InodeKey::from_statx(st))
+        {
             return Ok(inode);
         }
         let name = NumName::new(std::os::fd::AsRawFd::as_raw_fd(&fd) as u64);
@@ -582,9 +600,7 @@ impl PassthroughFs {
             // Never leave the shared tree: the root's parent is itself.
             root.clone()
         } else if !dotdot {
-            self.inodes
-                .get_by_key_and_ref(&parent.key)
-                .ok_or_else(|| errno(libc::ESTALE))?
+            self.inodes.get_and_ref(parent.nodeid)?
         } else {
             let pfd = parent.file.path_fd()?;
             let fd = sys::openat(

@@ -108,8 +108,14 @@ struct FdCache {
 }
 
 impl FdCache {
+    /// A cache of at most `size` descriptors (rounded down to a power of
+    /// two, at least 1).
     fn new(size: usize) -> Self {
-        let size = size.next_power_of_two().max(1);
+        let size = if size <= 1 {
+            1
+        } else {
+            1 << (usize::BITS - 1 - size.leading_zeros())
+        };
         Self {
             slots: (0..size).map(|_| Mutex::new(None)).collect(),
             mask: size - 1,
@@ -152,20 +158,41 @@ impl FdCache {
             .filter(|s| s.lock().unwrap_or_else(|e| e.into_inner()).is_some())
             .count()
     }
+
+    /// The number of descriptors it holds at most.
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+impl sys::SpareFds for FdCache {
+    /// Empties the cache. A descriptor still in use by a request closes
+    /// when that request is done with it.
+    fn give_back(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take())
+            .count()
+    }
 }
 
 /// One slot of the [`FdCache`]: an inode's cache key and its descriptor.
 type Slot = Option<(u64, Arc<OwnedFd>)>;
 
-/// The number of descriptors the cache of inodes in use holds at most.
-const FD_CACHE_SIZE: usize = 1024;
+/// The size of the cache of inodes in use when the configuration leaves it
+/// open: half the open file limit in force (the rest is for open files,
+/// directories, locks and the transport), within bounds.
+pub(crate) fn default_fd_cache_size() -> usize {
+    let soft = sys::nofile_limits().map_or(1024, |(soft, _)| soft);
+    (soft / 2).clamp(16, 1 << 20) as usize
+}
 
 /// What inodes held by file handle share: the source's mount (the
 /// `mount_fd` of `open_by_handle_at`) and the descriptor cache.
 struct HandleOpener {
     mount_fd: OwnedFd,
     mnt_id: u64,
-    cache: FdCache,
+    cache: Arc<FdCache>,
     next_id: AtomicU64,
 }
 
@@ -182,7 +209,9 @@ impl InodeFiles {
     /// Decides how inodes of the tree whose root is `root` are held:
     /// by file handle if `want_handles` and a probe (`name_to_handle_at`
     /// then `open_by_handle_at` of the root) works, else by descriptor.
-    pub(crate) fn new(root: BorrowedFd<'_>, want_handles: bool) -> Self {
+    /// Inodes held by handle keep the descriptors of up to `cache_size`
+    /// inodes in use (rounded down to a power of two).
+    pub(crate) fn new(root: BorrowedFd<'_>, want_handles: bool, cache_size: usize) -> Self {
         if !want_handles {
             return Self::fds("file handles turned off in the configuration".into());
         }
@@ -193,10 +222,13 @@ impl InodeFiles {
             let mount_fd = sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
             let fd = sys::open_by_handle(mount_fd.as_fd(), &handle, libc::O_PATH)?;
             drop(fd);
+            let cache = Arc::new(FdCache::new(cache_size));
+            let spare: Arc<dyn sys::SpareFds> = cache.clone();
+            sys::register_spare_fds(Arc::downgrade(&spare));
             Ok(HandleOpener {
                 mount_fd,
                 mnt_id,
-                cache: FdCache::new(FD_CACHE_SIZE),
+                cache,
                 next_id: AtomicU64::new(1),
             })
         };
@@ -236,6 +268,12 @@ impl InodeFiles {
     /// Descriptors held by the cache of inodes in use.
     pub(crate) fn cached_fds(&self) -> usize {
         self.opener.as_ref().map_or(0, |o| o.cache.len())
+    }
+
+    /// The most descriptors the cache of inodes in use holds (0 when
+    /// inodes are held by descriptor).
+    pub(crate) fn fd_cache_capacity(&self) -> usize {
+        self.opener.as_ref().map_or(0, |o| o.cache.capacity())
     }
 
     /// The way to hold the file of the `O_PATH` descriptor `fd`: its file
@@ -330,6 +368,42 @@ impl InodeFile {
         }
     }
 
+    /// Whether `other`, made for a file with the same [`InodeKey`], holds
+    /// the same file as this inode. The key alone doesn't say: a backing
+    /// file system may give a removed file's inode number to a new file
+    /// while the kernel still holds the old node. Two file handles are
+    /// compared (a handle carries the inode's generation); a file held by
+    /// descriptor is alive, and two live files never share a key; a file
+    /// held by handle compared with one held by descriptor is opened to
+    /// see whether it is still alive.
+    pub(crate) fn holds_same_file(&self, other: &InodeFile) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Handle(a), Repr::Handle(b)) => a.handle == b.handle,
+            (Repr::Fd(_), _) => true,
+            (Repr::Handle(_), Repr::Fd(_)) => self.is_alive(),
+        }
+    }
+
+    /// Whether the file still exists on the backing file system (always
+    /// for one held by descriptor; for one held by file handle, whether
+    /// the handle still opens: `ESTALE` once the inode was freed). Errors
+    /// other than `ESTALE` count as alive: they say nothing about identity.
+    pub(crate) fn is_alive(&self) -> bool {
+        match self.path_fd() {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error() != Some(libc::ESTALE),
+        }
+    }
+
+    /// The backing file's generation, where its file handle tells it (0
+    /// otherwise). `ino` is the file's inode number.
+    pub(crate) fn generation(&self, ino: u64) -> u64 {
+        match &self.0 {
+            Repr::Handle(h) => h.handle.generation(ino).map_or(0, u64::from),
+            Repr::Fd(_) => 0,
+        }
+    }
+
     /// Opens the file again with `flags` (never following a symlink in
     /// the backing tree: the `/proc/self/fd` magic link leads to the file
     /// itself). `proc_self_fd` is an `O_PATH` descriptor of `/proc/self/fd`.
@@ -351,6 +425,10 @@ pub(crate) struct Inode {
     pub file: InodeFile,
     /// File type bits (`S_IFMT` of the mode); a file's type never changes.
     pub ftype: u32,
+    /// The backing file's generation where known (0 otherwise), sent in
+    /// entry replies: node ids are never reused, so (node id, generation)
+    /// is unique either way.
+    pub generation: u64,
     /// Lookup references the kernel holds.
     refs: AtomicU64,
     /// The handle READ/WRITE/READDIR use when the kernel sends handle 0
@@ -363,11 +441,19 @@ pub(crate) struct Inode {
 
 impl Inode {
     pub(crate) fn new(nodeid: u64, key: InodeKey, file: InodeFile, mode: u32) -> Self {
+        // The root's generation stays 0: the kernel made its root inode
+        // with 0 and takes an entry for node 1 with another as stale.
+        let generation = if nodeid == fuse_abi::ROOT_ID {
+            0
+        } else {
+            file.generation(key.ino)
+        };
         Self {
             nodeid,
             key,
             file,
             ftype: mode & libc::S_IFMT,
+            generation,
             refs: AtomicU64::new(0),
             lazy: Mutex::new(None),
             locks: Mutex::new(Vec::new()),
@@ -463,39 +549,91 @@ impl InodeStore {
             .ok_or_else(|| sys::errno(libc::ESTALE))
     }
 
-    /// The inode with backing identity `key`, with one more lookup
-    /// reference (none for the root, whose references aren't counted).
-    pub(crate) fn get_by_key_and_ref(&self, key: &InodeKey) -> Option<Arc<Inode>> {
-        let maps = self.read();
-        let id = *maps.by_key.get(key)?;
-        let inode = maps.by_id.get(&id)?.clone();
-        if id != fuse_abi::ROOT_ID {
-            inode.refs.fetch_add(1, Ordering::AcqRel);
+    /// The inode of `nodeid` with one more lookup reference (none for the
+    /// root); `ESTALE` if the kernel names one we don't know.
+    pub(crate) fn get_and_ref(&self, nodeid: u64) -> io::Result<Arc<Inode>> {
+        if nodeid == fuse_abi::ROOT_ID {
+            return Ok(self.root.clone());
         }
-        Some(inode)
+        let maps = self.read();
+        let inode = maps
+            .by_id
+            .get(&nodeid)
+            .ok_or_else(|| sys::errno(libc::ESTALE))?;
+        inode.refs.fetch_add(1, Ordering::AcqRel);
+        Ok(inode.clone())
     }
 
-    /// The inode for `key` with one more lookup reference: an existing one,
-    /// or a new one made by `make` from a fresh node id.
-    pub(crate) fn insert_and_ref(
-        &self,
-        key: InodeKey,
-        make: impl FnOnce(u64) -> Inode,
-    ) -> Arc<Inode> {
-        let mut maps = self.write();
-        if let Some(&id) = maps.by_key.get(&key) {
-            if let Some(inode) = maps.by_id.get(&id) {
-                if id != fuse_abi::ROOT_ID {
-                    inode.refs.fetch_add(1, Ordering::AcqRel);
-                }
-                return inode.clone();
+    /// The inode known for the live file with backing identity `key` (a
+    /// file that exists now, found by name or held open by the caller),
+    /// with one more lookup reference (none for the root, whose references
+    /// aren't counted); `None` if no node holds that file.
+    ///
+    /// A key alone doesn't prove identity: the backing file system may
+    /// have given a removed file's inode number to this file while the
+    /// kernel still holds the old node. A node whose file is still alive
+    /// (held by descriptor, in the cache of inodes in use, or opened from
+    /// its handle now) holds this file, since two live files never share a
+    /// key; a node whose handle is stale holds a removed one and doesn't
+    /// count. So a hot inode costs nothing more; a cold one an
+    /// `open_by_handle_at`, whose descriptor the next request then uses.
+    pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Arc<Inode>> {
+        let inode = {
+            let maps = self.read();
+            let id = *maps.by_key.get(key)?;
+            let inode = maps.by_id.get(&id)?.clone();
+            if id != fuse_abi::ROOT_ID {
+                inode.refs.fetch_add(1, Ordering::AcqRel);
             }
+            inode
+        };
+        if inode.file.is_alive() {
+            return Some(inode);
+        }
+        tracing::debug!(
+            nodeid = inode.nodeid,
+            ino = key.ino,
+            "inode number reused by a new file while the kernel holds the old node"
+        );
+        self.forget(inode.nodeid, 1);
+        None
+    }
+
+    /// The inode for the file `file` with identity `key` and mode `mode`,
+    /// with one more lookup reference: the node that holds that file
+    /// already ([`InodeFile::holds_same_file`]), or a new one. A node for
+    /// another file with the same key (a reused inode number) stays known
+    /// under its node id until the kernel forgets it, but names now reach
+    /// the new one.
+    pub(crate) fn insert_and_ref(&self, key: InodeKey, file: InodeFile, mode: u32) -> Arc<Inode> {
+        let mut maps = self.write();
+        let known = maps
+            .by_key
+            .get(&key)
+            .and_then(|id| maps.by_id.get(id))
+            .filter(|inode| inode.file.holds_same_file(&file))
+            .cloned();
+        if let Some(inode) = known {
+            if inode.nodeid != fuse_abi::ROOT_ID {
+                inode.refs.fetch_add(1, Ordering::AcqRel);
+            }
+            drop(maps);
+            // `file` (another descriptor or handle of the same file) is
+            // dropped here, outside the lock.
+            return inode;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let inode = Arc::new(make(id));
+        let inode = Arc::new(Inode::new(id, key, file, mode));
         inode.refs.store(1, Ordering::Release);
         maps.by_id.insert(id, inode.clone());
-        maps.by_key.insert(key, id);
+        if let Some(stale) = maps.by_key.insert(key, id) {
+            tracing::debug!(
+                old = stale,
+                new = id,
+                ino = key.ino,
+                "inode number reused by a new file while the kernel holds the old node"
+            );
+        }
         maps.peak = maps.peak.max(maps.by_id.len());
         inode
     }

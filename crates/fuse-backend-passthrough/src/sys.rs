@@ -96,6 +96,69 @@ impl StackPath {
     }
 }
 
+/// Something holding descriptors the process can do without: the cache of
+/// descriptors of inodes in use (see `inode.rs`), which gives them back
+/// when an open runs out of descriptors.
+pub(crate) trait SpareFds: Send + Sync {
+    /// Closes the spare descriptors; returns how many were given back.
+    fn give_back(&self) -> usize;
+}
+
+/// Every live holder of spare descriptors in the process: the descriptor
+/// limit is the process's, so running out in one file system is a reason
+/// for each of them to give back.
+static SPARE_FDS: std::sync::Mutex<Vec<std::sync::Weak<dyn SpareFds>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Registers `spare` to be asked for descriptors when an open fails with
+/// `EMFILE` or `ENFILE`.
+pub(crate) fn register_spare_fds(spare: std::sync::Weak<dyn SpareFds>) {
+    let mut list = SPARE_FDS.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|w| w.strong_count() > 0);
+    list.push(spare);
+}
+
+/// Asks every registered holder to give its spare descriptors back;
+/// returns how many were.
+fn give_back_spare_fds() -> usize {
+    let holders: Vec<_> = SPARE_FDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    holders.iter().map(|h| h.give_back()).sum()
+}
+
+/// Runs `call` (which opens a descriptor); when the process is out of
+/// descriptors, has the spare ones given back and tries once more.
+fn with_spare_fds<T>(mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match call() {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            let freed = give_back_spare_fds();
+            if !LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    freed,
+                    "out of file descriptors ({e}): cached descriptors given back; \
+                     raise the open file limit (ulimit -n) if this repeats"
+                );
+            } else {
+                tracing::debug!(
+                    freed,
+                    "out of file descriptors ({e}): cached descriptors given back"
+                );
+            }
+            if freed > 0 {
+                call()
+            } else {
+                Err(e)
+            }
+        }
+        r => r,
+    }
+}
+
 /// `openat(2)`; `O_CLOEXEC` is always added.
 pub(crate) fn openat(
     dir: BorrowedFd<'_>,
@@ -103,26 +166,31 @@ pub(crate) fn openat(
     flags: i32,
     mode: u32,
 ) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; the result is a new fd we own.
-    let fd = check(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    })?;
-    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    with_spare_fds(|| {
+        // SAFETY: `name` is NUL-terminated; the result is a new fd we own.
+        let fd = check(unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
 }
 
 /// `open(2)` of an absolute path; `O_CLOEXEC` is always added.
 pub(crate) fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: as in `openat`.
-    let fd =
-        check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
-    // SAFETY: a new fd owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    with_spare_fds(|| {
+        // SAFETY: as in `openat`.
+        let fd = check(unsafe {
+            libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
+        })?;
+        // SAFETY: a new fd owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
 }
 
 /// The attributes the passthrough asks `statx(2)` for.
@@ -525,6 +593,31 @@ impl std::fmt::Debug for FileHandle {
     }
 }
 
+impl FileHandle {
+    /// The inode generation the handle carries, for the encodings whose
+    /// layout is known, checked against the inode number `ino` it must
+    /// also carry: `FILEID_INO32_GEN` (type 1) as the generic encoder
+    /// writes it (ext2/3/4, xfs with 32-bit inode numbers, ...: the inode
+    /// number then the generation, 8 bytes) and as tmpfs writes it (the
+    /// generation then the 64-bit inode number, 12 bytes). `None` for any
+    /// other file system.
+    pub(crate) fn generation(&self, ino: u64) -> Option<u32> {
+        const FILEID_INO32_GEN: i32 = 1;
+        if self.kind != FILEID_INO32_GEN {
+            return None;
+        }
+        let word = |i: usize| -> Option<u32> {
+            let b = self.bytes.get(i * 4..i * 4 + 4)?;
+            Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        match self.bytes.len() {
+            8 if u64::from(word(0)?) == ino => word(1),
+            12 if u64::from(word(1)?) | u64::from(word(2)?) << 32 == ino => word(0),
+            _ => None,
+        }
+    }
+}
+
 /// `struct file_handle` with room for the largest handle.
 #[repr(C)]
 struct RawFileHandle {
@@ -584,22 +677,24 @@ pub(crate) fn open_by_handle(
         f_handle: [0; MAX_HANDLE_SZ],
     };
     raw.f_handle[..len].copy_from_slice(&handle.bytes[..len]);
-    // SAFETY: `raw` is a valid file_handle of `len` bytes; the result is a
-    // new descriptor or an error.
-    let fd = check_long(unsafe {
-        libc::syscall(
-            libc::SYS_open_by_handle_at,
-            mount_fd.as_raw_fd(),
-            &mut raw as *mut RawFileHandle,
-            flags | libc::O_CLOEXEC,
-        )
-    })?;
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    with_spare_fds(|| {
+        // SAFETY: `raw` is a valid file_handle of `len` bytes; the result
+        // is a new descriptor or an error.
+        let fd = check_long(unsafe {
+            libc::syscall(
+                libc::SYS_open_by_handle_at,
+                mount_fd.as_raw_fd(),
+                &mut raw as *mut RawFileHandle,
+                flags | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: a new descriptor owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    })
 }
 
 /// The soft and hard `RLIMIT_NOFILE`.
-fn nofile_limits() -> io::Result<(u64, u64)> {
+pub(crate) fn nofile_limits() -> io::Result<(u64, u64)> {
     let mut rl = libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,
@@ -633,5 +728,62 @@ pub(crate) fn release_free_memory() {
     // SAFETY: malloc_trim has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// `FS_IOC_GETVERSION`: the inode generation, as ext4 reports it.
+    const FS_IOC_GETVERSION: libc::c_ulong = 0x8008_7601;
+
+    #[test]
+    fn generation_from_an_ext4_file_handle_is_the_inode_generation() {
+        let dir = tempfile::Builder::new()
+            .prefix("pt-handle-")
+            .tempdir_in(std::env::var_os("CARGO_TARGET_TMPDIR").unwrap_or_else(|| "/tmp".into()))
+            .unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let st = std::fs::metadata(&path).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: plain data; all-zero is valid.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor and out-pointer.
+        assert_eq!(unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) }, 0);
+        assert_eq!(
+            fs.f_type, 0xEF53,
+            "this test needs its directory on ext4 (the workspace's target/ or /tmp)"
+        );
+        let mut generation: libc::c_long = 0;
+        // SAFETY: FS_IOC_GETVERSION writes a long through the pointer.
+        let r = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_GETVERSION, &mut generation) };
+        assert_eq!(r, 0, "FS_IOC_GETVERSION: {}", io::Error::last_os_error());
+        let (handle, _) = name_to_handle_fd(file.as_fd()).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(handle.generation(st.ino()), Some(generation as u32));
+        assert_eq!(
+            handle.generation(st.ino() + 1),
+            None,
+            "the handle names another inode"
+        );
+    }
+
+    #[test]
+    fn generation_of_unknown_handle_layouts_is_unknown() {
+        let handle = |kind: i32, words: &[u32]| FileHandle {
+            kind,
+            bytes: words.iter().flat_map(|w| w.to_ne_bytes()).collect(),
+        };
+        // The generic 32-bit encoding: inode number, generation.
+        assert_eq!(handle(1, &[77, 5]).generation(77), Some(5));
+        // tmpfs: generation, then the inode number's low and high halves.
+        assert_eq!(handle(1, &[9, 77, 1]).generation(77 | 1 << 32), Some(9));
+        assert_eq!(handle(1, &[9, 77, 1]).generation(77), None);
+        // btrfs and others: not decoded.
+        assert_eq!(handle(0x4d, &[77, 0, 5, 0, 0]).generation(77), None);
+        assert_eq!(handle(1, &[77]).generation(77), None);
     }
 }

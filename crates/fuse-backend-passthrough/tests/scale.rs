@@ -139,9 +139,13 @@ fn walk_of_200k_files_with_default_fd_limit_and_rss_back_after_forget_needs_root
              {rss_before} KiB before, {rss_walk} KiB after the walk; descriptors {fds_before} \
              before, {fds_walk} after"
         );
+        // The descriptors of inodes in use are cached, up to half the
+        // limit (20,000 here, so at most 8192 cached): the other inodes
+        // must need none.
         assert!(
-            fds_walk < 2048,
-            "the daemon holds {fds_walk} descriptors after the walk: inodes should need none"
+            fds_walk < 10_000,
+            "the daemon holds {fds_walk} descriptors after the walk of {lines} entries: \
+             inodes beyond the cache of inodes in use should need none"
         );
 
         // A FORGET storm: the kernel drops its inodes and tells the daemon.

@@ -116,6 +116,20 @@ impl TestMount {
         Self::over(dir, other.src.clone(), mnt, config, test_options())
     }
 
+    /// A mount of the existing directory `src`, which outlives the mount
+    /// (the caller removes it).
+    pub fn of_source(src: &Path, config: PassthroughConfig, options: MountOptions) -> Self {
+        require_root();
+        let dir = tempfile::Builder::new()
+            .prefix("pt-test-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        chmod(dir.path(), 0o755);
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Self::over(dir, src.to_path_buf(), mnt, config, options)
+    }
+
     fn over(
         dir: tempfile::TempDir,
         src: PathBuf,
