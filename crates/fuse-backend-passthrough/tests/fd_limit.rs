@@ -44,7 +44,11 @@ fn walk(mnt: &Path, entries: usize, what: &str) {
         "{what}: find -ls reported {errors} errors, the first: {}",
         stderr.lines().next().unwrap_or("")
     );
-    let lines = out.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+    let lines = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
     assert_eq!(lines, entries, "{what}: find listed every entry");
 }
 
@@ -113,7 +117,11 @@ fn walks_within_a_hard_limit(limit: u64) {
         &format!("limit {limit} with {} files held open", held.len()),
     );
     drop(held);
-    walk(&d.mnt, entries, &format!("limit {limit}, files closed again"));
+    walk(
+        &d.mnt,
+        entries,
+        &format!("limit {limit}, files closed again"),
+    );
     assert!(
         daemon.stderr().contains("out of file descriptors"),
         "the daemon said it ran out and gave cached descriptors back: {}",
