@@ -2,9 +2,11 @@
 //!
 //! The suite is a list of named steps ([`STEPS`]), run in order, each printed
 //! as a `==> step` heading and timed. The first failing step ends the run with
-//! a one-line reason and a non-zero exit; a summary table (step, result,
-//! seconds) is printed at the end either way, followed by one line with the
-//! test counts (`tests: N passed, N failed, N skipped`).
+//! a one-line reason and a non-zero exit; with `--keep-going` every step runs
+//! anyway and the run ends with every failure's reason and a non-zero exit. A
+//! summary table (step, result, seconds) is printed at the end either way,
+//! followed by one line with the test counts (`tests: N passed, N failed, N
+//! skipped`).
 //!
 //! The suite needs real root: it installs packages, mounts FUSE file systems
 //! and switches users. Without root, `cargo xtask test-in-userns` runs the
@@ -38,6 +40,10 @@ pub struct TestArgs {
     /// Run only these steps (repeatable), in the suite's order.
     #[arg(long, value_name = "STEP")]
     only: Vec<String>,
+    /// Run every step even after one failed (a step that needs an earlier
+    /// one then fails with its own reason); report all failures at the end.
+    #[arg(long)]
+    keep_going: bool,
     /// Passed to the test binaries of `cargo test` as `--test-threads N`.
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
@@ -145,11 +151,11 @@ impl Counts {
 enum RowResult {
     /// Succeeded.
     Ok,
-    /// Failed (the run stops).
+    /// Failed (the run stops unless `--keep-going`).
     Failed,
     /// Not run, with the reason.
     Skipped(String),
-    /// Not reached because an earlier step failed.
+    /// Not reached because an earlier step failed (without `--keep-going`).
     NotRun,
 }
 
@@ -168,22 +174,58 @@ pub fn run(args: &TestArgs) -> Result<()> {
         counts: Counts::default(),
     };
     let started = Instant::now();
-    let mut rows: Vec<(&str, RowResult, Option<f64>)> = Vec::new();
-    let mut failure: Option<(&str, String)> = None;
+    let (rows, failures) = run_steps(STEPS, &mut ctx);
 
-    for step in STEPS {
-        if failure.is_some() {
-            rows.push((step.name, RowResult::NotRun, None));
-            continue;
+    print_summary(&rows, started.elapsed().as_secs_f64());
+    if ctx.counts.seen {
+        let c = ctx.counts;
+        println!(
+            "tests: {} passed, {} failed, {} skipped",
+            c.passed, c.failed, c.skipped
+        );
+    }
+    if !failures.is_empty() {
+        // Printed here rather than returned: an `anyhow` error returned from
+        // main would add a backtrace when RUST_BACKTRACE is set.
+        for (name, reason) in &failures {
+            eprintln!("error: step `{name}` failed: {reason}");
         }
+        if failures.len() > 1 {
+            let names: Vec<_> = failures.iter().map(|(n, _)| *n).collect();
+            eprintln!(
+                "error: {} steps failed: {}",
+                failures.len(),
+                names.join(", ")
+            );
+        }
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// A row of the summary table: step, result, seconds (if it ran).
+type Row<'s> = (&'s str, RowResult, Option<f64>);
+
+/// Runs `steps` in order: after a failure the rest are not run, unless
+/// `--keep-going`. Returns the summary rows and every failure (step name
+/// and one-line reason) in the order they happened.
+fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s str, String)>) {
+    let args = ctx.args;
+    let mut rows: Vec<Row<'s>> = Vec::new();
+    let mut failures: Vec<(&'s str, String)> = Vec::new();
+    for step in steps {
         if let Some(reason) = deselected(args, step.name) {
             println!("\n==> {}: skipped ({reason})", step.name);
             rows.push((step.name, RowResult::Skipped(reason), None));
             continue;
         }
+        if !failures.is_empty() && !args.keep_going {
+            rows.push((step.name, RowResult::NotRun, None));
+            continue;
+        }
         println!("\n==> {}: {}", step.name, step.about);
         let t = Instant::now();
-        let result = (step.run)(&mut ctx);
+        let result = (step.run)(ctx);
         let secs = t.elapsed().as_secs_f64();
         match result {
             Ok(Outcome::Done) => {
@@ -198,26 +240,11 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 let reason = one_line(&e);
                 println!("<== {}: FAILED ({secs:.1} s): {reason}", step.name);
                 rows.push((step.name, RowResult::Failed, Some(secs)));
-                failure = Some((step.name, reason));
+                failures.push((step.name, reason));
             }
         }
     }
-
-    print_summary(&rows, started.elapsed().as_secs_f64());
-    if ctx.counts.seen {
-        let c = ctx.counts;
-        println!(
-            "tests: {} passed, {} failed, {} skipped",
-            c.passed, c.failed, c.skipped
-        );
-    }
-    if let Some((name, reason)) = failure {
-        // Printed here rather than returned: an `anyhow` error returned from
-        // main would add a backtrace when RUST_BACKTRACE is set.
-        eprintln!("error: step `{name}` failed: {reason}");
-        std::process::exit(1);
-    }
-    Ok(())
+    (rows, failures)
 }
 
 /// Why `--no-setup`, `--skip` or `--only` leave a step out, if they do.
@@ -1470,6 +1497,85 @@ mod tests {
     fn unescapes_mountinfo() {
         assert_eq!(unescape_mountinfo(r"/tmp/a\040b"), "/tmp/a b");
         assert_eq!(unescape_mountinfo(r"/x\"), r"/x\");
+    }
+
+    /// A step that fails.
+    fn failing_step(_: &mut Ctx) -> Result<Outcome> {
+        bail!("broken on purpose")
+    }
+
+    /// A step that succeeds and counts that it ran.
+    fn counting_step(ctx: &mut Ctx) -> Result<Outcome> {
+        ctx.counts.passed += 1;
+        Ok(Outcome::Done)
+    }
+
+    const FAKE_STEPS: &[Step] = &[
+        Step {
+            name: "first",
+            about: "fails",
+            run: failing_step,
+        },
+        Step {
+            name: "second",
+            about: "succeeds",
+            run: counting_step,
+        },
+        Step {
+            name: "third",
+            about: "fails too",
+            run: failing_step,
+        },
+    ];
+
+    /// The fake suite with or without `--keep-going`: the rows' results,
+    /// the failed steps and how many steps ran.
+    fn run_fake(keep_going: bool) -> (Vec<&'static str>, Vec<&'static str>, u64) {
+        let args = TestArgs {
+            no_setup: false,
+            skip: Vec::new(),
+            only: Vec::new(),
+            keep_going,
+            test_threads: None,
+            native: false,
+            cargo_test_args: Vec::new(),
+        };
+        let mut ctx = Ctx {
+            args: &args,
+            root: PathBuf::from("/nonexistent"),
+            counts: Counts::default(),
+        };
+        let (rows, failures) = run_steps(FAKE_STEPS, &mut ctx);
+        let results = rows
+            .iter()
+            .map(|(_, r, _)| match r {
+                RowResult::Ok => "ok",
+                RowResult::Failed => "failed",
+                RowResult::Skipped(_) => "skipped",
+                RowResult::NotRun => "not run",
+            })
+            .collect();
+        for (_, reason) in &failures {
+            assert_eq!(reason, "broken on purpose");
+        }
+        let failed = failures.iter().map(|(n, _)| *n).collect();
+        (results, failed, ctx.counts.passed)
+    }
+
+    #[test]
+    fn a_failure_stops_the_run() {
+        assert_eq!(
+            run_fake(false),
+            (vec!["failed", "not run", "not run"], vec!["first"], 0)
+        );
+    }
+
+    #[test]
+    fn keep_going_runs_every_step_and_reports_every_failure() {
+        assert_eq!(
+            run_fake(true),
+            (vec!["failed", "ok", "failed"], vec!["first", "third"], 1)
+        );
     }
 
     #[test]
