@@ -206,10 +206,11 @@ fn from_flock(fl: &libc::flock64, pid: u32) -> FileLock {
 /// The mode without set-user-ID, and without set-group-ID if the group
 /// may execute (as the VFS clears them on write, truncate and chown).
 impl PassthroughFs {
-    /// A SETATTR that only clears the set-user-ID bit (and set-group-ID with
-    /// group execute), sent for a caller who doesn't own the file: the
-    /// kernel's kill-priv on write/truncate (without `HANDLE_KILLPRIV_V2`),
-    /// which the VFS does with its own authority.
+    /// A SETATTR whose mode only clears the set-user-ID bit (and
+    /// set-group-ID with group execute), sent for a caller who doesn't own
+    /// the file: the kernel's kill-priv on write or truncate (without
+    /// `HANDLE_KILLPRIV_V2`), which the VFS does with its own authority. On
+    /// a truncate the new size comes in the same SETATTR.
     fn is_kernel_priv_kill(
         &self,
         ctx: &Context,
@@ -217,12 +218,11 @@ impl PassthroughFs {
         args: &SetattrArgs,
         mode: u32,
     ) -> io::Result<bool> {
-        let only_mode = args.uid.is_none()
+        let mode_and_size_only = args.uid.is_none()
             && args.gid.is_none()
-            && args.size.is_none()
             && args.atime.is_none()
             && args.mtime.is_none();
-        if !only_mode || ctx.uid == 0 {
+        if !mode_and_size_only || ctx.uid == 0 {
             return Ok(false);
         }
         let st = sys::statx_fd(pfd.as_fd(), libc::STATX_MODE | libc::STATX_UID)?;
@@ -1014,17 +1014,20 @@ impl FileSystem for PassthroughFs {
                 args.gid.unwrap_or(u32::MAX),
             )?;
         }
-        if let Some(mode) = args.mode {
-            if self.is_kernel_priv_kill(ctx, &pfd, args, mode)? {
-                // The kernel clears set-id bits when someone other than the
-                // owner writes or truncates (it checked that caller): that
-                // chmod must not fail with EPERM as the caller's own would.
-                self.creds.root();
-            }
-            match &h {
-                Some(h) => sys::fchmod(h.fd(), mode & 0o7777)?,
-                None => sys::chmod_path(pfd.proc_path().as_cstr(), mode & 0o7777)?,
-            }
+        let chmod = |mode: u32| match &h {
+            Some(h) => sys::fchmod(h.fd(), mode & 0o7777),
+            None => sys::chmod_path(pfd.proc_path().as_cstr(), mode & 0o7777),
+        };
+        // The kernel clears set-id bits when someone other than the owner
+        // writes or truncates: that chmod is the VFS's, not the caller's
+        // (which would fail with EPERM). It runs with the daemon's
+        // authority, after the truncation the caller may or may not do.
+        let kernel_kill = match args.mode {
+            Some(mode) => self.is_kernel_priv_kill(ctx, &pfd, args, mode)?,
+            None => false,
+        };
+        if let Some(mode) = args.mode.filter(|_| !kernel_kill) {
+            chmod(mode)?;
         }
         if let Some(size) = args.size {
             match &h {
@@ -1033,6 +1036,10 @@ impl FileSystem for PassthroughFs {
                 }
                 _ => sys::truncate_path(pfd.proc_path().as_cstr(), size)?,
             }
+        }
+        if let Some(mode) = args.mode.filter(|_| kernel_kill) {
+            self.creds.root();
+            chmod(mode)?;
         }
         if args.atime.is_some() || args.mtime.is_some() {
             let ts = |t: Option<SetTime>| match t {

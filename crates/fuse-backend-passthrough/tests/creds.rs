@@ -290,3 +290,53 @@ fn ftruncate_of_new_mode_0_file_zero_message_opens_needs_root() {
         ..uncached()
     });
 }
+
+/// A user who may write a set-user-ID and set-group-ID file but doesn't
+/// own it truncates it, by path (`truncate(2)`) and through a descriptor
+/// (`ftruncate(2)`, what `truncate -s` uses): as natively, the truncation
+/// succeeds and clears both bits (the kernel sends the new size and the
+/// cleared mode in one SETATTR). Checked against the same calls on the
+/// backing directory.
+fn setid_cleared_on_truncate_by_non_owner(config: PassthroughConfig) {
+    let t = TestMount::with(config, test_options());
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    let scripts = [
+        ("truncate -s 1 f", 1),
+        ("perl -e 'truncate(\"f\", 2) or die \"truncate: $!\"'", 2),
+        (
+            "perl -e 'open(F, \"+<\", \"f\") or die \"open: $!\"; truncate(F, 3) or die \"ftruncate: $!\"'",
+            3,
+        ),
+    ];
+    for (script, size) in scripts {
+        for (dir, what) in [(t.s("d"), "natively"), (t.m("d"), "through the mount")] {
+            let f = dir.join("f");
+            fs::write(&f, b"0123456789").unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+            assert_eq!(lmeta(&f).mode() & 0o7777, 0o6777);
+            assert_eq!(lmeta(&f).uid(), 0);
+            run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &dir, script);
+            let m = lmeta(&t.s("d/f"));
+            assert_eq!(
+                (m.len(), m.mode() & 0o7777),
+                (size, 0o0777),
+                "`{script}` {what}: the size changes and set-user-ID and set-group-ID are cleared"
+            );
+            fs::remove_file(&f).unwrap();
+        }
+    }
+}
+
+#[test]
+fn setid_cleared_on_truncate_by_non_owner_needs_root() {
+    setid_cleared_on_truncate_by_non_owner(uncached());
+}
+
+#[test]
+fn setid_cleared_on_truncate_by_non_owner_with_killpriv_v2_needs_root() {
+    setid_cleared_on_truncate_by_non_owner(PassthroughConfig {
+        killpriv_v2: true,
+        ..uncached()
+    });
+}
