@@ -7,9 +7,16 @@
 //!
 //! Some tests cannot pass there: creating device nodes is EPERM in any user
 //! namespace, and switching to other uids needs more than one mapped uid. By
-//! convention a test whose name contains `needs_root` needs real root; such
-//! tests are listed and counted as skipped (`--skip needs_root`), never
-//! silently passed.
+//! convention a test whose name contains `needs_root` needs real root, and
+//! one whose name starts with `vm_` needs the Linux 7.3 kernel that `cargo
+//! xtask test-in-vm` boots; such tests are listed and counted as skipped with
+//! their reason (`--skip needs_root --skip vm_`), never silently passed.
+//!
+//! fuse-abi's layout test reads the Linux 7.3 `fuse.h`: as `cargo xtask test`
+//! does, the run sets `FUSE_ABI_REFERENCE_H` to the header found next to the
+//! workspace (`../shared/reference/`), cached under `target/` by an earlier
+//! run, or downloaded from Debian's `linux-libc-dev` (which needs root); a
+//! `FUSE_ABI_REFERENCE_H` already set is kept.
 //!
 //! The uid/gid mapping, best first:
 //! - `full` as real root: the parent writes `0 0 65536` into the child's
@@ -57,6 +64,14 @@ enum MapChoice {
 
 /// The marker in a test's name that says it needs real root.
 const NEEDS_ROOT: &str = "needs_root";
+
+/// Tests that cannot run in the namespace: the marker in their names (as
+/// libtest's `--skip` matches it: anywhere in the name) and why, in the
+/// order a test is counted (once, under the first marker it carries).
+const SKIPPED: &[(&str, &str)] = &[
+    (NEEDS_ROOT, "needs real root"),
+    ("vm_", "needs Linux 7.3, run by cargo xtask test-in-vm"),
+];
 
 /// How many ids a full map covers.
 const FULL_RANGE: u32 = 65536;
@@ -125,21 +140,26 @@ fn run_inner(args: &UsernsArgs) -> Result<()> {
     let root = crate::workspace_root();
     let mapping = choose_mapping(args.map)?;
 
+    // Found (or fetched) outside the namespace, where apt can run.
+    let reference_h = reference_header(&root);
+
     // Build and list outside the namespace, as the calling user.
-    println!("==> listing tests that need real root ({NEEDS_ROOT} in the name)");
-    let needs_root = list_needs_root(args, &root)?;
-    for name in &needs_root {
-        println!("skipped (needs real root): {name}");
+    println!("==> listing tests that cannot run in a user namespace");
+    let skipped = list_skipped(args, &root)?;
+    for (name, reason) in &skipped {
+        println!("skipped ({reason}): {name}");
     }
-    println!(
-        "{} tests need real root and will be skipped",
-        needs_root.len()
-    );
+    println!("{} tests will be skipped", skipped.len());
 
     println!("==> running the tests in a user namespace");
     println!("mapping: {}", mapping.describe());
     let mut test = cargo_test(args);
-    test.arg("--skip").arg(NEEDS_ROOT);
+    if let Some(header) = &reference_h {
+        test.env("FUSE_ABI_REFERENCE_H", header);
+    }
+    for (marker, _) in SKIPPED {
+        test.arg("--skip").arg(marker);
+    }
     if let Some(n) = args.test_threads {
         test.arg(format!("--test-threads={n}"));
     }
@@ -147,18 +167,40 @@ fn run_inner(args: &UsernsArgs) -> Result<()> {
     let status = run_in_userns(&mapping, &test, &root)?;
 
     println!(
-        "user namespace: {} tests skipped because they need real root{}",
-        needs_root.len(),
-        if needs_root.is_empty() {
-            ""
+        "user namespace: {} tests skipped{}",
+        skipped.len(),
+        if skipped.is_empty() {
+            String::new()
         } else {
-            " (listed above)"
+            format!(" (listed above): {}", skip_counts(&skipped))
         }
     );
     if !status.success() {
         bail!("the tests failed inside the user namespace ({status})");
     }
     Ok(())
+}
+
+/// The Linux 7.3 `fuse.h` for fuse-abi's layout test, found as `cargo
+/// xtask test` finds it ([`crate::test::kernel_7_3_fuse_h`]); `None` when
+/// `FUSE_ABI_REFERENCE_H` is already set (it is passed on as it is) or no
+/// header can be had (the reason is printed; the layout test then fails
+/// with its own).
+fn reference_header(root: &Path) -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("FUSE_ABI_REFERENCE_H") {
+        println!("header: {} (FUSE_ABI_REFERENCE_H)", Path::new(&h).display());
+        return None;
+    }
+    match crate::test::kernel_7_3_fuse_h(root) {
+        Ok(header) => Some(header),
+        Err(e) => {
+            println!(
+                "no Linux 7.3 fuse.h for fuse-abi's layout test ({}); it will fail",
+                format!("{e:#}").replace('\n', " ")
+            );
+            None
+        }
+    }
 }
 
 /// `cargo test` for the selected packages, up to and including the `--`.
@@ -175,8 +217,9 @@ fn cargo_test(args: &UsernsArgs) -> Command {
     cmd
 }
 
-/// Builds the tests and lists those whose name contains [`NEEDS_ROOT`].
-fn list_needs_root(args: &UsernsArgs, root: &Path) -> Result<Vec<String>> {
+/// Builds the tests and lists those the run skips ([`SKIPPED`]), each
+/// with its reason.
+fn list_skipped(args: &UsernsArgs, root: &Path) -> Result<Vec<(String, &'static str)>> {
     let mut cmd = cargo_test(args);
     cmd.arg("--list").args(&args.test_args).current_dir(root);
     let out = cmd
@@ -186,17 +229,31 @@ fn list_needs_root(args: &UsernsArgs, root: &Path) -> Result<Vec<String>> {
     if !out.status.success() {
         bail!("`cargo test -- --list` failed ({})", out.status);
     }
-    Ok(filter_needs_root(&String::from_utf8_lossy(&out.stdout)))
+    Ok(filter_skipped(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// The test names in libtest `--list` output (`NAME: test`) that contain
-/// [`NEEDS_ROOT`].
-fn filter_needs_root(list: &str) -> Vec<String> {
+/// The test names in libtest `--list` output (`NAME: test`) that carry a
+/// marker of [`SKIPPED`], each with the reason of its first marker.
+fn filter_skipped(list: &str) -> Vec<(String, &'static str)> {
     list.lines()
         .filter_map(|l| l.strip_suffix(": test"))
-        .filter(|name| name.contains(NEEDS_ROOT))
-        .map(str::to_string)
+        .filter_map(|name| {
+            let (_, reason) = SKIPPED.iter().find(|(m, _)| name.contains(m))?;
+            Some((name.to_string(), *reason))
+        })
         .collect()
+}
+
+/// `N needs real root, M needs the Linux 7.3 kernel ...`: how many
+/// skipped tests there are for each reason, in [`SKIPPED`]'s order.
+fn skip_counts(skipped: &[(String, &str)]) -> String {
+    SKIPPED
+        .iter()
+        .map(|(_, reason)| (skipped.iter().filter(|(_, r)| r == reason).count(), reason))
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, reason)| format!("{n} {reason}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Picks the best mapping allowed by `choice` and this machine.
@@ -389,12 +446,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn filters_root_only_tests_from_list_output() {
+    fn filters_skipped_tests_from_list_output() {
         let list = "a::plain: test\nb::mknod_needs_root: test\nsrc/lib.rs - x (line 3): test\n\
-                    c::needs_root_chown: test\n\n3 tests, 0 benchmarks\n";
+                    c::needs_root_chown: test\nvm_pools: test\nd::vm_bufs_needs_root: test\n\
+                    \n3 tests, 0 benchmarks\n";
+        let skipped = filter_skipped(list);
+        let names: Vec<_> = skipped.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
-            filter_needs_root(list),
-            ["b::mknod_needs_root", "c::needs_root_chown"]
+            names,
+            [
+                "b::mknod_needs_root",
+                "c::needs_root_chown",
+                "vm_pools",
+                "d::vm_bufs_needs_root"
+            ]
+        );
+        assert_eq!(skipped[2].1, SKIPPED[1].1);
+        assert_eq!(skipped[3].1, SKIPPED[0].1, "counted once, as needing root");
+        assert_eq!(
+            skip_counts(&skipped),
+            format!("3 {}, 1 {}", SKIPPED[0].1, SKIPPED[1].1)
         );
     }
 }
