@@ -1,6 +1,11 @@
 //! POSIX (fcntl) and BSD (flock) locks through the mount: contention
 //! between processes, blocking waits released by another process,
 //! interrupted waits, and release on close. Needs root (CI runs as root).
+//!
+//! A blocking wait is checked by the order of events, never by elapsed
+//! time: the waiter's request is seen blocked on the holder's lock (the
+//! daemon's wait on the backing file is listed in `/proc/locks` as blocked),
+//! and the waiter gets the lock only after the holder released it.
 
 mod common;
 
@@ -10,7 +15,15 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a test waits for something that must happen (a lock wait to
+/// show up, a lock to go away): only a broken mount takes this long, so it
+/// is generous for a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 fn flock_struct(ty: i32, start: i64, len: i64) -> libc::flock {
     // SAFETY: plain data, all-zero is valid.
@@ -120,18 +133,55 @@ fn lock_holder_helper() {
     drop(f);
 }
 
-/// Whether /proc/locks lists a lock of `kind` (POSIX, OFDLCK, FLOCK) on
-/// the backing file's inode.
+/// How many locks of `kind` (POSIX, OFDLCK, FLOCK) /proc/locks lists as
+/// held on the backing file's inode.
 fn proc_locks_on(path: &Path, kind: &str) -> usize {
-    let ino = std::fs::metadata(path).unwrap().ino();
+    proc_locks(path, kind, false)
+}
+
+/// How many requests for a lock of `kind` /proc/locks lists as blocked on
+/// a lock of the backing file's inode (its `->` lines).
+fn proc_locks_blocked_on(path: &Path, kind: &str) -> usize {
+    proc_locks(path, kind, true)
+}
+
+/// Lines of /proc/locks for `kind` on the inode of `path`: `N: KIND ...
+/// DEV:INO START END` for held locks, `N: -> KIND ...` for blocked waits.
+fn proc_locks(path: &Path, kind: &str, blocked: bool) -> usize {
+    let ino = std::fs::metadata(path).unwrap().ino().to_string();
     let locks = std::fs::read_to_string("/proc/locks").unwrap();
     locks
         .lines()
         .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 5 && f[1] == kind && f[5].rsplit(':').next() == Some(&ino.to_string())
+            let mut f: Vec<&str> = l.split_whitespace().collect();
+            let is_blocked = f.get(1) == Some(&"->");
+            if is_blocked {
+                f.remove(1);
+            }
+            is_blocked == blocked
+                && f.len() > 5
+                && f[1] == kind
+                && f[5].rsplit(':').next() == Some(ino.as_str())
         })
         .count()
+}
+
+/// Waits until `waiter` is blocked in the backing file's lock queue (the
+/// daemon waits there for it), failing if it returns first: a blocking
+/// request that does not block is an error, whatever it returned.
+fn wait_until_blocked<T: std::fmt::Debug>(waiter: &JoinHandle<T>, path: &Path, kind: &str) {
+    let blocked = wait_until(PATIENCE, || {
+        waiter.is_finished() || proc_locks_blocked_on(path, kind) == 1
+    });
+    assert!(
+        !waiter.is_finished(),
+        "the blocking {kind} request returned while another process held a conflicting lock"
+    );
+    assert!(
+        blocked,
+        "the blocking {kind} request never showed up in /proc/locks as waiting: {}",
+        std::fs::read_to_string("/proc/locks").unwrap()
+    );
 }
 
 #[test]
@@ -173,17 +223,25 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
     assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
     assert_eq!(q.l_type as i32, libc::F_WRLCK);
 
-    // A blocking wait, released when the holder exits.
-    let start = Instant::now();
+    // A blocking wait: it waits on the holder's lock and gets the lock only
+    // after the holder released it (set just before the release; read by
+    // the waiter once it has the lock).
+    let released = Arc::new(AtomicBool::new(false));
+    let seen = released.clone();
     let waiter = std::thread::spawn(move || {
         let mut w = flock_struct(libc::F_WRLCK, 50, 10);
-        fcntl_lock(fd, libc::F_SETLKW, &mut w)
+        let r = fcntl_lock(fd, libc::F_SETLKW, &mut w);
+        (r, seen.load(Ordering::SeqCst))
     });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!waiter.is_finished(), "F_SETLKW must wait for the holder");
+    wait_until_blocked(&waiter, &t.s("f"), "OFDLCK");
+    released.store(true, Ordering::SeqCst);
     holder.release();
-    assert_eq!(waiter.join().unwrap(), 0);
-    assert!(start.elapsed() >= Duration::from_millis(300));
+    let (r, after_release) = waiter.join().unwrap();
+    assert_eq!(r, 0, "F_SETLKW after the holder released");
+    assert!(
+        after_release,
+        "F_SETLKW got the lock before the holder released it"
+    );
     let mut q = flock_struct(libc::F_WRLCK, 0, 0);
     assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
     assert_eq!(
@@ -199,10 +257,7 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
     assert_eq!(q.l_type as i32, libc::F_UNLCK);
     // Closing the file releases the rest (FLUSH drops the owner's locks).
     drop(f);
-    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
-        &t.s("f"),
-        "OFDLCK"
-    ) == 0));
+    assert!(wait_until(PATIENCE, || proc_locks_on(&t.s("f"), "OFDLCK") == 0));
     assert!(t.count(fuse_abi::Opcode::Setlkw) >= 1);
     assert!(t.count(fuse_abi::Opcode::Getlk) >= 1);
 }
@@ -225,10 +280,7 @@ fn closing_any_descriptor_releases_posix_locks() {
     assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
     // POSIX: closing any descriptor of the file drops the process's locks.
     drop(f2);
-    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
-        &t.s("f"),
-        "OFDLCK"
-    ) == 0));
+    assert!(wait_until(PATIENCE, || proc_locks_on(&t.s("f"), "OFDLCK") == 0));
     drop(f1);
 }
 
@@ -246,14 +298,23 @@ fn flock_contended_and_released() {
         -1
     );
     assert_eq!(last_errno(), libc::EWOULDBLOCK);
+    // It waits on the holder's lock and gets it only after the release.
+    let released = Arc::new(AtomicBool::new(false));
+    let seen = released.clone();
     let waiter = std::thread::spawn(move || {
         // SAFETY: valid fd.
-        unsafe { libc::flock(fd, libc::LOCK_EX) }
+        let r = unsafe { libc::flock(fd, libc::LOCK_EX) };
+        (r, seen.load(Ordering::SeqCst))
     });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!waiter.is_finished(), "flock must wait for the holder");
+    wait_until_blocked(&waiter, &t.s("f"), "FLOCK");
+    released.store(true, Ordering::SeqCst);
     holder.release();
-    assert_eq!(waiter.join().unwrap(), 0);
+    let (r, after_release) = waiter.join().unwrap();
+    assert_eq!(r, 0, "flock(LOCK_EX) after the holder released");
+    assert!(
+        after_release,
+        "flock(LOCK_EX) got the lock before the holder released it"
+    );
     // Our lock is now on the backing file.
     let b = File::open(t.s("f")).unwrap();
     // SAFETY: valid fd.
@@ -300,21 +361,28 @@ fn setlkw_interrupted_by_a_signal() {
         r
     });
     let thread = rx.recv().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!waiter.is_finished());
-    let start = Instant::now();
+    wait_until_blocked(&waiter, &t.s("f"), "OFDLCK");
     // The kernel turns the signal into INTERRUPT; the daemon ends the wait.
-    while !waiter.is_finished() && start.elapsed() < Duration::from_secs(10) {
-        // SAFETY: the thread is alive until it finishes (checked above).
-        unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Sent until the waiter returns (a signal that comes before the request
+    // reached the daemon may only restart it).
+    let ended = wait_until(PATIENCE, || {
+        if !waiter.is_finished() {
+            // SAFETY: the thread is alive until it finishes (checked here).
+            unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
+        }
+        waiter.is_finished()
+    });
+    assert!(ended, "SIGUSR1 did not end the F_SETLKW wait");
     assert_eq!(waiter.join().unwrap(), libc::EINTR);
     assert!(t.count(fuse_abi::Opcode::Interrupt) >= 1);
-    holder.release();
-    // The interrupted waiter got no lock.
-    assert!(wait_until(Duration::from_secs(5), || proc_locks_on(
+    // The wait is gone from the backing file's queue, and the holder's
+    // lock is still the only one.
+    assert!(wait_until(PATIENCE, || proc_locks_blocked_on(
         &t.s("f"),
         "OFDLCK"
     ) == 0));
+    assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
+    holder.release();
+    // The interrupted waiter got no lock.
+    assert!(wait_until(PATIENCE, || proc_locks_on(&t.s("f"), "OFDLCK") == 0));
 }
