@@ -11,6 +11,7 @@ mod bench;
 mod test;
 mod userns;
 mod vm;
+mod xfstests;
 
 #[derive(Parser)]
 #[command(about = "Project tasks for the FUSE workspace")]
@@ -34,6 +35,8 @@ enum Task {
     TestInVm(vm::VmArgs),
     /// Run the benchmark matrix against native, our daemon and peers.
     Bench(bench::BenchArgs),
+    /// Run xfstests' generic group, fsstress and fsx on passthroughfs mounts.
+    Xfstests(xfstests::XfstestsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Task::TestInUserns(args) => userns::run(&args),
         Task::TestInVm(args) => vm::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Xfstests(args) => xfstests::run(&args),
     }
 }
 

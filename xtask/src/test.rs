@@ -103,6 +103,16 @@ const STEPS: &[Step] = &[
         run: step_pjdfstest,
     },
     Step {
+        name: "xfstests",
+        about: "xfstests' curated generic lists on passthroughfs, in 3 modes (xtask/xfstests/curated.txt)",
+        run: step_xfstests,
+    },
+    Step {
+        name: "stress",
+        about: "fsstress and fsx on passthroughfs in 3 modes, then diff -r against the backing tree",
+        run: step_stress,
+    },
+    Step {
         name: "vm",
         about: "the suite on a real Linux 7.3 kernel under qemu (cargo xtask test-in-vm)",
         run: step_vm,
@@ -287,12 +297,12 @@ fn one_line(e: &anyhow::Error) -> String {
 // Small helpers for running commands.
 
 /// The `cargo` that runs this xtask (so a `sudo` without PATH still works).
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
 /// A command line as a string, for logs and error messages.
-fn display(cmd: &Command) -> String {
+pub(crate) fn display(cmd: &Command) -> String {
     let program = cmd.get_program();
     let mut s = if std::env::var_os("CARGO").as_deref() == Some(program) {
         "cargo".to_string()
@@ -311,7 +321,7 @@ fn display(cmd: &Command) -> String {
 }
 
 /// Runs a command with inherited stdio; fails unless it exits with 0.
-fn run_cmd(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run_cmd(cmd: &mut Command) -> Result<()> {
     let line = display(cmd);
     println!("$ {line}");
     let status = cmd
@@ -490,7 +500,7 @@ fn ensure_pjdfstest() -> Result<()> {
 }
 
 /// Turns FUSE over io_uring on, where the kernel has the switch.
-fn enable_fuse_uring() -> Result<()> {
+pub(crate) fn enable_fuse_uring() -> Result<()> {
     let path = Path::new(ENABLE_URING);
     if !path.exists() {
         println!("{ENABLE_URING}: absent (kernel without FUSE over io_uring); left alone");
@@ -527,15 +537,15 @@ fn mount_fusectl() {
 }
 
 /// One line of `/proc/self/mountinfo`.
-struct MountEntry {
+pub(crate) struct MountEntry {
     /// Where it is mounted.
-    mount_point: PathBuf,
+    pub(crate) mount_point: PathBuf,
     /// File system type (`fuse.passthroughfs`, `ext4`, ...).
-    fstype: String,
+    pub(crate) fstype: String,
 }
 
 /// The mounts visible to this process (empty if mountinfo is unreadable).
-fn mounts() -> Vec<MountEntry> {
+pub(crate) fn mounts() -> Vec<MountEntry> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -1441,6 +1451,21 @@ fn statfs_type(path: &Path, timeout: Duration) -> Option<std::io::Result<i64>> {
         let _ = tx.send(result);
     });
     rx.recv_timeout(timeout).ok()
+}
+
+// ---------------------------------------------------------------------------
+// Steps: xfstests and stress (see xtask/src/xfstests/).
+
+/// The curated xfstests lists in each mode (`cargo xtask xfstests --no-stress`).
+fn step_xfstests(ctx: &mut Ctx) -> Result<Outcome> {
+    crate::xfstests::test_step(&ctx.root)?;
+    Ok(Outcome::Done)
+}
+
+/// fsstress and fsx in each mode (`cargo xtask xfstests --stress`).
+fn step_stress(ctx: &mut Ctx) -> Result<Outcome> {
+    crate::xfstests::stress_step(&ctx.root)?;
+    Ok(Outcome::Done)
 }
 
 // ---------------------------------------------------------------------------

@@ -148,7 +148,8 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     fsname: Option<String>,
 
-    /// The mount's subtype (type fuse.NAME).
+    /// The mount's subtype (type fuse.NAME); an empty NAME mounts as plain
+    /// type fuse (what xfstests' FSTYP=fuse expects to find).
     #[arg(long, value_name = "NAME", default_value = "passthroughfs")]
     subtype: String,
 
@@ -361,7 +362,7 @@ fn run(args: Args) -> Result<(), Failure> {
             args.fsname
                 .unwrap_or_else(|| args.source.to_string_lossy().into_owned()),
         ),
-        subtype: Some(args.subtype),
+        subtype: (!args.subtype.is_empty()).then_some(args.subtype),
         allow_other: args.allow_other,
         default_permissions: args.default_permissions,
         read_only: args.ro,
