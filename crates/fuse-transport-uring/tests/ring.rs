@@ -257,78 +257,17 @@ fn unmount_from_outside_ends_the_session_and_frees_the_buffers() {
     assert!(!is_mounted(&mnt));
 }
 
-/// Writers that keep writing (and reading back) until the mount goes away
-/// under them; each returns the bytes it wrote. Returns once every writer
-/// has written something.
-fn start_writers(mnt: &Path, n: usize) -> Vec<std::thread::JoinHandle<u64>> {
-    let progress: Vec<_> = (0..n)
-        .map(|_| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)))
-        .collect();
-    let writers = (0..n)
-        .map(|t| {
-            let path = mnt.join(format!("busy-{t}"));
-            let progress = progress[t].clone();
-            std::thread::spawn(move || {
-                let chunk = pattern(t as u64, MIB);
-                let mut written = 0u64;
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .unwrap_or_else(|e| panic!("writer {t}: creating {}: {e}", path.display()));
-                let mut buf = vec![0u8; 4096];
-                for i in 0u64.. {
-                    let at = (i % 16) * MIB as u64;
-                    if f.write_all_at(&chunk, at).is_err() {
-                        break;
-                    }
-                    written += MIB as u64;
-                    progress.store(written, std::sync::atomic::Ordering::Relaxed);
-                    if i % 4 == 3 && f.read_exact_at(&mut buf, at).is_err() {
-                        break;
-                    }
-                }
-                written
-            })
-        })
-        .collect();
-    let started = std::time::Instant::now();
-    while progress
-        .iter()
-        .any(|p| p.load(std::sync::atomic::Ordering::Relaxed) == 0)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the writers did not get going"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    writers
-}
-
 #[test]
 fn stop_while_four_writers_run_neither_hangs_nor_crashes() {
     require_root_and_uring();
     let m = mount(UringConfig::default());
     assert_uring(&m.session);
-    let writers = start_writers(&m.mnt, 4);
-    std::thread::sleep(Duration::from_millis(300));
+    let writers = start_writers(&m.mnt, 4, 4);
+    assert_all_writing(&writers);
     end(m);
     // Once the session ended the connection is gone: every writer stops
-    // with an error soon.
-    let written = within(Duration::from_secs(30), "writers to notice", move || {
-        writers
-            .into_iter()
-            .map(|w| w.join().expect("writer panicked"))
-            .collect::<Vec<_>>()
-    });
-    eprintln!("bytes written before the stop: {written:?}");
-    assert!(
-        written.iter().all(|&n| n > 0),
-        "every writer was writing when the session stopped: {written:?}"
-    );
+    // with that error soon.
+    writers_stopped_by_the_end_of_the_connection(writers, Duration::from_secs(60));
 }
 
 #[test]
@@ -444,6 +383,25 @@ const DAEMON_AT: &str = "FUSE_URING_TEST_DAEMON_AT";
 const DAEMON_READY: &str = "DAEMON-READY ";
 const DAEMON_BUFS: &str = "FUSE_URING_TEST_DAEMON_BUFS";
 
+/// The helper daemon process and its mountpoint: killed, reaped and its
+/// (then dead) mount taken away on drop, also when a test fails half-way
+/// (an orphaned daemon would keep the test run's output open, and hang it).
+struct HelperDaemon {
+    child: std::process::Child,
+    mnt: std::path::PathBuf,
+}
+
+impl Drop for HelperDaemon {
+    fn drop(&mut self) {
+        // Not yet reaped before this wait, so the pid is still our child's.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if is_mounted(&self.mnt) {
+            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
+        }
+    }
+}
+
 /// Kills the daemon (SIGKILL) while four writers run on its mount: the
 /// kernel tears the rings down with the process; the writers must get
 /// errors, not hang. Returns the mode the daemon reported.
@@ -451,7 +409,7 @@ fn daemon_exit_while_four_writers_run(bufs: usize) -> String {
     require_root_and_uring();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().canonicalize().unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
             "--exact",
@@ -464,8 +422,12 @@ fn daemon_exit_while_four_writers_run(bufs: usize) -> String {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let child_pid = child.id().to_string();
+    let mut daemon = HelperDaemon {
+        child,
+        mnt: mnt.clone(),
+    };
+    let stdout = daemon.child.stdout.take().unwrap();
+    let child_pid = daemon.child.id().to_string();
     let watchdog = {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let pid = child_pid.clone();
@@ -492,21 +454,11 @@ fn daemon_exit_while_four_writers_run(bufs: usize) -> String {
         panic!("the daemon ended before it was ready");
     });
     drop(watchdog);
-    let writers = start_writers(&mnt, 4);
-    std::thread::sleep(Duration::from_millis(300));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let written = within(
-        Duration::from_secs(30),
-        "writers after the daemon died",
-        move || {
-            writers
-                .into_iter()
-                .map(|w| w.join().expect("writer panicked"))
-                .collect::<Vec<_>>()
-        },
-    );
-    assert!(written.iter().all(|&n| n > 0), "{written:?}");
+    let writers = start_writers(&mnt, 4, 4);
+    assert_all_writing(&writers);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    writers_stopped_by_the_end_of_the_connection(writers, Duration::from_secs(60));
     // The mount is dead (ENOTCONN) now; take it away.
     fuse_transport_dev::unmount_path(&mnt, true).expect("umount -l of the dead mount");
     assert!(!is_mounted(&mnt));
@@ -634,14 +586,10 @@ fn vm_stop_while_four_writers_run_with_pools() {
         bufs_per_queue: 1,
         ..Default::default()
     });
-    let writers = start_writers(&m.mnt, 4);
-    std::thread::sleep(Duration::from_millis(500));
+    let writers = start_writers(&m.mnt, 4, 4);
+    assert_all_writing(&writers);
     end(m);
-    within(Duration::from_secs(30), "writers to notice", move || {
-        for w in writers {
-            w.join().expect("writer panicked");
-        }
-    });
+    writers_stopped_by_the_end_of_the_connection(writers, Duration::from_secs(60));
 }
 
 #[test]

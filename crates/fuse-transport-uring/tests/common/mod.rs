@@ -12,6 +12,7 @@ use fuse_transport_uring::{UringConfig, UringSession};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -533,4 +534,128 @@ pub fn online_cpus() -> Vec<usize> {
         }
     }
     cpus
+}
+
+/// How a writer of [`start_writers`] ended: the bytes it wrote (every read
+/// back checked) and the error that stopped it. A writer stops only on an
+/// error.
+#[derive(Debug)]
+pub struct WriterEnd {
+    /// Bytes written before the error.
+    pub written: u64,
+    /// What stopped it.
+    pub error: io::Error,
+}
+
+/// Writers on their own files under `mnt`, each opened before this returns
+/// and used until an operation on it fails: a 1 MiB write after another
+/// (cycling through 16 MiB), every fourth followed by a read of its first
+/// 4 KiB, which must match (a mismatch ends the writer with an error that
+/// names it). The files are opened with `O_DIRECT`, so every write and read
+/// is a request to the file system, not the page cache. Returns once every
+/// writer has completed `rounds` writes, so the writers are known to be
+/// running.
+pub fn start_writers(mnt: &Path, n: usize, rounds: u64) -> Vec<std::thread::JoinHandle<WriterEnd>> {
+    const MIB: usize = 1 << 20;
+    let progress: Vec<_> = (0..n).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let writers = (0..n)
+        .map(|t| {
+            let path = mnt.join(format!("busy-{t}"));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("writer {t}: creating {}: {e}", path.display()));
+            let progress = progress[t].clone();
+            std::thread::spawn(move || {
+                use std::os::unix::fs::FileExt;
+                let chunk = pattern(t as u64, MIB);
+                let mut written = 0u64;
+                let mut buf = vec![0u8; 4096];
+                for i in 0u64.. {
+                    let at = (i % 16) * MIB as u64;
+                    if let Err(error) = f.write_all_at(&chunk, at) {
+                        return WriterEnd { written, error };
+                    }
+                    written += MIB as u64;
+                    progress.store(i + 1, Ordering::Relaxed);
+                    if i % 4 == 3 {
+                        if let Err(error) = f.read_exact_at(&mut buf, at) {
+                            return WriterEnd { written, error };
+                        }
+                        if buf[..] != chunk[..buf.len()] {
+                            let error = io::Error::other(format!(
+                                "writer {t}: read back other bytes than it wrote at {at}"
+                            ));
+                            return WriterEnd { written, error };
+                        }
+                    }
+                }
+                unreachable!("a writer ends only on an error")
+            })
+        })
+        .collect::<Vec<_>>();
+    let started = std::time::Instant::now();
+    while progress.iter().any(|p| p.load(Ordering::Relaxed) < rounds) {
+        if let Some(w) = writers.iter().position(|w| w.is_finished()) {
+            let end = writers.into_iter().nth(w).unwrap().join();
+            panic!("writer {w} ended before the mount went away: {end:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the writers did not get going"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writers
+}
+
+/// Whether `e` says that the connection to the file system is gone (its
+/// session stopped, its daemon died): `ENOTCONN` (unmounted),
+/// `ECONNABORTED` (the connection ended) or `ECANCELED` (a request queued
+/// on a ring that the kernel tore down; seen on 6.18).
+pub fn connection_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN) | Some(libc::ECONNABORTED) | Some(libc::ECANCELED)
+    )
+}
+
+/// Joins writers of [`start_writers`] once the mount went away under them
+/// (within `limit`: a writer that hangs fails the test), and checks that
+/// each was still writing when it did and then stopped because the
+/// connection was gone, not because of bad data or another error.
+pub fn writers_stopped_by_the_end_of_the_connection(
+    writers: Vec<std::thread::JoinHandle<WriterEnd>>,
+    limit: Duration,
+) {
+    let ends = within(limit, "writers to notice", move || {
+        writers
+            .into_iter()
+            .map(|w| w.join().expect("writer panicked"))
+            .collect::<Vec<_>>()
+    });
+    eprintln!("writers: {ends:?}");
+    for (t, end) in ends.iter().enumerate() {
+        assert!(
+            connection_gone(&end.error),
+            "writer {t} stopped after {} bytes with {}, not because the connection was gone",
+            end.written,
+            end.error
+        );
+    }
+}
+
+/// Fails unless every writer of [`start_writers`] is still running: none
+/// ended (with an error) while the mount was there.
+pub fn assert_all_writing(writers: &[std::thread::JoinHandle<WriterEnd>]) {
+    for (t, w) in writers.iter().enumerate() {
+        assert!(
+            !w.is_finished(),
+            "writer {t} stopped before the mount went away"
+        );
+    }
 }
