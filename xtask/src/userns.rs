@@ -360,6 +360,14 @@ fn run_in_userns(
     cmd.arg("sh")
         .arg(inner.get_program())
         .args(inner.get_args());
+    // `inner`'s environment (FUSE_ABI_REFERENCE_H) goes through unshare and
+    // the shell to it.
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
     let line = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| a.to_string_lossy().into_owned())
