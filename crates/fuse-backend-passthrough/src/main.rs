@@ -11,7 +11,9 @@
 //! `--uring` a runtime per ring thread); `--thread-pool` then moves
 //! requests that may block to the backend's thread pool.
 //! SIGUSR1 logs the transport's state (with `--uring`: its mode, the ring
-//! buffers' reserved and resident bytes, requests per queue) and goes on.
+//! buffers' reserved and resident bytes, requests per queue) and the file
+//! system's (inodes the kernel knows, their lookup references, open
+//! handles, cached descriptors, backing ids) and goes on.
 //! Logs to standard error; `RUST_LOG` sets the level (default `info`).
 
 use clap::{Parser, ValueEnum};
@@ -306,6 +308,20 @@ fn log_transport_state(session: &dyn Session, uring: Option<&UringSession>) {
     );
 }
 
+/// What SIGUSR1 logs of the file system: what the kernel holds of it (1
+/// inode and 0 references once it forgot everything), open handles, and
+/// the descriptors it keeps (`tests/scale.rs` reads this line).
+fn log_fs_state(fs: &PassthroughFs) {
+    tracing::info!(
+        inodes = fs.inode_count(),
+        lookup_refs = fs.lookup_refs(),
+        handles = fs.handle_count(),
+        cached_fds = fs.cached_fds(),
+        backing_ids = fs.live_backing_ids(),
+        "file system state"
+    );
+}
+
 fn run(args: Args) -> Result<(), Failure> {
     if args.allow_other && !args.default_permissions {
         return Err(Failure(
@@ -392,6 +408,7 @@ fn run(args: Args) -> Result<(), Failure> {
             kind,
             args.threads,
             server,
+            fs,
             &args.mountpoint,
             &options,
             signals,
@@ -432,6 +449,7 @@ fn run(args: Args) -> Result<(), Failure> {
             let sig = wait_for_signal(&signals);
             if sig == libc::SIGUSR1 {
                 log_transport_state(stopper.as_ref(), uring_session.as_deref());
+                log_fs_state(&fs);
                 continue;
             }
             tracing::info!(signal = sig, "unmounting on signal");
@@ -458,6 +476,7 @@ fn serve_task(
     kind: async_io::RuntimeType,
     threads: usize,
     server: Server,
+    fs: Arc<PassthroughFs>,
     mountpoint: &Path,
     options: &MountOptions,
     signals: libc::sigset_t,
@@ -499,6 +518,7 @@ fn serve_task(
                 let sig = wait_for_signal(&signals);
                 if sig == libc::SIGUSR1 {
                     tracing::info!(transport = %logged, "transport state");
+                    log_fs_state(&fs);
                     continue;
                 }
                 tracing::info!(signal = sig, "unmounting on signal");
