@@ -8,8 +8,12 @@
 //! server does, and read back from its bytes. Pinned here (DESIGN.md,
 //! "Contracts the code must keep"):
 //! - every entry is listed exactly once however small the replies, with
-//!   cookies that are non-zero and strictly increasing, in the same order
-//!   every time;
+//!   non-zero cookies that are the backing directory's own positions
+//!   (`d_off`), in its order, the same every time: the listing is the
+//!   backing directory's getdents64 listing, whatever the file system.
+//!   (So cookies increase on ext4, in hash order, and decrease on tmpfs,
+//!   newest entry first: these tests run in `$TMPDIR`, which is either,
+//!   and on tmpfs in `/dev/shm` as well);
 //! - a listing resumes exactly after the cookie it is given (from this
 //!   handle, another one, or after an LSEEK of the handle), a cookie
 //!   beyond `i64::MAX` is the end, and a seek invalidates the position
@@ -61,8 +65,8 @@ fn passthrough(dir: &Path, config: PassthroughConfig) -> PassthroughFs {
 
 /// A directory on tmpfs (`/dev/shm`), whose cookies are counters that
 /// decrease along a listing (newest entry first; Linux 6.18), unlike those
-/// of ext4 (the default temporary directory here: hash positions, which
-/// increase).
+/// of ext4 (hash positions, which increase). The default temporary
+/// directory (`$TMPDIR`, else `/tmp`) may be either.
 fn tmpfs_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm (tmpfs)")
 }
@@ -185,18 +189,71 @@ fn counted(entries: &[Listed]) -> u64 {
         .count() as u64
 }
 
-/// Every entry once, cookies non-zero and strictly increasing.
-fn assert_listing(entries: &[Listed], expected: &BTreeSet<String>, what: &str) {
+/// The backing directory's own listing: each name with its position
+/// (`d_off`), in the order getdents64 gives them, read on a descriptor of
+/// its own (not through the file system under test).
+fn backing_listing(dir: &Path) -> Vec<(String, u64)> {
+    let path = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "opening {}: {}",
+        dir.display(),
+        io::Error::last_os_error()
+    );
+    let mut listing = Vec::new();
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        // SAFETY: `fd` is open and `buf` is writable for its length.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        assert!(n >= 0, "getdents64: {}", io::Error::last_os_error());
+        if n == 0 {
+            break;
+        }
+        // linux_dirent64: ino u64, off u64, reclen u16, type u8, name.
+        let mut rest = &buf[..n as usize];
+        while !rest.is_empty() {
+            let reclen = u16::from_ne_bytes(rest[16..18].try_into().unwrap()) as usize;
+            let name = &rest[19..reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap()];
+            listing.push((
+                String::from_utf8(name.to_vec()).expect("UTF-8 test names"),
+                u64_at(rest, 8),
+            ));
+            rest = &rest[reclen..];
+        }
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    listing
+}
+
+/// Every entry once with a non-zero cookie, and the listing is the
+/// backing directory's (`backing`, from [`backing_listing`]): the same
+/// names with the same positions in the same order.
+fn assert_listing(
+    entries: &[Listed],
+    expected: &BTreeSet<String>,
+    backing: &[(String, u64)],
+    what: &str,
+) {
     assert_listed_once(entries, expected, what);
-    let mut last = 0;
-    for e in entries {
-        assert!(
-            e.cookie > last,
-            "{what}: cookie of {} ({:#x}) not above the one before ({last:#x})",
-            e.name,
-            e.cookie
+    let listed: Vec<(String, u64)> = entries.iter().map(|e| (e.name.clone(), e.cookie)).collect();
+    if let Some(at) =
+        (0..listed.len().max(backing.len())).find(|&i| listed.get(i) != backing.get(i))
+    {
+        panic!(
+            "{what}: entry #{at} is {:?}, the backing directory's is {:?} (name, cookie): \
+             not its positions in its order",
+            listed.get(at),
+            backing.get(at)
         );
-        last = e.cookie;
     }
 }
 
@@ -294,21 +351,21 @@ fn lookup(fs: &PassthroughFs, parent: u64, name: &str) -> Entry {
 #[test]
 fn readdir_in_many_small_batches_lists_every_entry_once_in_a_stable_order() {
     let base = tempfile::tempdir().unwrap();
-    many_small_batches(base.path(), true);
+    many_small_batches(base.path());
 }
 
 #[test]
 fn readdir_in_many_small_batches_on_tmpfs_lists_every_entry_once() {
-    // Everything but increasing cookies, which tmpfs doesn't give (see
-    // `readdir_cookies_increase_on_tmpfs`).
+    // Decreasing cookies, whatever `$TMPDIR` is.
     let base = tmpfs_dir();
-    many_small_batches(base.path(), false);
+    many_small_batches(base.path());
 }
 
 /// Lists 3000 entries of `base` with replies of several sizes, READDIR
-/// and READDIRPLUS; `increasing`: also check that cookies increase.
-fn many_small_batches(base: &Path, increasing: bool) {
+/// and READDIRPLUS: each time the backing directory's listing.
+fn many_small_batches(base: &Path) {
     let expected = with_dots(&populate(base, 3000));
+    let backing = backing_listing(base);
     let fs = passthrough(base, PassthroughConfig::default());
     let dir = Dir::open(&fs, ROOT);
     let mut order: Option<Vec<String>> = None;
@@ -323,11 +380,7 @@ fn many_small_batches(base: &Path, increasing: bool) {
     ] {
         let what = format!("{} plus={plus} size={size}", base.display());
         let (all, requests) = dir.read_to_end(plus, 0, size);
-        if increasing {
-            assert_listing(&all, &expected, &what);
-        } else {
-            assert_listed_once(&all, &expected, &what);
-        }
+        assert_listing(&all, &expected, &backing, &what);
         let per_request = (size / 80).max(1);
         assert!(
             requests > all.len() / (per_request * 2),
@@ -453,13 +506,14 @@ fn readdirplus_looks_names_up_in_the_directory_of_the_handle() {
 fn readdir_plain_leaves_lookup_counts_unchanged() {
     let base = tempfile::tempdir().unwrap();
     let expected = with_dots(&populate(base.path(), 200));
+    let backing = backing_listing(base.path());
     let fs = passthrough(base.path(), PassthroughConfig::default());
     let known = lookup(&fs, ROOT, "entry-00007-xxxxxxx");
     assert_eq!((fs.lookup_refs(), fs.inode_count()), (1, 2));
     let dir = Dir::open(&fs, ROOT);
     for size in [100, 4096] {
         let (all, _) = dir.read_to_end(false, 0, size);
-        assert_listing(&all, &expected, "plain");
+        assert_listing(&all, &expected, &backing, "plain");
         assert_eq!((fs.lookup_refs(), fs.inode_count()), (1, 2));
     }
     fs.forget(&ctx(), known.nodeid, 1);
@@ -471,6 +525,7 @@ fn readdir_plain_leaves_lookup_counts_unchanged() {
 fn readdirplus_keeps_one_reference_per_delivered_entry_until_forget() {
     let base = tempfile::tempdir().unwrap();
     let expected = with_dots(&populate(base.path(), 500));
+    let backing = backing_listing(base.path());
     let fs = passthrough(base.path(), PassthroughConfig::default());
     let known = lookup(&fs, ROOT, "entry-00007-xxxxxxx");
     let dir = Dir::open(&fs, ROOT);
@@ -487,7 +542,7 @@ fn readdirplus_keeps_one_reference_per_delivered_entry_until_forget() {
             let before: u64 = listings.iter().map(|l: &Vec<Listed>| counted(l)).sum();
             assert_eq!(fs.lookup_refs(), 1 + before + counted(&all));
         }
-        assert_listing(&all, &expected, "readdirplus");
+        assert_listing(&all, &expected, &backing, "readdirplus");
         assert_eq!(counted(&all), 500);
         listings.push(all);
     }
@@ -511,6 +566,7 @@ fn readdirplus_entry_rejected_by_a_full_reply_is_released_at_once() {
         std::fs::write(base.path().join(f), b"").unwrap();
     }
     let expected = with_dots(&files);
+    let backing = backing_listing(base.path());
     let rec = fuse_abi::direntplus_size(3);
     assert_eq!(fuse_abi::direntplus_size(1), rec);
     let fs = passthrough(base.path(), PassthroughConfig::default());
@@ -540,7 +596,7 @@ fn readdirplus_entry_rejected_by_a_full_reply_is_released_at_once() {
             .collect();
         assert_eq!(fs.inode_count(), 1 + nodes.len(), "no inode left behind");
     }
-    assert_listing(&all, &expected, "readdirplus");
+    assert_listing(&all, &expected, &backing, "readdirplus");
     // A reply too small for any record, at a cookie followed by a file
     // (`.` and `..` come anywhere in a small ext4 directory: hash order).
     let at = (0..all.len() - 1)
@@ -578,6 +634,7 @@ fn readdir_error_before_the_first_entry_fails_after_one_ends_the_reply() {
     for f in &files {
         std::fs::write(d.join(f), b"").unwrap();
     }
+    let backing = backing_listing(&d);
     let fs = passthrough(base.path(), PassthroughConfig::default());
     let sub = lookup(&fs, ROOT, "d");
     let dir = Dir::open(&fs, sub.nodeid);
@@ -595,7 +652,7 @@ fn readdir_error_before_the_first_entry_fails_after_one_ends_the_reply() {
     );
     let mut all = first.clone();
     all.extend(second.iter().cloned());
-    assert_listing(&all, &with_dots(&files), "before the removal");
+    assert_listing(&all, &with_dots(&files), &backing, "before the removal");
     // The next request fails before its first entry: the error is its reply.
     assert_eq!(
         errno(dir.read(false, second[8].cookie, 65536)),
