@@ -4,18 +4,37 @@
 //! fuzzers' properties without libFuzzer. The dispatch harness needs root
 //! for its fence (a private tmpfs and a chroot); without root it warns and
 //! uses a plain temporary directory.
+//!
+//! A replay of nothing checks nothing: every target's corpus directory
+//! must exist and hold at least [`MIN_SEEDS`] inputs, and every committed
+//! input of a structured target must still decode as that target's input
+//! (one that no longer does tests nothing and must be regenerated).
 
 use std::path::{Path, PathBuf};
 
+/// The fewest committed inputs a target's corpus may have.
+const MIN_SEEDS: usize = 5;
+
+/// The committed inputs of `target` (`fuzz/corpus/TARGET/`, without the
+/// `.tmp*` files a fuzzer run leaves), sorted; fails unless there are at
+/// least [`MIN_SEEDS`].
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("corpus")
         .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .unwrap_or_else(|e| panic!("the {target} corpus {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     files.sort();
+    assert!(
+        files.len() >= MIN_SEEDS,
+        "the {target} corpus {} holds {} inputs, fewer than {MIN_SEEDS}: a replay of \
+         (almost) nothing checks nothing (fuzz/README.md says how to make one)",
+        dir.display(),
+        files.len()
+    );
     files
         .into_iter()
         .map(|p| {
@@ -40,7 +59,6 @@ fn next(x: &mut u64) -> u64 {
 #[test]
 fn dispatch_corpus_and_mutations() {
     let seeds = corpus("dispatch");
-    assert!(seeds.len() >= 5, "the dispatch corpus has seeds");
     for (path, data) in &seeds {
         eprintln!("dispatch {}", path.display());
         fuse_fuzz::dispatch::run(data);
@@ -61,7 +79,6 @@ fn dispatch_corpus_and_mutations() {
 #[test]
 fn decode_corpus() {
     let seeds = corpus("decode");
-    assert!(!seeds.is_empty());
     for (_, data) in &seeds {
         fuse_fuzz::decode::run(data);
     }
@@ -74,45 +91,57 @@ fn decode_corpus() {
     }
 }
 
-#[test]
-fn encoder_corpora() {
-    let mut x = 99u64;
-    for target in ["replies", "dirent_buf", "notify", "init_negotiation"] {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("corpus")
-            .join(target);
-        let mut inputs: Vec<Vec<u8>> = if dir.is_dir() {
-            corpus(target).into_iter().map(|(_, d)| d).collect()
-        } else {
-            Vec::new()
-        };
-        for _ in 0..3000 {
-            let len = (next(&mut x) % 600) as usize;
-            inputs.push((0..len).map(|_| next(&mut x) as u8).collect());
-        }
-        for data in &inputs {
-            match target {
-                "replies" => {
-                    if let Some(i) = structured(data) {
-                        fuse_fuzz::encoders::replies(&i)
-                    }
-                }
-                "dirent_buf" => {
-                    if let Some(i) = structured(data) {
-                        fuse_fuzz::encoders::dirent_buf(&i)
-                    }
-                }
-                "notify" => {
-                    if let Some(i) = structured(data) {
-                        fuse_fuzz::encoders::notify(&i)
-                    }
-                }
-                _ => {
-                    if let Some(i) = structured(data) {
-                        fuse_fuzz::encoders::init_negotiation(&i)
-                    }
-                }
-            }
+/// Replays the corpus of a structured target through `run`: every
+/// committed input must decode as a `T`; then `random` inputs of arbitrary
+/// bytes (seeded by `seed`), most of which decode too.
+fn replay<T: for<'a> arbitrary::Arbitrary<'a>>(target: &str, seed: u64, run: impl Fn(&T)) {
+    for (path, data) in corpus(target) {
+        let input = structured::<T>(&data).unwrap_or_else(|| {
+            panic!(
+                "{}: no longer decodes as a {target} input (its type changed?): it tests \
+                 nothing",
+                path.display()
+            )
+        });
+        run(&input);
+    }
+    let mut x = seed;
+    let random = 3000;
+    let mut decoded = 0;
+    for _ in 0..random {
+        let len = (next(&mut x) % 600) as usize;
+        let data: Vec<u8> = (0..len).map(|_| next(&mut x) as u8).collect();
+        if let Some(input) = structured::<T>(&data) {
+            run(&input);
+            decoded += 1;
         }
     }
+    assert!(
+        decoded * 2 >= random,
+        "{target}: only {decoded} of {random} random inputs decoded"
+    );
+}
+
+#[test]
+fn replies_corpus() {
+    replay("replies", 99, fuse_fuzz::encoders::replies);
+}
+
+#[test]
+fn dirent_buf_corpus() {
+    replay("dirent_buf", 100, fuse_fuzz::encoders::dirent_buf);
+}
+
+#[test]
+fn notify_corpus() {
+    replay("notify", 101, fuse_fuzz::encoders::notify);
+}
+
+#[test]
+fn init_negotiation_corpus() {
+    replay(
+        "init_negotiation",
+        102,
+        fuse_fuzz::encoders::init_negotiation,
+    );
 }
