@@ -228,6 +228,17 @@ fn check_served_in_mode(logs: &Path, mode: Mode) -> Result<()> {
     Ok(())
 }
 
+/// Runs in the new mount namespace: lazily unmounts every FUSE mount there
+/// (copies of the machine's; the originals are not touched), then `check`.
+const CHECK_SCRIPT: &str = r#"
+awk '{ for (i = 7; $i != "-"; i++); t = $(i + 1)
+       if (t == "fuse" || t == "fuseblk" || t ~ /^fuse\./) print $5 }' /proc/self/mountinfo |
+	sort -r | while read -r m; do
+		case $m in *\\*) ;; *) umount -l -- "$m" ;; esac
+	done
+exec ./check "$@" 2>&1
+"#;
+
 /// What one `check` process did.
 struct CheckRun {
     /// Outcomes it printed.
@@ -249,11 +260,18 @@ fn check_once(
         .create(true)
         .append(true)
         .open(log_path)?;
-    let mut cmd = Command::new("bash");
-    cmd.args(["-c", "exec ./check \"$@\" 2>&1", "check"])
+    // In a mount namespace of its own, without the machine's other FUSE
+    // mounts: xfs_io and df stat every mount they see, and would hang on
+    // anybody's FUSE mount whose daemon is stuck. Our mounts are made in
+    // there too, so they also end with it at the latest.
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--", "bash", "-c"])
+        .arg(CHECK_SCRIPT)
+        .arg("check")
         .args(tests)
         .current_dir(&layout.tree)
         .env("HOST_OPTIONS", config)
+        .env("PATH", check_path(layout))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         // Its own process group, so that a hung test can be killed with
@@ -341,6 +359,15 @@ fn check_once(
         results: parser.into_results(),
         hung,
     })
+}
+
+/// `check`'s PATH: [`Layout::path_dir`], then ours.
+fn check_path(layout: &Layout) -> std::ffi::OsString {
+    let mut dirs = vec![layout.path_dir()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+    ));
+    std::env::join_paths(dirs).expect("PATH entries without colons")
 }
 
 /// Reads `check`'s output as it comes.

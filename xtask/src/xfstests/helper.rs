@@ -21,13 +21,17 @@ use std::time::{Duration, Instant};
 /// The script, with `@DAEMON@` and `@STATE@` still to fill in.
 const TEMPLATE: &str = include_str!("mount.fuse.passthroughfs.sh");
 
+/// A `df` for `check`'s PATH, with `@MNT@` still to fill in.
+const DF_TEMPLATE: &str = include_str!("df.sh");
+
 /// Where mount(8) looks for the helper of type `fuse.passthroughfs`.
 pub const INSTALLED: &str = "/sbin/mount.fuse.passthroughfs";
 
 /// Writes the helper under the work directory and installs it (only
 /// rewriting the installed copy when it differs).
 pub fn install(layout: &Layout) -> Result<()> {
-    for p in [&layout.daemon, &layout.state] {
+    fs::create_dir_all(&layout.mnt)?;
+    for p in [&layout.daemon, &layout.state, &layout.mnt] {
         let s = p.to_string_lossy();
         if s.contains(['\'', ' ', ',', '\n']) {
             bail!("{s}: the mount helper needs paths without quotes, spaces or commas");
@@ -38,6 +42,11 @@ pub fn install(layout: &Layout) -> Result<()> {
     let script = TEMPLATE
         .replace("@DAEMON@", &layout.daemon.to_string_lossy())
         .replace("@STATE@", &layout.state.to_string_lossy());
+    fs::create_dir_all(layout.path_dir())?;
+    write_executable(
+        &layout.path_dir().join("df"),
+        &DF_TEMPLATE.replace("@MNT@", &layout.mnt.canonicalize()?.to_string_lossy()),
+    )?;
     let generated = layout.work.join("mount.fuse.passthroughfs");
     write_executable(&generated, &script)?;
     if fs::read_to_string(INSTALLED).ok().as_deref() != Some(script.as_str()) {

@@ -140,8 +140,13 @@ pub struct Layout {
     pub work: PathBuf,
     /// The built xfstests tree (`check` runs here).
     pub tree: PathBuf,
-    /// The passthroughfs binary the mount helper starts.
+    /// The passthroughfs binary the mount helper starts: a copy of
+    /// `target/release/passthroughfs` (or `XTASK_PASSTHROUGHFS`) taken when
+    /// the run starts, so that a build during a long run can't change the
+    /// daemon under it.
     pub daemon: PathBuf,
+    /// What [`Layout::daemon`] is copied from.
+    pub daemon_source: PathBuf,
     /// The helper's state: `daemons/PID` files, `logs/`, `helper.log`.
     pub state: PathBuf,
     /// Parent of every mount point a run uses.
@@ -175,18 +180,25 @@ impl Layout {
         };
         fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
         fs::set_permissions(&work, fs::Permissions::from_mode(0o755))?;
-        let daemon = std::env::var_os("XTASK_PASSTHROUGHFS")
+        let daemon_source = std::env::var_os("XTASK_PASSTHROUGHFS")
             .map(PathBuf::from)
             .unwrap_or_else(|| target.join("release/passthroughfs"));
         Ok(Layout {
             root: root.to_path_buf(),
             tree: work.join("build/xfstests"),
-            daemon,
+            daemon: work.join("bin/passthroughfs"),
+            daemon_source,
             state: work.join("state"),
             mnt: work.join("mnt"),
             backing: work.join("backing"),
             work,
         })
+    }
+
+    /// Programs put first in `check`'s PATH (a `df` that only looks at
+    /// this run's mounts).
+    pub fn path_dir(&self) -> PathBuf {
+        self.work.join("path")
     }
 
     /// Where results of a mode go (`check`'s RESULT_BASE, the daemons' logs).
@@ -271,9 +283,25 @@ fn ensure_daemon(layout: &Layout) -> Result<()> {
                 .current_dir(&layout.root),
         )?;
     }
-    if !layout.daemon.is_file() {
-        bail!("{} does not exist", layout.daemon.display());
+    if !layout.daemon_source.is_file() {
+        bail!("{} does not exist", layout.daemon_source.display());
     }
+    let bin = layout
+        .daemon
+        .parent()
+        .expect("bin/passthroughfs has a parent");
+    fs::create_dir_all(bin)?;
+    // Copied beside, then renamed over: a daemon still running keeps its
+    // (unlinked) old binary.
+    let tmp = bin.join("passthroughfs.new");
+    fs::copy(&layout.daemon_source, &tmp)
+        .with_context(|| format!("copying {}", layout.daemon_source.display()))?;
+    fs::rename(&tmp, &layout.daemon)?;
+    println!(
+        "daemon: {} (a copy of {})",
+        layout.daemon.display(),
+        layout.daemon_source.display()
+    );
     Ok(())
 }
 
