@@ -949,18 +949,34 @@ impl AsyncFileSystem for PassthroughFs {
         args: &'a LockArgs,
         sleep: bool,
     ) -> FsFuture<'a, ()> {
-        // A lock wait must not hold the serving thread: the request that
-        // ends it (the holder's unlock) comes to the same thread.
-        let waits = sleep && args.lock.r#type != libc::F_UNLCK as u32;
-        match self.pooled().filter(|_| waits) {
-            None => FsFuture::ready(FileSystem::setlk(self, ctx, ino, args, sleep)),
-            Some(p) => {
-                let (ctx, args) = (*ctx, *args);
-                FsFuture::boxed(on_pool(p, move |fs| {
-                    FileSystem::setlk(&**fs, &ctx, ino, &args, sleep)
-                }))
-            }
+        if !sleep {
+            return FsFuture::ready(FileSystem::setlk(self, ctx, ino, args, sleep));
         }
+        // A lock wait must not hold the serving thread (the request that
+        // ends it, the holder's unlock, comes to the same thread) nor a
+        // pool thread (any number of clients may wait): a lock that is
+        // free is taken here, one that is held is waited for on a thread
+        // of its own.
+        self.creds.root();
+        let op = match self.lock_op(ino, args) {
+            Ok(Some(op)) => op,
+            Ok(None) => return FsFuture::ready(Ok(())),
+            Err(e) => return FsFuture::ready(Err(e)),
+        };
+        match op.try_now() {
+            Ok(true) => FsFuture::ready(Ok(())),
+            Ok(false) if op.is_unlock() => FsFuture::ready(Err(errno(libc::EAGAIN))),
+            Ok(false) => FsFuture::boxed(crate::locks::wait_on_own_thread(
+                self.waits(),
+                ctx.unique,
+                op,
+            )),
+            Err(e) => FsFuture::ready(Err(e)),
+        }
+    }
+
+    fn stop_waits(&self) {
+        FileSystem::stop_waits(self)
     }
 
     fn access<'a>(&'a self, ctx: &'a Context, ino: u64, mask: AccessMask) -> FsFuture<'a, ()> {

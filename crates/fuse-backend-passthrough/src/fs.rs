@@ -4,6 +4,7 @@ use crate::config::{CachePolicy, PassthroughConfig};
 use crate::creds::Creds;
 use crate::handle::{Handle, HandleTable, LockCtx};
 use crate::inode::{Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
+use crate::locks::{LockOp, Waits};
 use crate::passthrough::{self, Passthrough, PassthroughStats};
 use crate::sys::{self, errno, NumName, STATX_WANTED};
 use fuse_abi::{AccessMask, Attr, FileLock, FopenFlags, InitFlags, Kstatfs, ReleaseFlags, ROOT_ID};
@@ -54,13 +55,6 @@ struct Agreed {
     killpriv_v2: AtomicBool,
 }
 
-/// A worker blocked in a lock wait, for INTERRUPT.
-struct Waiter {
-    unique: u64,
-    thread: libc::pthread_t,
-    interrupted: Arc<AtomicBool>,
-}
-
 /// A directory of the local file system served through FUSE.
 ///
 /// Every request is answered by the corresponding system call on the
@@ -81,8 +75,8 @@ pub struct PassthroughFs {
     handles: HandleTable,
     creds: Creds,
     agreed: Agreed,
-    waiters: Mutex<Vec<Waiter>>,
-    interrupt_signal: i32,
+    /// Threads in lock waits, for INTERRUPT and stop.
+    waits: Arc<Waits>,
     attr_timeout: Duration,
     entry_timeout: Duration,
     /// Kernel passthrough: backing ids per inode.
@@ -268,28 +262,6 @@ fn killed_mode(mode: u32) -> u32 {
     m
 }
 
-extern "C" fn interrupt_handler(_signal: libc::c_int) {}
-
-/// Installs a do-nothing handler for `signal` without `SA_RESTART`, so
-/// that the signal makes a blocking lock wait return `EINTR`.
-fn install_interrupt_handler(signal: i32) {
-    // SAFETY: a zeroed sigaction is valid; the handler does nothing and is
-    // async-signal-safe.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = interrupt_handler as *const () as usize;
-        action.sa_flags = 0;
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-            tracing::warn!(
-                signal,
-                "installing the lock interrupt handler: {}",
-                io::Error::last_os_error()
-            );
-        }
-    }
-}
-
 impl PassthroughFs {
     /// Serves the directory `source` with `config`.
     pub fn new(
@@ -339,7 +311,6 @@ impl PassthroughFs {
         let interrupt_signal = config
             .interrupt_signal
             .unwrap_or_else(|| libc::SIGRTMIN() + 5);
-        install_interrupt_handler(interrupt_signal);
         Ok(Self {
             attr_timeout: config.attr_timeout(),
             entry_timeout: config.entry_timeout(),
@@ -350,8 +321,7 @@ impl PassthroughFs {
             inodes: InodeStore::new(root, files),
             handles: HandleTable::new(),
             agreed: Agreed::default(),
-            waiters: Mutex::new(Vec::new()),
-            interrupt_signal,
+            waits: Arc::new(Waits::new(interrupt_signal)),
             pt: Passthrough::new(passthrough),
             asyncs: async_fs::AsyncServing::new(),
         })
@@ -804,41 +774,46 @@ impl PassthroughFs {
         Ok(ctx)
     }
 
+    /// The lock a SETLK or SETLKW asks for, on what it is taken: the
+    /// request's open file for `flock`, the owner's lock context for POSIX
+    /// locks. `None`: an unlock by an owner without a context, which holds
+    /// nothing to release.
+    pub(crate) fn lock_op(&self, ino: u64, args: &LockArgs) -> io::Result<Option<LockOp>> {
+        if args.flock {
+            let op = match args.lock.r#type as i32 {
+                libc::F_RDLCK => libc::LOCK_SH,
+                libc::F_WRLCK => libc::LOCK_EX,
+                libc::F_UNLCK => libc::LOCK_UN,
+                _ => return Err(errno(libc::EINVAL)),
+            };
+            let handle = self.handle(ino, args.fh)?;
+            return Ok(Some(LockOp::Flock { handle, op }));
+        }
+        let inode = self.inodes.get(ino)?;
+        let lock = to_flock(&args.lock)?;
+        let ctx = if lock.l_type as i32 == libc::F_UNLCK {
+            let Some(ctx) = self.find_lock_ctx(&inode, args.owner) else {
+                return Ok(None);
+            };
+            ctx
+        } else {
+            let ctx = self.lock_ctx(&inode, args.owner)?;
+            ctx.pid.store(args.lock.pid, Ordering::Relaxed);
+            ctx
+        };
+        Ok(Some(LockOp::Posix { ctx, lock }))
+    }
+
+    /// The lock waits of this file system.
+    pub(crate) fn waits(&self) -> &Arc<Waits> {
+        &self.waits
+    }
+
     fn find_lock_ctx(&self, inode: &Inode, owner: u64) -> Option<Arc<LockCtx>> {
         lock(&inode.locks)
             .iter()
             .find(|(o, _)| *o == owner)
             .map(|(_, c)| c.clone())
-    }
-
-    /// Runs a blocking call that INTERRUPT for `unique` can end with EINTR.
-    fn interruptible(
-        &self,
-        unique: u64,
-        mut call: impl FnMut() -> io::Result<()>,
-    ) -> io::Result<()> {
-        let interrupted = Arc::new(AtomicBool::new(false));
-        {
-            let mut w = lock(&self.waiters);
-            w.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
-            w.push(Waiter {
-                unique,
-                // SAFETY: pthread_self has no preconditions.
-                thread: unsafe { libc::pthread_self() },
-                interrupted: interrupted.clone(),
-            });
-        }
-        let result = loop {
-            if interrupted.load(Ordering::Acquire) {
-                break Err(errno(libc::EINTR));
-            }
-            match call() {
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                r => break r,
-            }
-        };
-        lock(&self.waiters).retain(|w| !Arc::ptr_eq(&w.interrupted, &interrupted));
-        result
     }
 
     fn statfs_of(fd: BorrowedFd<'_>) -> io::Result<Kstatfs> {
@@ -1508,43 +1483,15 @@ impl FileSystem for PassthroughFs {
 
     fn setlk(&self, ctx: &Context, ino: u64, args: &LockArgs, sleep: bool) -> io::Result<()> {
         self.creds.root();
-        if args.flock {
-            let h = self.handle(ino, args.fh)?;
-            let op = match args.lock.r#type as i32 {
-                libc::F_RDLCK => libc::LOCK_SH,
-                libc::F_WRLCK => libc::LOCK_EX,
-                libc::F_UNLCK => libc::LOCK_UN,
-                _ => return Err(errno(libc::EINVAL)),
-            };
-            return if sleep && op != libc::LOCK_UN {
-                self.interruptible(ctx.unique, || sys::flock(h.fd(), op))
-            } else {
-                sys::flock(h.fd(), op | libc::LOCK_NB)
-            };
-        }
-        let inode = self.inodes.get(ino)?;
-        let mut fl = to_flock(&args.lock)?;
-        if fl.l_type as i32 == libc::F_UNLCK {
-            return match self.find_lock_ctx(&inode, args.owner) {
-                Some(lc) => sys::fcntl_lock(lc.fd.as_fd(), libc::F_OFD_SETLK, &mut fl),
-                None => Ok(()),
-            };
-        }
-        let lc = self.lock_ctx(&inode, args.owner)?;
-        lc.pid.store(args.lock.pid, Ordering::Relaxed);
-        if sleep {
-            self.interruptible(ctx.unique, || {
-                let mut fl = fl;
-                sys::fcntl_lock(lc.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl)
-            })
+        let Some(op) = self.lock_op(ino, args)? else {
+            return Ok(());
+        };
+        if sleep && !op.is_unlock() {
+            self.waits.wait(ctx.unique, &op)
+        } else if op.try_now()? {
+            Ok(())
         } else {
-            sys::fcntl_lock(lc.fd.as_fd(), libc::F_OFD_SETLK, &mut fl).map_err(|e| {
-                if e.raw_os_error() == Some(libc::EACCES) {
-                    errno(libc::EAGAIN)
-                } else {
-                    e
-                }
-            })
+            Err(errno(libc::EAGAIN))
         }
     }
 
@@ -1581,13 +1528,11 @@ impl FileSystem for PassthroughFs {
     }
 
     fn interrupt(&self, _ctx: &Context, unique: u64) {
-        let waiters = lock(&self.waiters);
-        for w in waiters.iter().filter(|w| w.unique == unique) {
-            w.interrupted.store(true, Ordering::Release);
-            // SAFETY: a waiter is removed from the list (under this lock)
-            // before its thread returns, so the thread is alive.
-            unsafe { libc::pthread_kill(w.thread, self.interrupt_signal) };
-        }
+        self.waits.interrupt(unique);
+    }
+
+    fn stop_waits(&self) {
+        self.waits.stop();
     }
 
     fn fallocate(&self, _ctx: &Context, ino: u64, args: &FallocateArgs) -> io::Result<()> {

@@ -97,6 +97,7 @@ mod creds;
 mod fs;
 mod handle;
 mod inode;
+mod locks;
 mod passthrough;
 mod pool;
 #[cfg(test)]

@@ -213,6 +213,37 @@ impl BlockingPool {
     }
 }
 
+/// Runs `f` on a new thread of its own (named `name`), for a job that may
+/// wait indefinitely (a lock wait) and so must take no pool thread; the
+/// future yields its result, as [`BlockingPool::run`]'s does. A thread that
+/// can't be started is `ENOLCK` (no lock can be waited for).
+pub(crate) fn run_on_own_thread<T, F>(name: &str, counters: Arc<Counters>, f: F) -> PoolFuture<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> io::Result<T> + Send + 'static,
+{
+    let slot = Arc::new(Slot {
+        inner: Mutex::new(SlotInner {
+            phase: Phase::Queued,
+            value: None,
+            waker: None,
+        }),
+        counters,
+    });
+    let job_slot = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(256 << 10)
+        .spawn(move || job_slot.run(f));
+    if let Err(e) = spawned {
+        tracing::warn!("starting a thread for a lock wait: {e}");
+        let mut s = lock(&slot.inner);
+        s.phase = Phase::Done;
+        s.value = Some(Err(io::Error::from_raw_os_error(libc::ENOLCK)));
+    }
+    PoolFuture { slot }
+}
+
 impl Drop for BlockingPool {
     fn drop(&mut self) {
         // Threads end once the queue is empty; nobody is joined (the last

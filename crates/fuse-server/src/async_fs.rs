@@ -83,6 +83,10 @@ pub trait AsyncFileSystem: Send + Sync {
     /// The connection is going away (unmount); no request follows.
     fn destroy(&self) {}
 
+    /// The session is stopping: end lock waits; see
+    /// [`FileSystem::stop_waits`].
+    fn stop_waits(&self) {}
+
     /// Called once before `init` with the connection's backing file
     /// registry; see [`FileSystem::attach_backing_files`].
     fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {}
@@ -501,6 +505,10 @@ impl<F: FileSystem + ?Sized> AsyncFileSystem for SyncFs<F> {
 
     fn destroy(&self) {
         self.0.destroy()
+    }
+
+    fn stop_waits(&self) {
+        self.0.stop_waits()
     }
 
     fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {

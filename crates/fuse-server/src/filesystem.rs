@@ -43,6 +43,14 @@ pub trait FileSystem: Send + Sync {
     /// The connection is going away (unmount); no request follows.
     fn destroy(&self) {}
 
+    /// The session is stopping: end every request that waits for something
+    /// outside the file system (a blocking lock, SETLKW) with `EINTR`, and
+    /// any that starts such a wait from now on, so that the threads serving
+    /// them can finish. Called once, from the transport's `Session::stop`
+    /// (through [`crate::Server::stop_waits`]), before the transport waits
+    /// for its threads; requests may still come and must be answered.
+    fn stop_waits(&self) {}
+
     /// Called once before [`FileSystem::init`] when the transport can
     /// register backing files on the connection (kernel passthrough, see
     /// [`crate::backing`]). A file system that wants passthrough keeps

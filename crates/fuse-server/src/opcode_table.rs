@@ -34,6 +34,16 @@ impl OpcodeInfo {
     pub const fn expects_reply(&self) -> bool {
         !matches!(self.reply, ReplyShape::None)
     }
+
+    /// The request may wait for as long as something outside the file
+    /// system decides: SETLKW (a blocking `fcntl` lock or `flock`) waits
+    /// until another process lets go. A transport must not let such
+    /// requests take the threads or queue slots the rest of the mount needs
+    /// (the request that ends the wait, an unlock, comes through the same
+    /// mount), and a stop ends them ([`crate::Server::stop_waits`]).
+    pub const fn waits_indefinitely(&self) -> bool {
+        matches!(self.opcode, Opcode::Setlkw)
+    }
 }
 
 /// The row of `opcode`.
@@ -104,5 +114,11 @@ mod tests {
         assert!(opcode_info(Opcode::Unlink).expects_reply());
         assert!(opcode_info(Opcode::Read).has_out_args());
         assert_eq!(opcode_info_raw(7), None);
+        let waiting: Vec<Opcode> = Opcode::ALL
+            .iter()
+            .copied()
+            .filter(|&op| opcode_info(op).waits_indefinitely())
+            .collect();
+        assert_eq!(waiting, [Opcode::Setlkw]);
     }
 }

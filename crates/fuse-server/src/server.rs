@@ -110,6 +110,7 @@ pub struct Server {
     init_config: InitConfig,
     negotiated: OnceLock<Negotiated>,
     destroyed: AtomicBool,
+    waits_stopped: AtomicBool,
     counters: RequestCounters,
     backing_files: OnceLock<Arc<dyn BackingFiles>>,
 }
@@ -127,6 +128,7 @@ impl Server {
             init_config: InitConfig::default(),
             negotiated: OnceLock::new(),
             destroyed: AtomicBool::new(false),
+            waits_stopped: AtomicBool::new(false),
             counters: RequestCounters::new(),
             backing_files: OnceLock::new(),
         }
@@ -186,6 +188,17 @@ impl Server {
     pub fn finish(&self) {
         if !self.destroyed.swap(true, Ordering::AcqRel) {
             self.fs.destroy();
+        }
+    }
+
+    /// The session is stopping: has the file system end its lock waits
+    /// (and any it starts from now on) with `EINTR`, once
+    /// ([`FileSystem::stop_waits`]). Every transport's `Session::stop`
+    /// calls this before it waits for its threads, which a waiting request
+    /// would otherwise hold forever.
+    pub fn stop_waits(&self) {
+        if !self.waits_stopped.swap(true, Ordering::AcqRel) {
+            self.fs.stop_waits();
         }
     }
 

@@ -3,6 +3,7 @@
 use crate::backing::DevBackingFiles;
 use crate::dev;
 use crate::mount::{Mount, MountError, MountOptions};
+use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{
     AlignedBuf, NotificationSink, Notifier, Outcome, RawRequest, Server, Session, Transaction,
 };
@@ -72,6 +73,10 @@ struct Shared {
     /// Workers alive, and how many of them wait for a request.
     workers: AtomicUsize,
     idle: AtomicUsize,
+    /// Workers serving a request that waits indefinitely (a blocking
+    /// lock): they don't count against `max_threads`, so no number of lock
+    /// waiters can leave the mount without a worker.
+    in_long_waits: AtomicUsize,
     /// Thread ids of running workers, for wake signals. A worker removes
     /// itself before it exits, under the lock, so no id is ever stale.
     tids: Mutex<Vec<libc::pthread_t>>,
@@ -143,6 +148,7 @@ impl DevSession {
             stop: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
+            in_long_waits: AtomicUsize::new(0),
             tids: Mutex::new(Vec::new()),
             handles: Mutex::new(Vec::new()),
             buffer_sizes,
@@ -223,6 +229,9 @@ impl Session for DevSession {
 
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
+        // Workers waiting for a lock on a client's behalf would never see
+        // the stop: the file system ends those waits.
+        self.shared.server.stop_waits();
         if let Err(e) = self.unmount() {
             tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
         }
@@ -422,12 +431,18 @@ fn worker_loop(
             },
         };
         let opcode = request_opcode(&request[REQUEST_OFFSET..REQUEST_OFFSET + n]);
+        let long_wait = opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely());
+        if long_wait {
+            shared.in_long_waits.fetch_add(1, Ordering::AcqRel);
+        }
         // Keep one worker waiting for requests: if this was the last idle
         // one, start another (a blocking lock must not stall the mount).
-        // FORGETs never block: a FORGET storm starts no threads.
+        // FORGETs never block: a FORGET storm starts no threads. Workers in
+        // lock waits don't count against the limit.
         if shared.idle.fetch_sub(1, Ordering::AcqRel) == 1
             && !never_blocks(opcode)
-            && shared.workers.load(Ordering::Acquire) < shared.config.max_threads
+            && shared.workers.load(Ordering::Acquire)
+                < shared.config.max_threads + shared.in_long_waits.load(Ordering::Acquire)
             && !shared.stop.load(Ordering::Acquire)
         {
             if let Err(e) = spawn_worker(shared) {
@@ -440,6 +455,9 @@ fn worker_loop(
             reply: &mut reply,
         };
         let outcome = shared.server.handle(&mut tx);
+        if long_wait {
+            shared.in_long_waits.fetch_sub(1, Ordering::AcqRel);
+        }
         shared.idle.fetch_add(1, Ordering::AcqRel);
         if opcode == fuse_abi::Opcode::BatchForget as u32 && n > RELEASE_AFTER {
             // A FORGET storm's batches fill the whole buffer; give its pages

@@ -50,6 +50,7 @@ impl Default for TaskConfig {
 #[derive(Clone)]
 pub struct TaskHandle {
     state: Arc<TaskState>,
+    server: Arc<Server>,
 }
 
 struct TaskState {
@@ -64,11 +65,13 @@ struct TaskState {
 
 impl TaskHandle {
     /// Asks the task to stop: it reads no new request, lets the requests it
-    /// already runs finish, and returns. Requests the kernel sent but the
-    /// task hadn't read are left to the kernel (they fail once the
-    /// connection goes away).
+    /// already runs finish, and returns. Requests waiting for a lock are
+    /// ended with `EINTR` ([`Server::stop_waits`]), so none of them keeps
+    /// the task running. Requests the kernel sent but the task hadn't read
+    /// are left to the kernel (they fail once the connection goes away).
     pub fn stop(&self) {
         self.state.stop.store(true, Ordering::Release);
+        self.server.stop_waits();
         self.state.wake.notify_waiters();
         self.state.wake.notify_one();
     }
@@ -191,6 +194,7 @@ impl FuseDevTask {
     pub fn handle(&self) -> TaskHandle {
         TaskHandle {
             state: self.state.clone(),
+            server: self.server.clone(),
         }
     }
 

@@ -48,10 +48,10 @@
 //! connection, which fails it).
 
 use super::{reap, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT};
-use crate::cmd;
 use async_io::RuntimeType;
 use fuse_abi::uring::UringReqHeader;
 use fuse_abi::InHeader;
+use fuse_server::opcode_table::opcode_info_raw;
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
@@ -141,10 +141,7 @@ async fn serve_loop(
         let done = std::mem::take(&mut *finished.entries.borrow_mut());
         for (index, commit_id) in done {
             busy -= 1;
-            let qid = t.plan.queues[t.entries[index].queue].qid;
-            t.push(ring, cmd::commit_and_fetch(qid, commit_id, index as u64))?;
-            t.entries[index].in_kernel = true;
-            t.in_flight += 1;
+            t.commit(ring, index, commit_id)?;
         }
         if t.shared.stop.load(Ordering::Acquire) {
             t.stopping = true;
@@ -308,6 +305,10 @@ fn start(
     };
     let qid = qid as usize;
     let opcode = view.opcode;
+    if opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely()) {
+        // A lock wait holds its entry for as long as the lock is taken.
+        t.keep_entries_free(ring, index)?;
+    }
     let shared = t.shared.clone();
     let finished = finished.clone();
     *busy += 1;

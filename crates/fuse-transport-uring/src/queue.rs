@@ -133,9 +133,46 @@ struct Entry {
     header: *mut UringReqHeader,
     /// Per-entry payload buffer (null with a pool).
     payload: *mut u8,
-    /// `[headers, payload]` for REGISTER; lives as long as the entry.
+    /// `[headers, payload]` for REGISTER; lives as long as the entry (boxed:
+    /// an SQE in the submission queue may point to it while entries are
+    /// added).
     iov: [libc::iovec; 2],
     in_kernel: bool,
+    /// It carries a request that waits indefinitely (counted in
+    /// [`QueueThread::held_by_waits`] until committed).
+    long_wait: bool,
+}
+
+/// Entries added to a queue when lock waits hold its entries, at most this
+/// many per queue, a chunk at a time.
+const MAX_ADDED_ENTRIES: usize = 1024;
+const ADDED_CHUNK: usize = 8;
+
+impl Entry {
+    fn new(
+        queue: usize,
+        header: *mut UringReqHeader,
+        payload: *mut u8,
+        payload_len: usize,
+    ) -> Box<Self> {
+        Box::new(Self {
+            queue,
+            header,
+            payload,
+            iov: [
+                libc::iovec {
+                    iov_base: header.cast(),
+                    iov_len: size_of::<UringReqHeader>(),
+                },
+                libc::iovec {
+                    iov_base: payload.cast(),
+                    iov_len: payload_len,
+                },
+            ],
+            in_kernel: false,
+            long_wait: false,
+        })
+    }
 }
 
 /// An io_uring whose SQEs are 128 bytes (`IORING_SETUP_SQE128`).
@@ -186,7 +223,24 @@ pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -
 struct QueueThread {
     shared: Arc<Shared>,
     plan: ThreadPlan,
-    entries: Box<[Entry]>,
+    // Boxed: a REGISTER SQE points to its entry's iovec array, which must
+    // not move when entries are added.
+    #[allow(clippy::vec_box)]
+    entries: Vec<Box<Entry>>,
+    /// Per queue: lock waits (requests that wait indefinitely) holding one
+    /// of its entries, entries registered on top of the configured number
+    /// to keep that many free for other requests, and entries made for that
+    /// but not registered yet. See [`QueueThread::keep_entries_free`].
+    held_by_waits: Vec<usize>,
+    added: Vec<usize>,
+    spare: Vec<Vec<usize>>,
+    /// The mappings of added entries.
+    added_memory: Vec<Arc<Mapping>>,
+    logged_added_limit: bool,
+    /// Entries handed to a thread of their own (a request that waits
+    /// indefinitely, see [`QueueThread::hand_off`]): `(index, commit id)`
+    /// of those answered and ready to commit.
+    handed_off: Arc<std::sync::Mutex<Vec<(usize, u64)>>>,
     /// Entries in the kernel.
     in_flight: usize,
     /// Completions reaped and not handled yet: (user_data, result).
@@ -248,22 +302,7 @@ impl QueueThread {
                     // Pooled: REGISTER carries no payload buffer.
                     _ => (std::ptr::null_mut(), 0),
                 };
-                entries.push(Entry {
-                    queue: qi,
-                    header: header.cast(),
-                    payload,
-                    iov: [
-                        libc::iovec {
-                            iov_base: header.cast(),
-                            iov_len: size_of::<UringReqHeader>(),
-                        },
-                        libc::iovec {
-                            iov_base: payload.cast(),
-                            iov_len: payload_len,
-                        },
-                    ],
-                    in_kernel: false,
-                });
+                entries.push(Entry::new(qi, header.cast(), payload, payload_len));
                 if plan.fault == Some(UringFault::RefuseRegister) {
                     // Too short for a per-entry queue, not empty for a pooled one.
                     if let Some(e) = entries.last_mut() {
@@ -275,10 +314,17 @@ impl QueueThread {
                 }
             }
         }
+        let nq = plan.queues.len();
         Ok(Self {
             shared: shared.clone(),
             plan,
-            entries: entries.into_boxed_slice(),
+            entries,
+            held_by_waits: vec![0; nq],
+            added: vec![0; nq],
+            spare: vec![Vec::new(); nq],
+            added_memory: Vec::new(),
+            logged_added_limit: false,
+            handed_off: Arc::default(),
             in_flight: 0,
             pending: Vec::new(),
             gone: false,
@@ -392,6 +438,7 @@ impl QueueThread {
             for (user_data, res) in std::mem::take(&mut self.pending) {
                 self.complete(ring, user_data, res)?;
             }
+            self.commit_handed_off(ring)?;
             if self.shared.stop.load(Ordering::Acquire) {
                 self.stopping = true;
             }
@@ -427,12 +474,209 @@ impl QueueThread {
         let Some(index) = self.take_completion(ring, user_data, res)? else {
             return Ok(());
         };
+        if self.hand_off(index) {
+            self.keep_entries_free(ring, index)?;
+            return Ok(());
+        }
         let commit_id = self.answer(index);
+        self.commit(ring, index, commit_id)
+    }
+
+    /// A request that waits indefinitely (SETLKW: a blocking lock) would
+    /// stop this queue for as long as another process holds the lock, and
+    /// the unlock that ends the wait may be issued on this queue's CPU. So
+    /// it is answered on a thread of its own, in place in its entry, and
+    /// committed here once answered ([`QueueThread::commit_handed_off`];
+    /// the thread wakes this one). The thread keeps the entry's memory
+    /// mapped until it is done, even if this ring is closed meanwhile (a
+    /// stop ends lock waits through `Server::stop_waits`). Returns whether
+    /// the entry was handed off; `false` leaves it to [`QueueThread::answer`].
+    fn hand_off(&mut self, index: usize) -> bool {
         let e = &self.entries[index];
+        let queue = &self.plan.queues[e.queue];
+        // SAFETY: as in `answer`: the entry is in user space, its header
+        // aligned and ours alone.
+        let (in_out, ent) = unsafe {
+            (
+                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
+                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
+            )
+        };
+        let Some(header) = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h) else {
+            return false;
+        };
+        if !opcode_info_raw(header.opcode).is_some_and(|i| i.waits_indefinitely()) {
+            return false;
+        }
+        let Ok(view) = self.locate(e, queue, Some(header), &ent) else {
+            return false;
+        };
+        let mut memory = vec![self._headers.clone()];
+        memory.extend(self._payloads.clone());
+        memory.extend(queue.pool.as_ref().map(|p| p.region.clone()));
+        memory.extend(self.added_memory.iter().cloned());
+        let detached = DetachedTransaction {
+            tx: RingTransaction {
+                header: e.header,
+                op_len: view.op_len,
+                data: view.data,
+                payload_len: view.payload_len,
+                capacity: view.capacity,
+                replied: false,
+                _entry: PhantomData,
+            },
+            _memory: memory,
+        };
+        let server = self.shared.server.clone();
+        let done = self.handed_off.clone();
+        let wake = self.plan.wake.clone();
+        let (unique, commit_id) = (header.unique, ent.commit_id);
+        let spawned = std::thread::Builder::new()
+            .name("fuse-uring-wait".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let mut detached = detached;
+                let tx = &mut detached.tx;
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.handle(tx)));
+                if !tx.replied {
+                    write_reply(tx.header, unique, -libc::EIO, 0);
+                }
+                if let Ok(Err(err)) = result {
+                    tracing::debug!(unique, "handling a ring request: {err}");
+                }
+                done.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, commit_id));
+                wake.signal();
+            });
+        match spawned {
+            Ok(_) => {
+                self.shared
+                    .counters
+                    .request(queue.qid as usize, header.opcode);
+                true
+            }
+            Err(err) => {
+                tracing::warn!("starting a thread for a lock wait ({err}); it waits on the queue");
+                false
+            }
+        }
+    }
+
+    /// Commits the handed-off entries that were answered.
+    fn commit_handed_off(&mut self, ring: &mut Ring) -> io::Result<()> {
+        let done = std::mem::take(&mut *self.handed_off.lock().unwrap_or_else(|e| e.into_inner()));
+        for (index, commit_id) in done {
+            if self.stopping || self.gone {
+                // The ring goes away (or the connection has): nothing to
+                // hand the reply to.
+                continue;
+            }
+            self.commit(ring, index, commit_id)?;
+        }
+        Ok(())
+    }
+
+    /// Hands entry `index` back to the kernel with its reply
+    /// (COMMIT_AND_FETCH, answering `commit_id`).
+    pub(crate) fn commit(
+        &mut self,
+        ring: &mut Ring,
+        index: usize,
+        commit_id: u64,
+    ) -> io::Result<()> {
+        let e = &mut self.entries[index];
+        if std::mem::replace(&mut e.long_wait, false) {
+            self.held_by_waits[e.queue] -= 1;
+        }
         let qid = self.plan.queues[e.queue].qid;
-        self.push(ring, cmd::commit_and_fetch(qid, commit_id, user_data))?;
+        self.push(ring, cmd::commit_and_fetch(qid, commit_id, index as u64))?;
         self.entries[index].in_kernel = true;
         self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Entry `index` now carries a request that waits indefinitely (a lock
+    /// wait): the kernel hands a queue's requests only to its registered
+    /// entries, and those it holds are not available to any other request
+    /// issued on that CPU (the holder's unlock among them). So for every
+    /// entry lock waits hold, the queue gets one more: made when needed
+    /// (a chunk at a time), registered, and kept (there is no unregister),
+    /// up to [`MAX_ADDED_ENTRIES`] per queue.
+    pub(crate) fn keep_entries_free(&mut self, ring: &mut Ring, index: usize) -> io::Result<()> {
+        let qi = self.entries[index].queue;
+        self.entries[index].long_wait = true;
+        self.held_by_waits[qi] += 1;
+        if self.stopping || self.gone || self.held_by_waits[qi] <= self.added[qi] {
+            return Ok(());
+        }
+        if self.added[qi] >= MAX_ADDED_ENTRIES {
+            if !std::mem::replace(&mut self.logged_added_limit, true) {
+                tracing::warn!(
+                    qid = self.plan.queues[qi].qid,
+                    waits = self.held_by_waits[qi],
+                    "lock waits hold {MAX_ADDED_ENTRIES} added ring entries of a queue; \
+                     further requests from its CPU wait for an entry"
+                );
+            }
+            return Ok(());
+        }
+        if self.spare[qi].is_empty() {
+            if let Err(e) = self.make_entries(qi) {
+                tracing::warn!("adding ring entries for lock waits: {e}");
+                return Ok(());
+            }
+        }
+        let Some(new) = self.spare[qi].pop() else {
+            return Ok(());
+        };
+        let qid = self.plan.queues[qi].qid;
+        let sqe = cmd::register(qid, &self.entries[new].iov, new as u64);
+        self.push(ring, sqe)?;
+        self.entries[new].in_kernel = true;
+        self.in_flight += 1;
+        self.added[qi] += 1;
+        tracing::debug!(
+            qid,
+            added = self.added[qi],
+            "ring entry added: lock waits hold entries"
+        );
+        Ok(())
+    }
+
+    /// Makes [`ADDED_CHUNK`] unregistered entries for queue `qi`, with
+    /// memory of their own.
+    fn make_entries(&mut self, qi: usize) -> io::Result<()> {
+        let headers = Arc::new(Mapping::new(ADDED_CHUNK * HEADER_STRIDE)?);
+        self.shared.counters.track(headers.clone());
+        let payloads = if self.plan.queues[qi].pool.is_none() {
+            let len = ADDED_CHUNK
+                .checked_mul(self.plan.payload_size)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+            let p = Arc::new(Mapping::new(len)?);
+            self.shared.counters.track(p.clone());
+            Some(p)
+        } else {
+            None
+        };
+        for i in 0..ADDED_CHUNK {
+            // SAFETY: `i < ADDED_CHUNK`: inside the header mapping.
+            let header = unsafe { headers.as_ptr().add(i * HEADER_STRIDE) };
+            let (payload, len) = match &payloads {
+                // SAFETY: one buffer per entry; the mapping was sized for them.
+                Some(p) => (
+                    unsafe { p.as_ptr().add(i * self.plan.payload_size) },
+                    self.plan.payload_size,
+                ),
+                None => (std::ptr::null_mut(), 0),
+            };
+            self.spare[qi].push(self.entries.len());
+            self.entries
+                .push(Entry::new(qi, header.cast(), payload, len));
+        }
+        self.added_memory.push(headers);
+        self.added_memory.extend(payloads);
         Ok(())
     }
 
@@ -763,6 +1007,13 @@ impl Transaction for RingTransaction<'_> {
         self.replied = true;
         Ok(())
     }
+}
+
+/// A [`RingTransaction`] answered on another thread, with the mappings its
+/// pointers lead into: they stay mapped while it lives.
+struct DetachedTransaction {
+    tx: RingTransaction<'static>,
+    _memory: Vec<Arc<Mapping>>,
 }
 
 /// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes

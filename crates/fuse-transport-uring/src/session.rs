@@ -79,7 +79,10 @@ pub(crate) struct Shared {
 /// descriptors (aborting what is left of the connection, so no client
 /// waits on a served-by-nobody mount) and only then unmaps the buffers.
 pub struct UringSession {
-    dev: Mutex<Option<DevSession>>,
+    /// The `/dev/fuse` side (INIT, interrupts, forgets; everything in the
+    /// fallback mode). Shared, so that `stop` reaches it even while `wait`
+    /// waits for it.
+    dev: Mutex<Option<Arc<DevSession>>>,
     server: Arc<Server>,
     mountpoint: PathBuf,
     shared: Arc<Shared>,
@@ -206,7 +209,7 @@ impl UringSession {
             mode = %session.mode,
             "serving"
         );
-        *session.dev.lock().unwrap_or_else(|e| e.into_inner()) = Some(dev);
+        *session.dev.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(dev));
         Ok(session)
     }
 
@@ -492,7 +495,7 @@ impl Session for UringSession {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map_or(0, DevSession::worker_count);
+            .map_or(0, |dev| dev.worker_count());
         let l = self.layout;
         match self.mode {
             UringMode::DevFuse => format!(
@@ -531,6 +534,7 @@ impl Session for UringSession {
 
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
+        self.server.stop_waits();
         if let Some(dev) = self.dev.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             dev.stop();
         }
@@ -557,12 +561,16 @@ impl Session for UringSession {
         // Every ring is closed now. The /dev/fuse side next; dropping it
         // closes the descriptors, which aborts whatever is left of the
         // connection (a lazily unmounted mount with open files).
-        let dev = self.dev.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // The ring threads may end before `stop` reached the /dev/fuse side
+        // (a stop flag seen early): it stays reachable while we wait for it.
+        let dev = self.dev.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(dev) = dev {
             if let Err(e) = dev.wait() {
                 first_error.get_or_insert(e);
             }
             drop(dev);
+            // The last reference: dropping it closes the descriptors.
+            self.dev.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
         // No ring and no connection left: the buffers can go.
         self.shared.counters.release_mappings();

@@ -1,0 +1,460 @@
+//! Blocking locks (SETLKW: `fcntl(F_SETLKW)` and `flock` without
+//! `LOCK_NB` through the mount) and what ends their waits.
+//!
+//! A lock wait lasts as long as another process holds the lock, so it must
+//! neither hold the daemon (a stop waits for every request to finish) nor
+//! its serving threads (the holder's unlock comes through the same mount).
+//! The pieces:
+//!
+//! - [`LockOp`]: the lock a request asks for, prepared on the serving
+//!   thread and owned, so the wait can run on a thread of its own. The async
+//!   path first tries it without waiting; only a lock that is taken costs a
+//!   thread ([`PassthroughFs`](crate::PassthroughFs)'s `AsyncFileSystem`
+//!   setlk), never a serving or pool thread.
+//! - [`Waits`]: the threads in a wait, by request. INTERRUPT from the kernel
+//!   ([`Waits::interrupt`], sent when the waiting process gets a signal) and
+//!   the session's stop ([`Waits::stop`], through `FileSystem::stop_waits`)
+//!   end a wait with `EINTR`: a flag, then a signal (without `SA_RESTART`)
+//!   that makes the blocking call return. A signal that lands between the
+//!   flag check and the blocking call would be lost, so the interrupter
+//!   sends it again while the waiter is still registered; and an INTERRUPT
+//!   that arrives before its request started waiting (another thread read
+//!   it first) is remembered for a while, so the wait ends as soon as it
+//!   starts.
+//! - A wait whose request was dropped (a stopped async session) is
+//!   interrupted, and a lock it took anyway is given back ([`LockHeld`]):
+//!   nobody was told it is held.
+
+use crate::handle::{Handle, LockCtx};
+use crate::sys::{self, errno};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A lock a request asks for, with what it is taken on.
+pub(crate) enum LockOp {
+    /// `flock(2)` on the request's open file (`LOCK_SH`, `LOCK_EX` or
+    /// `LOCK_UN`, without `LOCK_NB`).
+    Flock { handle: Arc<Handle>, op: i32 },
+    /// An OFD lock on the lock owner's own open file description (the
+    /// owner's POSIX locks).
+    Posix {
+        ctx: Arc<LockCtx>,
+        lock: libc::flock64,
+    },
+}
+
+impl LockOp {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            LockOp::Flock { handle, .. } => handle.fd(),
+            LockOp::Posix { ctx, .. } => ctx.fd.as_fd(),
+        }
+    }
+
+    /// An unlock (which never waits).
+    pub(crate) fn is_unlock(&self) -> bool {
+        match self {
+            LockOp::Flock { op, .. } => *op == libc::LOCK_UN,
+            LockOp::Posix { lock, .. } => lock.l_type as i32 == libc::F_UNLCK,
+        }
+    }
+
+    /// Takes the lock if that needs no wait: `Ok(false)` when it is held
+    /// by someone else (`EAGAIN`).
+    pub(crate) fn try_now(&self) -> io::Result<bool> {
+        let r = match self {
+            LockOp::Flock { op, .. } => sys::flock(self.fd(), op | libc::LOCK_NB),
+            LockOp::Posix { lock, .. } => {
+                let mut fl = *lock;
+                sys::fcntl_lock(self.fd(), libc::F_OFD_SETLK, &mut fl)
+            }
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits for the lock (one blocking call; `EINTR` when signalled).
+    fn wait_once(&self) -> io::Result<()> {
+        match self {
+            LockOp::Flock { op, .. } => sys::flock(self.fd(), *op),
+            LockOp::Posix { lock, .. } => {
+                let mut fl = *lock;
+                sys::fcntl_lock(self.fd(), libc::F_OFD_SETLKW, &mut fl)
+            }
+        }
+    }
+
+    /// Gives back the lock this op took.
+    fn release(&self) {
+        let r = match self {
+            LockOp::Flock { .. } => sys::flock(self.fd(), libc::LOCK_UN),
+            LockOp::Posix { lock, .. } => {
+                let mut fl = *lock;
+                fl.l_type = libc::F_UNLCK as libc::c_short;
+                sys::fcntl_lock(self.fd(), libc::F_OFD_SETLK, &mut fl)
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!("giving back a lock nobody waits for any more: {e}");
+        }
+    }
+}
+
+/// A lock taken by a wait whose request may be gone: given back on drop
+/// unless [`LockHeld::claim`]ed.
+pub(crate) struct LockHeld(Option<LockOp>);
+
+impl LockHeld {
+    /// The request's reply reports the lock: keep it.
+    pub(crate) fn claim(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for LockHeld {
+    fn drop(&mut self) {
+        if let Some(op) = self.0.take() {
+            tracing::debug!("a lock was taken for a request that is gone; giving it back");
+            op.release();
+        }
+    }
+}
+
+/// A thread waiting for a lock.
+struct Waiter {
+    unique: u64,
+    thread: libc::pthread_t,
+    interrupted: Arc<AtomicBool>,
+}
+
+/// INTERRUPTs remembered for requests that weren't waiting yet.
+const RECENT_INTERRUPTS: usize = 256;
+
+/// How often, and how far apart, an interrupter sends its signal again
+/// while the waiter hasn't left its wait (a signal sent just before the
+/// waiter entered the blocking call is lost).
+const RESIGNAL: (usize, Duration) = (200, Duration::from_millis(2));
+
+#[derive(Default)]
+struct WaitList {
+    waiters: Vec<Waiter>,
+    /// Interrupted requests not (yet) seen waiting, oldest first.
+    recent: VecDeque<u64>,
+}
+
+/// The threads in a lock wait, and what ends their waits.
+pub(crate) struct Waits {
+    list: Mutex<WaitList>,
+    /// The session is stopping: every wait ends, none starts.
+    stopping: AtomicBool,
+    /// The signal that makes a blocking call return `EINTR`.
+    signal: i32,
+}
+
+impl Waits {
+    /// Waits interrupted with `signal`, for which a handler that does
+    /// nothing is installed (without `SA_RESTART`).
+    pub(crate) fn new(signal: i32) -> Self {
+        install_interrupt_handler(signal);
+        Self {
+            list: Mutex::new(WaitList::default()),
+            stopping: AtomicBool::new(false),
+            signal,
+        }
+    }
+
+    /// Waits for `op` on this thread, for request `unique`, until the lock
+    /// is taken or the wait is interrupted (`EINTR`).
+    pub(crate) fn wait(&self, unique: u64, op: &LockOp) -> io::Result<()> {
+        let interrupted = Arc::new(AtomicBool::new(false));
+        {
+            let mut list = lock(&self.list);
+            if let Some(i) = list.recent.iter().position(|&u| u == unique) {
+                list.recent.remove(i);
+                return Err(errno(libc::EINTR));
+            }
+            list.waiters
+                .try_reserve(1)
+                .map_err(|_| errno(libc::ENOMEM))?;
+            list.waiters.push(Waiter {
+                unique,
+                // SAFETY: pthread_self has no preconditions.
+                thread: unsafe { libc::pthread_self() },
+                interrupted: interrupted.clone(),
+            });
+        }
+        let result = loop {
+            if interrupted.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire) {
+                break Err(errno(libc::EINTR));
+            }
+            match op.wait_once() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r,
+            }
+        };
+        lock(&self.list)
+            .waiters
+            .retain(|w| !Arc::ptr_eq(&w.interrupted, &interrupted));
+        result
+    }
+
+    /// Ends the wait of request `unique` with `EINTR` (the kernel's
+    /// INTERRUPT). If it isn't waiting yet, it won't wait when it starts.
+    pub(crate) fn interrupt(&self, unique: u64) {
+        let found = {
+            let mut list = lock(&self.list);
+            let mut found = false;
+            for w in list.waiters.iter().filter(|w| w.unique == unique) {
+                w.interrupted.store(true, Ordering::Release);
+                found = true;
+            }
+            if !found {
+                if list.recent.len() == RECENT_INTERRUPTS {
+                    list.recent.pop_front();
+                }
+                list.recent.push_back(unique);
+            }
+            found
+        };
+        if found {
+            self.signal_until_gone(|w| w.unique == unique);
+        }
+    }
+
+    /// Ends every wait with `EINTR`, and every wait that starts from now
+    /// on: the session is stopping.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let waiting = {
+            let list = lock(&self.list);
+            for w in &list.waiters {
+                w.interrupted.store(true, Ordering::Release);
+            }
+            list.waiters.len()
+        };
+        if waiting > 0 {
+            tracing::debug!(waiting, "stopping: ending lock waits");
+            self.signal_until_gone(|_| true);
+        }
+    }
+
+    /// Signals the waiters `pick` selects until they have left their wait
+    /// (or a bounded number of times).
+    fn signal_until_gone(&self, pick: impl Fn(&Waiter) -> bool) {
+        for round in 0..RESIGNAL.0 {
+            {
+                let list = lock(&self.list);
+                let mut any = false;
+                for w in list.waiters.iter().filter(|w| pick(w)) {
+                    any = true;
+                    // SAFETY: a waiter leaves the list (under this lock)
+                    // before its thread returns from `wait`, so the thread
+                    // is alive.
+                    unsafe { libc::pthread_kill(w.thread, self.signal) };
+                }
+                if !any {
+                    return;
+                }
+            }
+            if round + 1 < RESIGNAL.0 {
+                std::thread::sleep(RESIGNAL.1);
+            }
+        }
+        tracing::debug!("a lock waiter did not leave its wait after being signalled");
+    }
+}
+
+/// Runs `op`'s wait for request `unique` on a thread of its own; the
+/// future yields the lock, given back if nobody claims it (the request was
+/// dropped meanwhile). Dropping the future ends the wait.
+pub(crate) fn wait_on_own_thread(waits: &Arc<Waits>, unique: u64, op: LockOp) -> LockWaitFuture {
+    let thread_waits = waits.clone();
+    // Counters of their own: lock waits are no pool jobs.
+    let counters = Arc::default();
+    let inner = crate::pool::run_on_own_thread("pt-lock-wait", counters, move || {
+        thread_waits.wait(unique, &op)?;
+        Ok(LockHeld(Some(op)))
+    });
+    LockWaitFuture {
+        inner,
+        waits: waits.clone(),
+        unique,
+        done: false,
+    }
+}
+
+/// The result of [`wait_on_own_thread`].
+pub(crate) struct LockWaitFuture {
+    inner: crate::pool::PoolFuture<LockHeld>,
+    waits: Arc<Waits>,
+    unique: u64,
+    done: bool,
+}
+
+impl std::future::Future for LockWaitFuture {
+    type Output = io::Result<()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match std::pin::Pin::new(&mut self.inner).poll(cx) {
+            std::task::Poll::Ready(r) => {
+                self.done = true;
+                std::task::Poll::Ready(r.map(LockHeld::claim))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl Drop for LockWaitFuture {
+    fn drop(&mut self) {
+        if !self.done {
+            // Nobody waits for the answer: end the wait (a lock it takes
+            // anyway is given back by its `LockHeld`).
+            self.waits.interrupt(self.unique);
+        }
+    }
+}
+
+extern "C" fn interrupt_handler(_signal: libc::c_int) {}
+
+/// Installs a do-nothing handler for `signal` without `SA_RESTART`, so
+/// that the signal makes a blocking lock wait return `EINTR`.
+fn install_interrupt_handler(signal: i32) {
+    // SAFETY: a zeroed sigaction is valid; the handler does nothing and is
+    // async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = interrupt_handler as *const () as usize;
+        action.sa_flags = 0;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+            tracing::warn!(
+                signal,
+                "installing the lock interrupt handler: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+
+    fn posix_op(fd: OwnedFd) -> LockOp {
+        // SAFETY: plain data; all-zero is valid.
+        let mut lock: libc::flock64 = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        LockOp::Posix {
+            ctx: Arc::new(LockCtx {
+                fd,
+                pid: Default::default(),
+            }),
+            lock,
+        }
+    }
+
+    fn open(path: &std::path::Path) -> OwnedFd {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+            .into()
+    }
+
+    /// Two open file descriptions of one file: the first takes the lock,
+    /// the second waits for it.
+    fn held_and_waiting() -> (tempfile::TempDir, LockOp, LockOp) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let holder = posix_op(open(&path));
+        assert!(holder.try_now().unwrap());
+        let waiter = posix_op(open(&path));
+        assert!(!waiter.try_now().unwrap(), "the lock is held");
+        (dir, holder, waiter)
+    }
+
+    fn wait_until_waiting(waits: &Waits, n: usize) {
+        while lock(&waits.list).waiters.len() < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn interrupt_ends_a_wait_with_eintr() {
+        let (_dir, _holder, waiter) = held_and_waiting();
+        let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
+        let w = waits.clone();
+        let t = std::thread::spawn(move || w.wait(7, &waiter));
+        wait_until_waiting(&waits, 1);
+        waits.interrupt(8);
+        waits.interrupt(7);
+        let r = t.join().unwrap();
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+        assert!(lock(&waits.list).waiters.is_empty());
+    }
+
+    #[test]
+    fn an_interrupt_before_the_wait_ends_it_at_once() {
+        let (_dir, _holder, waiter) = held_and_waiting();
+        let waits = Waits::new(libc::SIGRTMIN() + 5);
+        waits.interrupt(9);
+        let r = waits.wait(9, &waiter);
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+        assert!(
+            lock(&waits.list).recent.is_empty(),
+            "the interrupt was used up"
+        );
+    }
+
+    #[test]
+    fn stop_ends_every_wait_and_refuses_new_ones() {
+        let (_dir, _holder, waiter) = held_and_waiting();
+        let waiter = Arc::new(waiter);
+        let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let (w, op) = (waits.clone(), waiter.clone());
+                std::thread::spawn(move || w.wait(i, &op))
+            })
+            .collect();
+        wait_until_waiting(&waits, 4);
+        waits.stop();
+        for t in threads {
+            let r = t.join().unwrap();
+            assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+        }
+        let r = waits.wait(99, &waiter);
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+    }
+
+    #[test]
+    fn a_lock_taken_for_a_dropped_request_is_given_back() {
+        let (dir, holder, waiter) = held_and_waiting();
+        let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
+        let held = waits.wait(1, &holder).map(|()| LockHeld(Some(holder)));
+        // The holder already had it: taking it again succeeds at once.
+        drop(held.unwrap());
+        // Given back: the waiter takes it without waiting.
+        assert!(waiter.try_now().unwrap());
+        drop(dir);
+    }
+}

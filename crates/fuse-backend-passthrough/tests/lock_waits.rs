@@ -1,0 +1,361 @@
+//! Lock waits never hold the daemon hostage: the `passthroughfs` daemon as
+//! a child process, on every transport and runtime, with clients waiting
+//! in `flock(LOCK_EX)` and `fcntl(F_SETLKW)` on a file another client has
+//! locked.
+//!
+//! - SIGTERM with waiters pending: the daemon exits (status 0) and every
+//!   waiter and the lock holder get their answer; nothing hangs.
+//! - A waiter killed while it waits: the kernel sends INTERRUPT and waits
+//!   for the daemon's answer before the process can die; the daemon ends
+//!   the wait with EINTR, and the lock is not taken behind the dead
+//!   waiter's back.
+//! - 64 waiters on one lock: `ls` and `cat` on the mount still answer, and
+//!   when the holder lets go every waiter gets the lock in turn.
+//!
+//! Waits are detected through fusectl's `waiting` count of the connection
+//! (mounted here if it isn't). Deadlines only catch hangs; they are far
+//! above what a loaded machine needs.
+
+mod common;
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use common::require_root;
+use daemon::*;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long anything may go without progress before the test calls it a
+/// hang (far more than a loaded 2-core machine needs).
+const HANG: Duration = Duration::from_secs(120);
+
+/// The modes under test: transport and extra daemon arguments.
+fn modes() -> Vec<(&'static str, Transport, Vec<&'static str>)> {
+    vec![
+        ("dev", Transport::Dev, vec![]),
+        ("dev+tokio", Transport::Dev, vec!["--runtime", "tokio"]),
+        (
+            "dev+tokio+pool",
+            Transport::Dev,
+            vec!["--runtime", "tokio", "--thread-pool"],
+        ),
+        (
+            "dev+uring-runtime",
+            Transport::Dev,
+            vec!["--runtime", "uring"],
+        ),
+        ("uring", Transport::Uring, vec![]),
+        (
+            "uring+uring-runtime",
+            Transport::Uring,
+            vec!["--runtime", "uring"],
+        ),
+    ]
+}
+
+/// The fusectl directory of the connection serving `mnt`.
+fn connection_dir(mnt: &Path) -> PathBuf {
+    let root = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(root)
+            .status();
+    }
+    let dev = std::fs::metadata(mnt).unwrap().dev();
+    let minor = libc::minor(dev);
+    let dir = root.join(minor.to_string());
+    assert!(
+        dir.join("waiting").exists(),
+        "fusectl shows no connection {minor} for {} (is fusectl mounted?)",
+        mnt.display()
+    );
+    dir
+}
+
+/// Requests the daemon has not answered yet.
+fn waiting(conn: &Path) -> u64 {
+    std::fs::read_to_string(conn.join("waiting"))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits until the connection has at least `n` requests waiting.
+fn wait_for_waiting(conn: &Path, n: u64, what: &str) {
+    let start = Instant::now();
+    while waiting(conn) < n {
+        assert!(
+            start.elapsed() < HANG,
+            "{what}: only {} requests waiting, expected {n}",
+            waiting(conn)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `flock(fd, op)`.
+fn flock(f: &File, op: i32) -> std::io::Result<()> {
+    // SAFETY: a valid descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A child process waiting for an exclusive lock on `path`, with flock(1)
+/// (`posix`: false) or with `fcntl(F_SETLKW)` from perl (`posix`: true).
+fn waiter(path: &Path, posix: bool) -> Child {
+    let mut cmd = if posix {
+        let mut c = Command::new("perl");
+        c.args([
+            "-MFcntl",
+            "-e",
+            "open(my $f, '+<', $ARGV[0]) or die \"open: $!\"; \
+             fcntl($f, F_SETLKW, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+             or die \"lock: $!\";",
+        ]);
+        c.arg(path);
+        c
+    } else {
+        let mut c = Command::new("flock");
+        c.arg("-x").arg(path).arg("true");
+        c
+    };
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A child process holding a POSIX write lock on `path` until killed.
+fn posix_holder(path: &Path) -> Child {
+    let mut child = Command::new("perl")
+        .args([
+            "-MFcntl",
+            "-MIO::Handle",
+            "-e",
+            "open(my $f, '+<', $ARGV[0]) or die \"open: $!\"; \
+             fcntl($f, F_SETLK, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+             or die \"lock: $!\"; print \"locked\\n\"; STDOUT->flush; sleep 1000;",
+        ])
+        .arg(path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "locked\n", "the POSIX lock holder took its lock");
+    child
+}
+
+/// Waits for `child` to exit within [`HANG`]; panics (after killing it) if
+/// it doesn't.
+fn reap(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            panic!(
+                "{what}: process {} still running after {HANG:?}",
+                child.id()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for every child to exit; fails only if none exits for [`HANG`]
+/// (waiters get a lock one after the other: the chain may take long on a
+/// busy machine, but it must move).
+fn reap_all(children: &mut [Child], what: &str) -> Vec<std::process::ExitStatus> {
+    let mut statuses = vec![None; children.len()];
+    let mut progress = Instant::now();
+    while statuses.iter().any(Option::is_none) {
+        for (child, status) in children.iter_mut().zip(statuses.iter_mut()) {
+            if status.is_none() {
+                if let Some(s) = child.try_wait().unwrap() {
+                    *status = Some(s);
+                    progress = Instant::now();
+                }
+            }
+        }
+        if progress.elapsed() > HANG {
+            let left = statuses.iter().filter(|s| s.is_none()).count();
+            for c in children.iter_mut() {
+                let _ = c.kill();
+            }
+            panic!("{what}: {left} processes made no progress for {HANG:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    statuses.into_iter().map(Option::unwrap).collect()
+}
+
+/// Runs `cmd` and waits for it within [`HANG`]: it must succeed.
+fn run_within(cmd: &mut Command, what: &str) -> String {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).unwrap();
+        s
+    });
+    let status = reap(&mut child, what);
+    assert!(status.success(), "{what}: {status}");
+    reader.join().unwrap()
+}
+
+fn start(mode: &(&str, Transport, Vec<&str>)) -> (Dirs, Daemon) {
+    let d = dirs();
+    std::fs::write(d.src.join("f"), b"contents\n").unwrap();
+    let daemon = Daemon::start(&d.src, &d.mnt, mode.1, &mode.2);
+    (d, daemon)
+}
+
+#[test]
+fn sigterm_with_lock_waiters_pending_ends_the_daemon_and_the_waits() {
+    require_root();
+    for mode in modes() {
+        for posix in [false, true] {
+            let what = format!("{} ({})", mode.0, if posix { "fcntl" } else { "flock" });
+            let (d, daemon) = start(&mode);
+            let conn = connection_dir(&d.mnt);
+            let f = d.mnt.join("f");
+            let base = waiting(&conn);
+            let (holder_file, mut holder_proc) = if posix {
+                (None, Some(posix_holder(&f)))
+            } else {
+                let h = File::open(&f).unwrap();
+                flock(&h, libc::LOCK_EX).unwrap();
+                (Some(h), None)
+            };
+            let mut waiters: Vec<Child> = (0..4).map(|_| waiter(&f, posix)).collect();
+            wait_for_waiting(&conn, base + 4, &what);
+
+            daemon.signal(libc::SIGTERM);
+            let (status, log, took) = daemon.wait_exit(HANG);
+            assert!(status.success(), "{what}: daemon exit {status}: {log}");
+            eprintln!("{what}: the daemon exited {took:?} after SIGTERM with 4 lock waiters");
+            // Their waits ended (with an error: the mount is gone).
+            reap_all(
+                &mut waiters,
+                &format!("{what}: waiters after the daemon stopped"),
+            );
+            drop(holder_file);
+            if let Some(p) = holder_proc.as_mut() {
+                let _ = p.kill();
+                reap(p, &format!("{what}: the lock holder"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
+    require_root();
+    for mode in modes() {
+        for posix in [false, true] {
+            let what = format!("{} ({})", mode.0, if posix { "fcntl" } else { "flock" });
+            let (d, daemon) = start(&mode);
+            let conn = connection_dir(&d.mnt);
+            let f = d.mnt.join("f");
+            let base = waiting(&conn);
+            let (holder_file, mut holder_proc) = if posix {
+                (None, Some(posix_holder(&f)))
+            } else {
+                let h = File::open(&f).unwrap();
+                flock(&h, libc::LOCK_EX).unwrap();
+                (Some(h), None)
+            };
+            let mut w = waiter(&f, posix);
+            wait_for_waiting(&conn, base + 1, &what);
+            // A fatal signal: the process can only die once the daemon
+            // has answered the INTERRUPT the kernel sends for its request.
+            w.kill().unwrap();
+            reap(&mut w, &format!("{what}: the killed waiter"));
+            // The holder lets go: the lock must be free now (the
+            // interrupted wait must not have taken it afterwards).
+            drop(holder_file);
+            if let Some(p) = holder_proc.as_mut() {
+                p.kill().unwrap();
+                reap(p, &format!("{what}: the lock holder"));
+            }
+            let probe = File::open(&f).unwrap();
+            let start = Instant::now();
+            loop {
+                let free = if posix {
+                    let out = Command::new("perl")
+                        .args([
+                            "-MFcntl",
+                            "-e",
+                            "open(my $f, '+<', $ARGV[0]) or die; \
+                             fcntl($f, F_SETLK, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+                             or exit 1;",
+                        ])
+                        .arg(&f)
+                        .status()
+                        .unwrap();
+                    out.success()
+                } else {
+                    flock(&probe, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+                };
+                if free {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < HANG,
+                    "{what}: the lock stays taken after its holder let go and the only \
+                     waiter was killed"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(probe);
+            let log = daemon.stderr();
+            assert!(error_lines(&log).is_empty(), "{what}: {log}");
+            drop(daemon);
+        }
+    }
+}
+
+#[test]
+fn sixty_four_lock_waiters_dont_stop_the_mount() {
+    require_root();
+    for mode in modes() {
+        let what = mode.0;
+        let (d, daemon) = start(&mode);
+        let conn = connection_dir(&d.mnt);
+        let f = d.mnt.join("f");
+        let base = waiting(&conn);
+        let holder = File::open(&f).unwrap();
+        flock(&holder, libc::LOCK_EX).unwrap();
+        let mut waiters: Vec<Child> = (0..64).map(|_| waiter(&f, false)).collect();
+        wait_for_waiting(&conn, base + 64, what);
+        let listed = run_within(Command::new("ls").arg(&d.mnt), &format!("{what}: ls"));
+        assert_eq!(listed.trim(), "f", "{what}: ls");
+        let cat = run_within(Command::new("cat").arg(&f), &format!("{what}: cat"));
+        assert_eq!(cat, "contents\n", "{what}: cat");
+        // Let go: every waiter gets the lock in turn and exits.
+        drop(holder);
+        for status in reap_all(
+            &mut waiters,
+            &format!("{what}: waiters after the holder let go"),
+        ) {
+            assert!(status.success(), "{what}: a waiter got the lock: {status}");
+        }
+        let log = daemon.stderr();
+        assert!(error_lines(&log).is_empty(), "{what}: {log}");
+    }
+}
