@@ -75,8 +75,8 @@ impl Transaction for MemTx<'_> {
             self.reply.len()
         );
         assert!(
-            error <= 0 && error > -4096,
-            "reply error {error} is not 0 or a negative errno"
+            error <= 0 && error > -512,
+            "reply error {error} is not 0 or a negative errno the kernel takes (above -512)"
         );
         assert!(
             error == 0 || body_len == 0,

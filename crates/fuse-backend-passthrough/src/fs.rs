@@ -854,11 +854,12 @@ impl PassthroughFs {
 
 impl FileSystem for PassthroughFs {
     fn init(&self, kernel: &KernelInit, config: &mut InitConfig) -> io::Result<()> {
+        // No FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC in OPEN
+        // and checks write access for the truncation (ETXTBSY for a file
+        // being executed) only after the open, so a refused open(O_RDONLY |
+        // O_TRUNC) of a running executable emptied it. Without it, O_TRUNC
+        // of an existing file is a SETATTR after the kernel's checks.
         let mut want = InitFlags::POSIX_LOCKS | InitFlags::FLOCK_LOCKS;
-        // With zero-message opens O_TRUNC must come as SETATTR.
-        if !self.cfg.no_open {
-            want |= InitFlags::ATOMIC_O_TRUNC;
-        }
         if self.cfg.readdirplus {
             want |= InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO;
         }

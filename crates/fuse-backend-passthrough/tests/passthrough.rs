@@ -293,7 +293,7 @@ fn truncation_through_every_path_needs_root() {
     f.write_all(b"+").unwrap();
     assert_eq!(size(&t), (5_001, 5_001));
     drop(f);
-    // O_TRUNC at open (atomic with OPEN).
+    // O_TRUNC at open (a SETATTR after the OPEN: no FUSE_ATOMIC_O_TRUNC).
     let mut g = OpenOptions::new()
         .write(true)
         .truncate(true)

@@ -856,7 +856,9 @@ fn attr_out(a: &AttrReply) -> AttrOut {
 /// else `EIO`.
 pub fn errno_of(e: &io::Error) -> i32 {
     match e.raw_os_error() {
-        Some(n) if n > 0 && n < 4096 => n,
+        // The kernel refuses a reply error of -512 or lower (its internal
+        // codes start there), and the caller would then wait forever.
+        Some(n) if n > 0 && n < 512 => n,
         _ => match e.kind() {
             io::ErrorKind::OutOfMemory => libc::ENOMEM,
             io::ErrorKind::NotFound => libc::ENOENT,

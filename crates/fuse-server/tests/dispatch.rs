@@ -440,3 +440,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn errors_the_kernel_would_refuse_become_eio() {
+    // The kernel takes reply errors down to -511; at -512 and below (its
+    // internal codes, e.g. ENOTSUPP 524 leaking from a backing file
+    // system) it refuses the reply and the caller waits forever.
+    for (errno, sent) in [
+        (libc::ENOENT, libc::ENOENT),
+        (511, 511),
+        (512, libc::EIO),
+        (524, libc::EIO),
+        (4095, libc::EIO),
+        (0, libc::EIO),
+    ] {
+        assert_eq!(
+            errno_of(&io::Error::from_raw_os_error(errno)),
+            sent,
+            "errno {errno}"
+        );
+    }
+}
