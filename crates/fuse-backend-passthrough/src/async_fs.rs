@@ -42,14 +42,10 @@ use crate::handle::Handle;
 use crate::pool::{AsyncPoolStats, BlockingPool, Counters, PoolFuture, DEFAULT_MAX_THREADS};
 use crate::sys::errno;
 use async_io::{IoBuf, IoBufMut, RuntimeType};
-use fuse_abi::{AccessMask, FileLock, Kstatfs, SetupmappingIn};
 use fuse_server::{
-    AsyncFileSystem, AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs,
-    DirentPlusSink, DirentSink, Entry, FallocateArgs, FileSystem, FlushArgs, ForgetList, FsFuture,
-    FsyncArgs, InitConfig, IoctlArgs, IoctlReply, KernelInit, LockArgs, LseekArgs, MkdirArgs,
-    MknodArgs, OpenArgs, Opened, PodList, PollArgs, ReadArgs, ReleaseArgs, RenameArgs, SetattrArgs,
-    SetxattrArgs, SliceReader, StatxArgs, StatxReply, WriteArgs, XattrReply, ZeroCopyReader,
-    ZeroCopyWriter,
+    AsyncFileSystem, Context, CopyFileRangeArgs, CreateArgs, Entry, FallocateArgs, FileSystem,
+    FsFuture, FsyncArgs, LockArgs, OpenArgs, Opened, ReadArgs, ReleaseArgs, SliceReader, WriteArgs,
+    ZeroCopyReader, ZeroCopyWriter,
 };
 use std::ffi::{CStr, CString};
 use std::io;
@@ -634,16 +630,14 @@ fn on_pool<T: Send + 'static>(
 }
 
 impl AsyncFileSystem for PassthroughFs {
-    fn init(&self, kernel: &KernelInit, config: &mut InitConfig) -> io::Result<()> {
-        FileSystem::init(self, kernel, config)
-    }
-
-    fn destroy(&self) {
-        FileSystem::destroy(self)
-    }
-
-    fn attach_backing_files(&self, files: Arc<dyn BackingFiles>) {
-        FileSystem::attach_backing_files(self, files)
+    /// Every operation not written out below is the synchronous one,
+    /// returned ready. LSEEK among them, inline on every runtime: it takes
+    /// the handle table's read lock and (for a directory) the stream's
+    /// lock, never anything a pooled READ or WRITE of the same handle
+    /// holds, so it never waits for one; it drops a directory's cached
+    /// position and cookie.
+    fn sync_fs(&self) -> Option<&dyn FileSystem> {
+        Some(self)
     }
 
     fn lookup<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, Entry> {
@@ -662,95 +656,6 @@ impl AsyncFileSystem for PassthroughFs {
                 _ => Err(errno(libc::EIO)),
             }
         })
-    }
-
-    fn forget<'a>(&'a self, ctx: &'a Context, ino: u64, nlookup: u64) -> FsFuture<'a, ()> {
-        FileSystem::forget(self, ctx, ino, nlookup);
-        FsFuture::ready(Ok(()))
-    }
-
-    fn batch_forget<'a>(&'a self, ctx: &'a Context, items: ForgetList<'a>) -> FsFuture<'a, ()> {
-        FileSystem::batch_forget(self, ctx, items);
-        FsFuture::ready(Ok(()))
-    }
-
-    fn getattr<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        fh: Option<u64>,
-    ) -> FsFuture<'a, AttrReply> {
-        FsFuture::ready(FileSystem::getattr(self, ctx, ino, fh))
-    }
-
-    fn setattr<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a SetattrArgs,
-    ) -> FsFuture<'a, AttrReply> {
-        FsFuture::ready(FileSystem::setattr(self, ctx, ino, args))
-    }
-
-    fn readlink<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, Vec<u8>> {
-        FsFuture::ready(FileSystem::readlink(self, ctx, ino))
-    }
-
-    fn symlink<'a>(
-        &'a self,
-        ctx: &'a Context,
-        parent: u64,
-        name: &'a CStr,
-        target: &'a CStr,
-    ) -> FsFuture<'a, Entry> {
-        FsFuture::ready(FileSystem::symlink(self, ctx, parent, name, target))
-    }
-
-    fn mknod<'a>(
-        &'a self,
-        ctx: &'a Context,
-        parent: u64,
-        name: &'a CStr,
-        args: &'a MknodArgs,
-    ) -> FsFuture<'a, Entry> {
-        FsFuture::ready(FileSystem::mknod(self, ctx, parent, name, args))
-    }
-
-    fn mkdir<'a>(
-        &'a self,
-        ctx: &'a Context,
-        parent: u64,
-        name: &'a CStr,
-        args: &'a MkdirArgs,
-    ) -> FsFuture<'a, Entry> {
-        FsFuture::ready(FileSystem::mkdir(self, ctx, parent, name, args))
-    }
-
-    fn unlink<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::unlink(self, ctx, parent, name))
-    }
-
-    fn rmdir<'a>(&'a self, ctx: &'a Context, parent: u64, name: &'a CStr) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::rmdir(self, ctx, parent, name))
-    }
-
-    fn rename<'a>(
-        &'a self,
-        ctx: &'a Context,
-        parent: u64,
-        args: &'a RenameArgs<'a>,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::rename(self, ctx, parent, args))
-    }
-
-    fn link<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        newparent: u64,
-        newname: &'a CStr,
-    ) -> FsFuture<'a, Entry> {
-        FsFuture::ready(FileSystem::link(self, ctx, ino, newparent, newname))
     }
 
     fn open<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a OpenArgs) -> FsFuture<'a, Opened> {
@@ -831,19 +736,6 @@ impl AsyncFileSystem for PassthroughFs {
         }
     }
 
-    fn statfs<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, Kstatfs> {
-        FsFuture::ready(FileSystem::statfs(self, ctx, ino))
-    }
-
-    fn release<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a ReleaseArgs,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::release(self, ctx, ino, args))
-    }
-
     fn fsync<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FsyncArgs) -> FsFuture<'a, ()> {
         let Some(p) = self.pooled_if_blocking() else {
             return FsFuture::ready(FileSystem::fsync(self, ctx, ino, args));
@@ -854,75 +746,6 @@ impl AsyncFileSystem for PassthroughFs {
         }))
     }
 
-    fn setxattr<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a SetxattrArgs<'a>,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::setxattr(self, ctx, ino, args))
-    }
-
-    fn getxattr<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        name: &'a CStr,
-        size: u32,
-    ) -> FsFuture<'a, XattrReply> {
-        FsFuture::ready(FileSystem::getxattr(self, ctx, ino, name, size))
-    }
-
-    fn listxattr<'a>(&'a self, ctx: &'a Context, ino: u64, size: u32) -> FsFuture<'a, XattrReply> {
-        FsFuture::ready(FileSystem::listxattr(self, ctx, ino, size))
-    }
-
-    fn removexattr<'a>(&'a self, ctx: &'a Context, ino: u64, name: &'a CStr) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::removexattr(self, ctx, ino, name))
-    }
-
-    fn flush<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FlushArgs) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::flush(self, ctx, ino, args))
-    }
-
-    fn opendir<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a OpenArgs,
-    ) -> FsFuture<'a, Opened> {
-        FsFuture::ready(FileSystem::opendir(self, ctx, ino, args))
-    }
-
-    fn readdir<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a ReadArgs,
-        out: &'a mut dyn DirentSink,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::readdir(self, ctx, ino, args, out))
-    }
-
-    fn readdirplus<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a ReadArgs,
-        out: &'a mut dyn DirentPlusSink,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::readdirplus(self, ctx, ino, args, out))
-    }
-
-    fn releasedir<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a ReleaseArgs,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::releasedir(self, ctx, ino, args))
-    }
-
     fn fsyncdir<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a FsyncArgs) -> FsFuture<'a, ()> {
         let Some(p) = self.pooled_if_blocking() else {
             return FsFuture::ready(FileSystem::fsyncdir(self, ctx, ino, args));
@@ -931,15 +754,6 @@ impl AsyncFileSystem for PassthroughFs {
         FsFuture::boxed(on_pool(p, move |fs| {
             FileSystem::fsyncdir(&**fs, &ctx, ino, &args)
         }))
-    }
-
-    fn getlk<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a LockArgs,
-    ) -> FsFuture<'a, FileLock> {
-        FsFuture::ready(FileSystem::getlk(self, ctx, ino, args))
     }
 
     fn setlk<'a>(
@@ -975,14 +789,6 @@ impl AsyncFileSystem for PassthroughFs {
         }
     }
 
-    fn stop_waits(&self) {
-        FileSystem::stop_waits(self)
-    }
-
-    fn access<'a>(&'a self, ctx: &'a Context, ino: u64, mask: AccessMask) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::access(self, ctx, ino, mask))
-    }
-
     fn create<'a>(
         &'a self,
         ctx: &'a Context,
@@ -1008,46 +814,6 @@ impl AsyncFileSystem for PassthroughFs {
         })
     }
 
-    fn interrupt<'a>(&'a self, ctx: &'a Context, unique: u64) -> FsFuture<'a, ()> {
-        FileSystem::interrupt(self, ctx, unique);
-        FsFuture::ready(Ok(()))
-    }
-
-    fn bmap<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        blocksize: u32,
-        block: u64,
-    ) -> FsFuture<'a, u64> {
-        FsFuture::ready(FileSystem::bmap(self, ctx, ino, blocksize, block))
-    }
-
-    fn ioctl<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a IoctlArgs<'a>,
-    ) -> FsFuture<'a, IoctlReply> {
-        FsFuture::ready(FileSystem::ioctl(self, ctx, ino, args))
-    }
-
-    fn poll<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a PollArgs) -> FsFuture<'a, u32> {
-        FsFuture::ready(FileSystem::poll(self, ctx, ino, args))
-    }
-
-    fn retrieve_reply<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        notify_unique: u64,
-        offset: u64,
-        data: &'a [u8],
-    ) -> FsFuture<'a, ()> {
-        FileSystem::retrieve_reply(self, ctx, ino, notify_unique, offset, data);
-        FsFuture::ready(Ok(()))
-    }
-
     fn fallocate<'a>(
         &'a self,
         ctx: &'a Context,
@@ -1063,14 +829,6 @@ impl AsyncFileSystem for PassthroughFs {
         }))
     }
 
-    /// Inline on every runtime: it takes the handle table's read lock and
-    /// (for a directory) the stream's lock, never anything a pooled READ or
-    /// WRITE of the same handle holds, so it never waits for one; it drops
-    /// a directory's cached position and cookie.
-    fn lseek<'a>(&'a self, ctx: &'a Context, ino: u64, args: &'a LseekArgs) -> FsFuture<'a, u64> {
-        FsFuture::ready(FileSystem::lseek(self, ctx, ino, args))
-    }
-
     fn copy_file_range<'a>(
         &'a self,
         ctx: &'a Context,
@@ -1084,46 +842,6 @@ impl AsyncFileSystem for PassthroughFs {
         FsFuture::boxed(on_pool(p, move |fs| {
             FileSystem::copy_file_range(&**fs, &ctx, ino, &args)
         }))
-    }
-
-    fn setupmapping<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a SetupmappingIn,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::setupmapping(self, ctx, ino, args))
-    }
-
-    fn removemapping<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        ranges: PodList<'a, fuse_abi::RemovemappingOne>,
-    ) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::removemapping(self, ctx, ino, ranges))
-    }
-
-    fn syncfs<'a>(&'a self, ctx: &'a Context, ino: u64) -> FsFuture<'a, ()> {
-        FsFuture::ready(FileSystem::syncfs(self, ctx, ino))
-    }
-
-    fn tmpfile<'a>(
-        &'a self,
-        ctx: &'a Context,
-        parent: u64,
-        args: &'a CreateArgs,
-    ) -> FsFuture<'a, (Entry, Opened)> {
-        FsFuture::ready(FileSystem::tmpfile(self, ctx, parent, args))
-    }
-
-    fn statx<'a>(
-        &'a self,
-        ctx: &'a Context,
-        ino: u64,
-        args: &'a StatxArgs,
-    ) -> FsFuture<'a, StatxReply> {
-        FsFuture::ready(FileSystem::statx(self, ctx, ino, args))
     }
 }
 

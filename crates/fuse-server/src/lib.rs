@@ -22,12 +22,15 @@
 
 pub mod args;
 pub mod async_fs;
+pub mod attr;
 pub mod backing;
+pub mod errno;
 pub mod filesystem;
 pub mod init;
 pub mod io;
 pub mod notify;
 pub mod opcode_table;
+mod operations;
 pub mod request;
 pub mod server;
 pub mod session;
@@ -36,8 +39,11 @@ pub mod wire;
 
 pub use args::*;
 pub use async_fs::{AsyncFileSystem, FsFuture, SyncFs};
+pub use attr::{FileAttr, FileType};
 pub use backing::{BackingFiles, BackingId, FILESYSTEM_MAX_STACK_DEPTH};
 pub use filesystem::{enosys, FileSystem};
+/// The root's node id (1).
+pub use fuse_abi::ROOT_ID;
 pub use init::{InitConfig, KernelInit, Negotiated};
 pub use io::{
     AlignedBuf, DirentBuf, DirentPlusSink, DirentSink, SliceReader, SliceWriter, ZeroCopyReader,
