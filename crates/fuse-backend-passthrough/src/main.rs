@@ -5,7 +5,11 @@
 //! ```
 //!
 //! Stays in the foreground until the file system is unmounted or the
-//! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0).
+//! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0
+//! once the requests in progress are answered). Another of these signals
+//! while that stop is under way forces the exit: the mount is detached
+//! (lazy unmount), requests still in progress fail, and the exit status is
+//! 128 + the signal's number (130 for a second Ctrl-C).
 //! `--runtime tokio|uring` serves the file system through its
 //! `AsyncFileSystem` on an `async-io` runtime (a `FuseDevTask`, or with
 //! `--uring` a runtime per ring thread); `--thread-pool` then moves
@@ -70,9 +74,21 @@ impl Runtime {
     }
 }
 
+/// What `--help` says about signals (after the options).
+const SIGNALS_HELP: &str = "\
+Signals:
+  SIGINT (Ctrl-C), SIGTERM, SIGHUP  unmount and exit 0 once the requests in
+                                    progress are answered
+  the same again while unmounting   force the exit: the mount is detached
+                                    (lazy unmount), requests still in progress
+                                    fail, exit status 128 + the signal's number
+                                    (130 for a second Ctrl-C)
+  SIGUSR1                           log the transport's and the file system's
+                                    state";
+
 /// Serve the directory SOURCE through FUSE at MOUNTPOINT (in the foreground).
 #[derive(Debug, Parser)]
-#[command(name = "passthroughfs", version, about)]
+#[command(name = "passthroughfs", version, about, after_help = SIGNALS_HELP)]
 struct Args {
     /// The directory to serve.
     source: PathBuf,
@@ -160,7 +176,8 @@ struct Args {
     max_read: Option<u32>,
 
     /// Serve over FUSE-over-io_uring when the kernel offers it (falls back
-    /// to /dev/fuse, saying why, when it doesn't).
+    /// to /dev/fuse, saying why, when it doesn't: then with --threads
+    /// workers, as without --uring).
     #[arg(long)]
     uring: bool,
 
@@ -287,6 +304,104 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     // SAFETY: `set` is a valid signal set; `sig` is written by sigwait.
     while unsafe { libc::sigwait(set, &mut sig) } != 0 {}
     sig
+}
+
+/// Starts the "signals" thread: SIGUSR1 runs `log_state`; the first
+/// SIGINT, SIGTERM or SIGHUP logs "unmounting on signal" and runs `stop` on
+/// a thread of its own (a stop that never ends, held up by a request that
+/// never finishes, must not keep this thread from the next signal); another
+/// one while that stop is under way forces the exit ([`force_exit`]).
+fn spawn_signal_thread(
+    signals: libc::sigset_t,
+    mountpoint: PathBuf,
+    log_state: impl Fn() + Send + 'static,
+    stop: impl FnOnce() + Send + 'static,
+) -> Result<(), Failure> {
+    // Shared with the thread that runs it, so that it can still run here if
+    // that thread can't be started.
+    let stop = Arc::new(std::sync::Mutex::new(Some(stop)));
+    fn run_stop<F: FnOnce()>(stop: &std::sync::Mutex<Option<F>>) {
+        let taken = stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(stop) = taken {
+            stop();
+        }
+    }
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut stopping = false;
+            loop {
+                let sig = wait_for_signal(&signals);
+                if sig == libc::SIGUSR1 {
+                    log_state();
+                    continue;
+                }
+                if stopping {
+                    force_exit(sig, &mountpoint);
+                }
+                stopping = true;
+                tracing::info!(signal = sig, "unmounting on signal");
+                let shared = stop.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("stopping".into())
+                    .spawn(move || run_stop(&shared));
+                if let Err(e) = spawned {
+                    // Stopping here: a second signal can't force the exit then.
+                    tracing::warn!("no thread for the stop ({e}); stopping on the signal thread");
+                    run_stop(&stop);
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| Failure(format!("starting the signal thread: {e}")))
+}
+
+/// A second SIGINT, SIGTERM or SIGHUP while the stop is under way: the user
+/// wants out now, without waiting for requests in progress (one of them may
+/// be what holds the stop up). The mount is detached (a lazy unmount, if
+/// the topmost mount at `mountpoint` is still a FUSE one: the stop may have
+/// detached ours already, and a plain mount under it is not ours), so the
+/// mountpoint is free at once and programs still using the file system
+/// get errors once this process is gone; then the process ends with status
+/// 128 + the signal's number (130 for Ctrl-C), without running destructors
+/// (which could wait for the same requests).
+fn force_exit(sig: i32, mountpoint: &Path) -> ! {
+    tracing::warn!(
+        signal = sig,
+        mountpoint = %mountpoint.display(),
+        "signal while unmounting: forcing the exit (lazy unmount; requests in progress fail)"
+    );
+    if topmost_mount_is_fuse(mountpoint) {
+        if let Err(e) = fuse_transport_dev::unmount_path(mountpoint, true) {
+            tracing::warn!("unmounting {} lazily: {e}", mountpoint.display());
+        }
+    }
+    // SAFETY: _exit has no preconditions; it ends every thread at once.
+    unsafe { libc::_exit(128 + sig) }
+}
+
+/// Whether the topmost mount at `mountpoint` (canonical) is a FUSE file
+/// system, from `/proc/self/mountinfo` (asking the file system itself, with
+/// stat or statfs, could wait for the daemon that is being stopped).
+fn topmost_mount_is_fuse(mountpoint: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    // mountinfo escapes these characters as octal.
+    let mut want = String::new();
+    for c in mountpoint.to_string_lossy().chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => want.push_str(&format!("\\{:03o}", c as u32)),
+            c => want.push(c),
+        }
+    }
+    // Later lines are mounted on top of earlier ones.
+    info.lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .and_then(|l| l.split(" - ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .is_some_and(|fstype| fstype == "fuse" || fstype.starts_with("fuse."))
 }
 
 /// What SIGUSR1 logs: the transport and, over io_uring, its memory and
@@ -421,6 +536,8 @@ fn run(args: Args) -> Result<(), Failure> {
             entries_per_queue: args.uring_entries,
             bufs_per_queue: args.uring_bufs,
             dev_max_threads: session_config.max_threads,
+            // Falling back to /dev/fuse, serve as plain /dev/fuse would.
+            fallback_threads: session_config.threads,
             runtime,
             ..UringConfig::default()
         };
@@ -442,21 +559,16 @@ fn run(args: Args) -> Result<(), Failure> {
         transport = %session.transport(),
         "passthroughfs serving"
     );
-    let stopper = session.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            let sig = wait_for_signal(&signals);
-            if sig == libc::SIGUSR1 {
-                log_transport_state(stopper.as_ref(), uring_session.as_deref());
-                log_fs_state(&fs);
-                continue;
-            }
-            tracing::info!(signal = sig, "unmounting on signal");
-            stopper.stop();
-            break;
-        })
-        .map_err(|e| Failure(format!("starting the signal thread: {e}")))?;
+    let (logger, stopper) = (session.clone(), session.clone());
+    spawn_signal_thread(
+        signals,
+        session.mountpoint().to_path_buf(),
+        move || {
+            log_transport_state(logger.as_ref(), uring_session.as_deref());
+            log_fs_state(&fs);
+        },
+        move || stopper.stop(),
+    )?;
     let result = session.wait();
     match result {
         Ok(()) => {
@@ -512,20 +624,15 @@ fn serve_task(
             threads.max(1)
         );
         let logged = transport.clone();
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || loop {
-                let sig = wait_for_signal(&signals);
-                if sig == libc::SIGUSR1 {
-                    tracing::info!(transport = %logged, "transport state");
-                    log_fs_state(&fs);
-                    continue;
-                }
-                tracing::info!(signal = sig, "unmounting on signal");
-                handle.stop();
-                break;
-            })
-            .map_err(|e| Failure(format!("starting the signal thread: {e}")))?;
+        spawn_signal_thread(
+            signals,
+            task.mountpoint().to_path_buf(),
+            move || {
+                tracing::info!(transport = %logged, "transport state");
+                log_fs_state(&fs);
+            },
+            move || handle.stop(),
+        )?;
         tracing::info!(
             mountpoint = %task.mountpoint().display(),
             %transport,

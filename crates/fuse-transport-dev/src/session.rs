@@ -195,6 +195,24 @@ impl DevSession {
         self.shared.workers.load(Ordering::Acquire)
     }
 
+    /// Starts workers until `threads` are alive (none if that many already
+    /// are), for a transport that learns only after INIT that this session
+    /// serves every request after all: FUSE over io_uring falling back to
+    /// `/dev/fuse` started the session with the few workers that serve
+    /// forgets and interrupts beside the rings. Does nothing once the
+    /// session is stopping; fails if a worker can't be started.
+    pub fn start_workers(&self, threads: usize) -> io::Result<()> {
+        // Counted once: workers that end meanwhile (a stop) are not replaced.
+        let missing = threads.saturating_sub(self.worker_count());
+        for _ in 0..missing {
+            if self.shared.stop.load(Ordering::Acquire) {
+                break;
+            }
+            spawn_worker(&self.shared)?;
+        }
+        Ok(())
+    }
+
     /// Unmounts (a plain unmount, lazily if the mount is busy). The workers
     /// end once the kernel drops the connection.
     pub fn unmount(&self) -> Result<(), MountError> {

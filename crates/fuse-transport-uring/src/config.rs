@@ -54,9 +54,15 @@ pub struct UringConfig {
     /// `/dev/fuse` worker threads started after INIT. The kernel keeps
     /// sending FORGET, BATCH_FORGET and INTERRUPT there even with the rings
     /// in use, so at least one always runs (0 counts as 1); more start when
-    /// all are busy, up to [`UringConfig::dev_max_threads`]. In the
-    /// `/dev/fuse` fallback mode they serve everything. Default 1.
+    /// all are busy, up to [`UringConfig::dev_max_threads`]. Default 1.
     pub dev_threads: usize,
+    /// `/dev/fuse` worker threads in all in the fallback mode
+    /// ([`UringMode::DevFuse`]), where they serve every request: as many as
+    /// a plain `/dev/fuse` session starts with, not the
+    /// [`UringConfig::dev_threads`] meant for the few requests beside the
+    /// rings (0 counts as 1). Default `SessionConfig::default().threads` of
+    /// `fuse-transport-dev`.
+    pub fallback_threads: usize,
     /// Largest number of `/dev/fuse` worker threads. Default 64.
     pub dev_max_threads: usize,
     /// Ask for FUSE over io_uring at all. `false` serves over `/dev/fuse`
@@ -98,6 +104,7 @@ impl Default for UringConfig {
             pin_threads: true,
             defer_taskrun: true,
             dev_threads: 1,
+            fallback_threads: fuse_transport_dev::SessionConfig::default().threads,
             dev_max_threads: 64,
             enabled: true,
             fault: None,

@@ -69,7 +69,10 @@ pub(crate) struct Shared {
 ///
 /// Each step that can't be taken is logged once with its reason and falls
 /// back: pools → per-entry buffers → `/dev/fuse`; [`UringSession::mode`]
-/// and [`UringSession::fallback_reason`] tell where it ended.
+/// and [`UringSession::fallback_reason`] tell where it ended. Serving
+/// everything over `/dev/fuse`, the session runs
+/// [`UringConfig::fallback_threads`] workers, as a plain `/dev/fuse`
+/// session would, instead of [`UringConfig::dev_threads`].
 ///
 /// Ending it: [`Session::stop`] unmounts and makes every thread return;
 /// each ring thread hands in the replies it wrote and closes its ring,
@@ -141,11 +144,17 @@ impl UringSession {
             init.flags |= InitFlags::OVER_IO_URING;
             server = server.with_init_config(init);
         }
+        // Known to serve everything over /dev/fuse: all its workers at once.
+        let fallback_threads = config.fallback_threads.max(1);
         let dev = DevSession::from_mount(
             server,
             mount,
             SessionConfig {
-                threads: config.dev_threads.max(1),
+                threads: if want_uring {
+                    config.dev_threads.max(1)
+                } else {
+                    fallback_threads
+                },
                 max_threads: config.dev_max_threads.max(1),
                 ..SessionConfig::default()
             },
@@ -203,6 +212,10 @@ impl UringSession {
         }
         if !session.mode.uses_uring() {
             session.fallback_reason = Some(reason.unwrap_or_else(|| "unknown".to_string()));
+            // The workers serve every request now, not just forgets and
+            // interrupts: as many as a plain /dev/fuse session has.
+            dev.start_workers(fallback_threads)
+                .map_err(|e| UringError::Session(SessionError::Worker(e)))?;
         }
         tracing::info!(
             mountpoint = %session.mountpoint.display(),
