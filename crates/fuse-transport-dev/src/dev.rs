@@ -66,3 +66,46 @@ pub fn write_message(fd: BorrowedFd<'_>, parts: &[IoSlice<'_>]) -> io::Result<()
         }
     }
 }
+
+/// One request read from `/dev/fuse`, and the reply buffer it is answered
+/// in: the [`fuse_server::Transaction`] of the worker threads and of
+/// `FuseDevTask`, and of a program that reads `/dev/fuse` itself. Replies
+/// are written at once with one `writev` (a write to `/dev/fuse` never
+/// blocks).
+pub struct DevTransaction<'a> {
+    /// The descriptor the request was read from (replies go back there).
+    pub fd: BorrowedFd<'a>,
+    /// The request's bytes.
+    pub request: &'a [u8],
+    /// Where the reply body is written.
+    pub reply: &'a mut [u8],
+}
+
+impl fuse_server::Transaction for DevTransaction<'_> {
+    fn request(&self) -> fuse_server::RawRequest<'_> {
+        fuse_server::RawRequest::contiguous(self.request)
+    }
+
+    fn reply_buffer(&mut self) -> &mut [u8] {
+        self.reply
+    }
+
+    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
+        let body_len = if error == 0 {
+            body_len.min(self.reply.len())
+        } else {
+            0
+        };
+        let header = fuse_abi::OutHeader {
+            len: (size_of::<fuse_abi::OutHeader>() + body_len) as u32,
+            error,
+            unique,
+        };
+        let parts = [
+            IoSlice::new(zerocopy::IntoBytes::as_bytes(&header)),
+            IoSlice::new(&self.reply[..body_len]),
+        ];
+        let count = if body_len == 0 { 1 } else { 2 };
+        write_message(self.fd, &parts[..count])
+    }
+}

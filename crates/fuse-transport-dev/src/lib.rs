@@ -35,6 +35,7 @@ pub mod session;
 pub mod task;
 
 pub use backing::DevBackingFiles;
+pub use dev::DevTransaction;
 pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
 pub use session::{DevSession, SessionConfig, SessionError};
 #[cfg(feature = "tokio")]

@@ -1,12 +1,10 @@
 //! Serving a mount from `/dev/fuse` with worker threads.
 
 use crate::backing::DevBackingFiles;
-use crate::dev;
+use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountError, MountOptions};
 use fuse_server::opcode_table::opcode_info_raw;
-use fuse_server::{
-    AlignedBuf, NotificationSink, Notifier, Outcome, RawRequest, Server, Session, Transaction,
-};
+use fuse_server::{AlignedBuf, NotificationSink, Notifier, Outcome, Server, Session};
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -14,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use zerocopy::IntoBytes;
 
 /// Where a request is read into its buffer: chosen so that the data of a
 /// WRITE (after the 40-byte header and the 40-byte `fuse_write_in`) starts
@@ -523,42 +520,6 @@ fn release_pages(buf: &mut [u8]) {
         // SAFETY: the range lies inside `buf`, which we borrow mutably; its
         // contents are not needed (the request was handled).
         unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) };
-    }
-}
-
-/// One request read from `/dev/fuse`, and the worker's reply buffer.
-struct DevTransaction<'a> {
-    fd: BorrowedFd<'a>,
-    request: &'a [u8],
-    reply: &'a mut [u8],
-}
-
-impl Transaction for DevTransaction<'_> {
-    fn request(&self) -> RawRequest<'_> {
-        RawRequest::contiguous(self.request)
-    }
-
-    fn reply_buffer(&mut self) -> &mut [u8] {
-        self.reply
-    }
-
-    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
-        let body_len = if error == 0 {
-            body_len.min(self.reply.len())
-        } else {
-            0
-        };
-        let header = fuse_abi::OutHeader {
-            len: (size_of::<fuse_abi::OutHeader>() + body_len) as u32,
-            error,
-            unique,
-        };
-        let parts = [
-            IoSlice::new(header.as_bytes()),
-            IoSlice::new(&self.reply[..body_len]),
-        ];
-        let count = if body_len == 0 { 1 } else { 2 };
-        dev::write_message(self.fd, &parts[..count])
     }
 }
 

@@ -16,18 +16,17 @@
 //! end tells the file system the connection is over.
 
 use crate::backing::DevBackingFiles;
-use crate::dev;
+use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountOptions};
 use crate::session::SessionError;
-use fuse_server::{AlignedBuf, Outcome, RawRequest, Server, Transaction};
-use std::io::{self, IoSlice};
+use fuse_server::{AlignedBuf, Outcome, Server};
+use std::io::{self};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore};
-use zerocopy::IntoBytes;
 
 /// Offset of the request in its buffer; see the `/dev/fuse` session.
 const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
@@ -302,7 +301,7 @@ impl FuseDevTask {
             let handle = self.handle();
             tasks.spawn_local(async move {
                 let mut reply = reply;
-                let mut tx = TaskTransaction {
+                let mut tx = DevTransaction {
                     fd: fd.get_ref().as_fd(),
                     request: &request[REQUEST_OFFSET..REQUEST_OFFSET + n],
                     reply: &mut reply,
@@ -355,7 +354,7 @@ impl FuseDevTask {
                 }
                 Err(e) => return Err(e),
             };
-            let mut tx = TaskTransaction {
+            let mut tx = DevTransaction {
                 fd: self.fd.get_ref().as_fd(),
                 request: &request[REQUEST_OFFSET..REQUEST_OFFSET + n],
                 reply: &mut reply,
@@ -445,40 +444,4 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// One request read by the task, with its reply buffer. Replies to
-/// `/dev/fuse` never block, so they are written directly.
-struct TaskTransaction<'a> {
-    fd: BorrowedFd<'a>,
-    request: &'a [u8],
-    reply: &'a mut [u8],
-}
-
-impl Transaction for TaskTransaction<'_> {
-    fn request(&self) -> RawRequest<'_> {
-        RawRequest::contiguous(self.request)
-    }
-
-    fn reply_buffer(&mut self) -> &mut [u8] {
-        self.reply
-    }
-
-    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
-        let body_len = if error == 0 {
-            body_len.min(self.reply.len())
-        } else {
-            0
-        };
-        let header = fuse_abi::OutHeader {
-            len: (16 + body_len) as u32,
-            error,
-            unique,
-        };
-        let parts = [
-            IoSlice::new(header.as_bytes()),
-            IoSlice::new(&self.reply[..body_len]),
-        ];
-        dev::write_message(self.fd, &parts[..if body_len == 0 { 1 } else { 2 }])
-    }
 }

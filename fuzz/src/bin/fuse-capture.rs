@@ -14,51 +14,15 @@
 //! request of each opcode). Needs root.
 
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
-use fuse_server::{AlignedBuf, RawRequest, Server, Transaction};
-use fuse_transport_dev::{Mount, MountOptions};
-use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use fuse_server::{AlignedBuf, Server};
+use fuse_transport_dev::{DevTransaction, Mount, MountOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use zerocopy::IntoBytes;
 
 /// Largest dispatch seed.
 const MAX_SEED: usize = 64 << 10;
-
-struct Tx<'a> {
-    fd: BorrowedFd<'a>,
-    request: &'a [u8],
-    reply: &'a mut [u8],
-}
-
-impl Transaction for Tx<'_> {
-    fn request(&self) -> RawRequest<'_> {
-        RawRequest::contiguous(self.request)
-    }
-
-    fn reply_buffer(&mut self) -> &mut [u8] {
-        self.reply
-    }
-
-    fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
-        let body_len = if error == 0 { body_len } else { 0 };
-        let header = fuse_abi::OutHeader {
-            len: (16 + body_len) as u32,
-            error,
-            unique,
-        };
-        let parts = [
-            IoSlice::new(header.as_bytes()),
-            IoSlice::new(&self.reply[..body_len]),
-        ];
-        // SAFETY: IoSlice is ABI-compatible with iovec; the slices live.
-        let n = unsafe { libc::writev(self.fd.as_raw_fd(), parts.as_ptr().cast(), 2) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-}
 
 fn serve(server: &Server, fd: OwnedFd, log: &Mutex<Vec<Vec<u8>>>) {
     let mut request = AlignedBuf::new(4 << 20).expect("request buffer");
@@ -74,7 +38,7 @@ fn serve(server: &Server, fd: OwnedFd, log: &Mutex<Vec<Vec<u8>>>) {
         }
         let bytes = &request[..n as usize];
         log.lock().unwrap().push(bytes.to_vec());
-        let mut tx = Tx {
+        let mut tx = DevTransaction {
             fd: fd.as_fd(),
             request: bytes,
             reply: &mut reply,
