@@ -8,7 +8,7 @@ use fuse_abi::{
     FileLock, FopenFlags, FsyncFlags, IoctlFlags, OpenInFlags, ReadFlags, ReleaseFlags,
     RenameFlags, SetattrValid, SetxattrFlags, WriteFlags,
 };
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A time to set with SETATTR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,33 @@ pub enum SetTime {
         /// Nanoseconds.
         nsecs: u32,
     },
+}
+
+impl SetTime {
+    /// The time to store: the current time for [`SetTime::Now`]. A time
+    /// `SystemTime` can't hold becomes the epoch.
+    ///
+    /// ```
+    /// use fuse_server::SetTime;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// let t = SetTime::At { secs: -1, nsecs: 500_000_000 };
+    /// assert_eq!(t.to_system_time(), UNIX_EPOCH - Duration::from_millis(500));
+    /// ```
+    pub fn to_system_time(self) -> SystemTime {
+        match self {
+            SetTime::Now => SystemTime::now(),
+            SetTime::At { secs, nsecs } => {
+                let whole = if secs >= 0 {
+                    UNIX_EPOCH.checked_add(Duration::from_secs(secs as u64))
+                } else {
+                    UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))
+                };
+                whole
+                    .and_then(|t| t.checked_add(Duration::from_nanos(nsecs.into())))
+                    .unwrap_or(UNIX_EPOCH)
+            }
+        }
+    }
 }
 
 /// SETATTR arguments: every field that is `Some` is to be changed.
@@ -147,6 +174,13 @@ impl WriteArgs {
     pub fn kill_suidgid(&self) -> bool {
         self.write_flags.contains(WriteFlags::KILL_SUIDGID)
     }
+
+    /// The file was opened with `O_APPEND`: without the writeback cache
+    /// the data goes at the file's end, wherever `offset` says (see
+    /// [`crate::FileSystem::write`]).
+    pub fn append(&self) -> bool {
+        self.flags & libc::O_APPEND as u32 != 0
+    }
 }
 
 /// RELEASE and RELEASEDIR arguments.
@@ -198,6 +232,18 @@ pub struct SetxattrArgs<'a> {
     pub flags: u32,
     /// `FUSE_SETXATTR_*` flags (with `FUSE_SETXATTR_EXT`).
     pub setxattr_flags: SetxattrFlags,
+}
+
+impl SetxattrArgs<'_> {
+    /// `XATTR_CREATE`: fail with `EEXIST` if the attribute exists.
+    pub fn create(&self) -> bool {
+        self.flags & libc::XATTR_CREATE as u32 != 0
+    }
+
+    /// `XATTR_REPLACE`: fail with `ENODATA` if the attribute doesn't exist.
+    pub fn replace(&self) -> bool {
+        self.flags & libc::XATTR_REPLACE as u32 != 0
+    }
 }
 
 /// GETLK, SETLK and SETLKW arguments.

@@ -44,6 +44,14 @@ pub use backing::{BackingFiles, BackingId, FILESYSTEM_MAX_STACK_DEPTH};
 pub use filesystem::{enosys, FileSystem};
 /// The root's node id (1).
 pub use fuse_abi::ROOT_ID;
+/// The protocol types that the traits' signatures, the argument structs
+/// and the replies name, so a file system needs no `fuse-abi` dependency
+/// of its own (`Kstatfs` for `statfs`, `RenameFlags` for `rename`, ...).
+pub use fuse_abi::{
+    AccessMask, Attr, FileLock, FopenFlags, FsyncFlags, IoctlFlags, Kstatfs, OpenInFlags,
+    ReadFlags, ReleaseFlags, RemovemappingOne, RenameFlags, SetattrValid, SetupmappingIn,
+    SetxattrFlags, Statx, WriteFlags,
+};
 pub use init::{InitConfig, KernelInit, Negotiated};
 pub use io::{
     AlignedBuf, DirentBuf, DirentPlusSink, DirentSink, SliceReader, SliceWriter, ZeroCopyReader,
