@@ -114,7 +114,9 @@ pub struct CreateArgs {
 pub struct MknodArgs {
     /// File type and permission bits.
     pub mode: u32,
-    /// Device number of a device node.
+    /// Device number of a device node, as the kernel encodes it (12 bits
+    /// of major, 20 of minor); for every number it can carry, this is the
+    /// `dev_t` that [`crate::FileAttr::rdev`] holds (`u64::from(rdev)`).
     pub rdev: u32,
     /// The caller's umask.
     pub umask: u32,

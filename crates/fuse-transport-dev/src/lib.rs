@@ -12,6 +12,11 @@
 //!   sessions install one on their [`fuse_server::Server`] before INIT.
 //! - `FuseDevTask` (feature `tokio`): the same, as a task on the
 //!   application's own tokio runtime, each request its own task.
+//! - [`serve_until_signal`]: waits for a session (of any transport),
+//!   stopping it on Ctrl-C, SIGTERM or SIGHUP.
+//!
+//! `examples/hello.rs` (one read-only file) and `examples/memfs.rs` (an
+//! in-memory file system) are complete daemons to start from.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,6 +36,7 @@ pub mod backing;
 pub mod dev;
 pub mod mount;
 pub mod session;
+pub mod signal;
 #[cfg(feature = "tokio")]
 pub mod task;
 
@@ -38,5 +44,11 @@ pub use backing::DevBackingFiles;
 pub use dev::DevTransaction;
 pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
 pub use session::{DevSession, SessionConfig, SessionError};
+pub use signal::serve_until_signal;
 #[cfg(feature = "tokio")]
 pub use task::{FuseDevSibling, FuseDevTask, TaskConfig, TaskHandle};
+
+/// The README's code compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
