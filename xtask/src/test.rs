@@ -48,7 +48,8 @@ pub struct TestArgs {
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
     /// Run pjdfstest on a plain directory of the host's file system instead
-    /// of a passthrough mount (a reference run; also `XTASK_PJDFSTEST_NATIVE=1`).
+    /// of the passthrough and memfs mounts (a reference run; also
+    /// `XTASK_PJDFSTEST_NATIVE=1`).
     #[arg(long)]
     native: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g.
@@ -99,7 +100,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "pjdfstest",
-        about: "POSIX conformance (pjdfstest 0.2.2) on a passthroughfs mount",
+        about: "POSIX conformance (pjdfstest 0.2.2) on passthroughfs and memfs mounts",
         run: step_pjdfstest,
     },
     Step {
@@ -987,61 +988,127 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// How long the daemon may take to mount, and to exit after SIGTERM.
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs pjdfstest on a passthroughfs mount (or, with `--native` or
-/// `XTASK_PJDFSTEST_NATIVE=1`, on a plain directory for comparison).
+/// Runs pjdfstest on a passthroughfs mount and on a mount of the memfs
+/// example (or, with `--native` or `XTASK_PJDFSTEST_NATIVE=1`, only on a
+/// plain directory for comparison). Both mounts are always tested; their
+/// counts are added to the totals, and the step fails if either run did.
 ///
-/// The daemon is `target/release/passthroughfs` unless `XTASK_PASSTHROUGHFS`
-/// names another one; it is run as `DAEMON --allow-other
-/// --default-permissions SOURCE MOUNTPOINT`, must stay in the foreground and
-/// must unmount and exit on SIGTERM.
+/// The passthrough daemon is `target/release/passthroughfs` unless
+/// `XTASK_PASSTHROUGHFS` names another one; it is run as `DAEMON
+/// --allow-other --default-permissions SOURCE MOUNTPOINT`, must stay in
+/// the foreground and must unmount and exit on SIGTERM. memfs
+/// (`crates/fuse-transport-dev/examples/memfs.rs`, built here) does the
+/// same as `memfs MOUNTPOINT` (it mounts with those options itself), with
+/// its own configuration, `xtask/pjdfstest-memfs.toml`, whose
+/// `expected_failures` (none now) would name the tests it can't pass and
+/// say why.
 fn step_pjdfstest(ctx: &mut Ctx) -> Result<Outcome> {
     let (pjdfstest, version) =
         pjdfstest_binary().context("pjdfstest is not installed (run the setup step)")?;
     println!("pjdfstest: {} ({version})", pjdfstest.display());
-    let config = ctx.root.join("xtask/pjdfstest.toml");
     let native = ctx.args.native
         || std::env::var("XTASK_PJDFSTEST_NATIVE").is_ok_and(|v| !v.is_empty() && v != "0");
+    let config = ctx.root.join("xtask/pjdfstest.toml");
+    if native {
+        // Short paths: some tests bind UNIX sockets (108-byte path limit).
+        let dir = short_tempdir("pjd-")?;
+        println!("native run in {} (no FUSE)", dir.path().display());
+        let mut counts = Counts::default();
+        let result = run_pjdfstest(&pjdfstest, &config, dir.path(), &mut counts);
+        report_pjdfstest(ctx, "a plain directory", counts);
+        result?;
+        return Ok(Outcome::Done);
+    }
 
-    // Short paths: some tests bind UNIX sockets (108-byte path limit).
-    let mountpoint = short_tempdir("pjd-")?;
+    let mut failures = Vec::new();
     let mut counts = Counts::default();
-    let result = if native {
-        println!("native run in {} (no FUSE)", mountpoint.path().display());
-        run_pjdfstest(&pjdfstest, &config, mountpoint.path(), &mut counts)
-    } else {
-        // Another daemon with the same command line can be compared by
-        // naming it in XTASK_PASSTHROUGHFS (e.g. a wrapper for libfuse's
-        // passthrough_ll).
-        let daemon = std::env::var_os("XTASK_PASSTHROUGHFS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| target_dir().join("release/passthroughfs"));
-        if !daemon.is_file() {
-            bail!("{} does not exist (run the build step)", daemon.display());
-        }
-        let source = short_tempdir("pjd-src-")?;
-        let logs = tempfile::Builder::new().prefix("pjd-log-").tempdir()?;
-        let mount =
-            PassthroughMount::start(&daemon, source.path(), mountpoint.path(), logs.path())?;
-        let result = run_pjdfstest(&pjdfstest, &config, mountpoint.path(), &mut counts);
-        // Always stop the daemon; report pjdfstest's failure first if both fail.
-        match (result, mount.stop()) {
-            (Err(e), Err(stop)) => {
-                println!("also: {}", one_line(&stop));
-                Err(e)
-            }
-            (result, stop) => result.and(stop),
-        }
-        // `mount` is gone before `source` and `mountpoint` are removed.
-    };
+    let result = pjdfstest_passthrough(&pjdfstest, &config, &mut counts);
+    report_pjdfstest(ctx, "passthroughfs", counts);
+    if let Err(e) = result {
+        failures.push(format!("passthroughfs: {}", one_line(&e)));
+    }
+    println!();
+    let config = ctx.root.join("xtask/pjdfstest-memfs.toml");
+    let mut counts = Counts::default();
+    let result = pjdfstest_memfs(&ctx.root, &pjdfstest, &config, &mut counts);
+    report_pjdfstest(ctx, "memfs", counts);
+    if let Err(e) = result {
+        failures.push(format!("memfs: {}", one_line(&e)));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(Outcome::Done)
+}
+
+/// Adds one run's counts to the totals and prints them.
+fn report_pjdfstest(ctx: &mut Ctx, what: &str, counts: Counts) {
     ctx.counts.add(counts);
     if counts.seen {
         println!(
-            "pjdfstest: {} passed, {} failed, {} skipped",
+            "pjdfstest on {what}: {} passed, {} failed, {} skipped",
             counts.passed, counts.failed, counts.skipped
         );
     }
-    result?;
-    Ok(Outcome::Done)
+}
+
+/// pjdfstest on a passthroughfs mount of an empty directory.
+fn pjdfstest_passthrough(pjdfstest: &Path, config: &Path, counts: &mut Counts) -> Result<()> {
+    // Another daemon with the same command line can be compared by
+    // naming it in XTASK_PASSTHROUGHFS (e.g. a wrapper for libfuse's
+    // passthrough_ll).
+    let daemon = std::env::var_os("XTASK_PASSTHROUGHFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("release/passthroughfs"));
+    if !daemon.is_file() {
+        bail!("{} does not exist (run the build step)", daemon.display());
+    }
+    // Short paths: some tests bind UNIX sockets (108-byte path limit).
+    let mountpoint = short_tempdir("pjd-")?;
+    let source = short_tempdir("pjd-src-")?;
+    let logs = tempfile::Builder::new().prefix("pjd-log-").tempdir()?;
+    let mut cmd = Command::new(&daemon);
+    cmd.args(["--allow-other", "--default-permissions"])
+        .arg(source.path());
+    let mount = DaemonMount::start("passthroughfs", cmd, mountpoint.path(), logs.path())?;
+    let result = run_pjdfstest(pjdfstest, config, mountpoint.path(), counts);
+    // `mount` is gone before `source` and `mountpoint` are removed.
+    stop_after(result, mount)
+}
+
+/// pjdfstest on a mount of the memfs example, built first (the build step
+/// builds no examples).
+fn pjdfstest_memfs(
+    root: &Path,
+    pjdfstest: &Path,
+    config: &Path,
+    counts: &mut Counts,
+) -> Result<()> {
+    run_cmd(
+        cargo()
+            .args(["build", "--release", "-p", "fuse-transport-dev"])
+            .args(["--example", "memfs"])
+            .current_dir(root),
+    )?;
+    let daemon = target_dir().join("release/examples/memfs");
+    let mountpoint = short_tempdir("pjd-mem-")?;
+    let logs = tempfile::Builder::new().prefix("pjd-log-").tempdir()?;
+    let cmd = Command::new(&daemon);
+    let mount = DaemonMount::start("memfs", cmd, mountpoint.path(), logs.path())?;
+    let result = run_pjdfstest(pjdfstest, config, mountpoint.path(), counts);
+    stop_after(result, mount)
+}
+
+/// Stops the daemon whatever pjdfstest's `result` was; reports
+/// pjdfstest's failure first if both failed.
+fn stop_after(result: Result<()>, mount: DaemonMount) -> Result<()> {
+    match (result, mount.stop()) {
+        (Err(e), Err(stop)) => {
+            println!("also: {}", one_line(&stop));
+            Err(e)
+        }
+        (result, stop) => result.and(stop),
+    }
 }
 
 /// A fresh directory `/tmp/PREFIXxxxxxx`, mode 0755 (pjdfstest switches to
@@ -1223,7 +1290,9 @@ fn parse_pjdfstest_summary(line: &str) -> Option<Counts> {
         let n: u64 = n.parse().ok()?;
         match what {
             "failed" => c.failed = n,
-            "skipped" => c.skipped = n,
+            // Expected failures (a configuration's `expected_failures`)
+            // did not pass: they count as skipped.
+            "skipped" | "expected" => c.skipped += n,
             "passed" => c.passed = n,
             _ => {}
         }
@@ -1249,9 +1318,12 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// A running `passthroughfs` daemon and its mount. Dropping it (also on an
-/// error or a panic) stops the daemon and makes sure no mount is left.
-struct PassthroughMount {
+/// A running FUSE daemon (passthroughfs, memfs) and its mount. Dropping
+/// it (also on an error or a panic) stops the daemon and makes sure no
+/// mount is left.
+struct DaemonMount {
+    /// The daemon's name, for messages.
+    name: &'static str,
     /// The daemon; `None` once it has been waited for.
     child: Option<Child>,
     /// Where it is mounted.
@@ -1260,17 +1332,20 @@ struct PassthroughMount {
     log: PathBuf,
 }
 
-impl PassthroughMount {
-    /// Starts `daemon SOURCE MOUNTPOINT` and waits until the mount answers.
-    fn start(daemon: &Path, source: &Path, mountpoint: &Path, log_dir: &Path) -> Result<Self> {
+impl DaemonMount {
+    /// Starts `cmd MOUNTPOINT` (its stdout and stderr going to a log in
+    /// `log_dir`) and waits until the mount answers.
+    fn start(
+        name: &'static str,
+        mut cmd: Command,
+        mountpoint: &Path,
+        log_dir: &Path,
+    ) -> Result<Self> {
         // As mountinfo will show it (no symlinks).
         let mountpoint = mountpoint.canonicalize()?;
-        let log = log_dir.join("passthroughfs.log");
+        let log = log_dir.join(format!("{name}.log"));
         let log_file = fs::File::create(&log)?;
-        let mut cmd = Command::new(daemon);
-        cmd.args(["--allow-other", "--default-permissions"])
-            .arg(source)
-            .arg(&mountpoint)
+        cmd.arg(&mountpoint)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file);
@@ -1280,6 +1355,7 @@ impl PassthroughMount {
             .spawn()
             .with_context(|| format!("cannot start `{line}`"))?;
         let mut mount = Self {
+            name,
             child: Some(child),
             mountpoint,
             log,
@@ -1296,7 +1372,10 @@ impl PassthroughMount {
             if let Some(status) = child.try_wait()? {
                 self.child = None;
                 self.print_log();
-                bail!("passthroughfs exited before mounting ({status}); its log is above");
+                bail!(
+                    "{} exited before mounting ({status}); its log is above",
+                    self.name
+                );
             }
             if is_fuse_mounted(&self.mountpoint) {
                 // Mounted: statfs goes to the daemon and must answer in time.
@@ -1326,7 +1405,8 @@ impl PassthroughMount {
             if Instant::now() >= deadline {
                 self.print_log();
                 bail!(
-                    "passthroughfs did not mount {} within {} s",
+                    "{} did not mount {} within {} s",
+                    self.name,
                     self.mountpoint.display(),
                     DAEMON_TIMEOUT.as_secs()
                 );
@@ -1339,7 +1419,7 @@ impl PassthroughMount {
     fn print_log(&self) {
         let mut text = String::new();
         let _ = fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut text));
-        println!("---- passthroughfs log ({}) ----", self.log.display());
+        println!("---- {} log ({}) ----", self.name, self.log.display());
         print!("{text}");
         if !text.is_empty() && !text.ends_with('\n') {
             println!();
@@ -1354,25 +1434,30 @@ impl PassthroughMount {
         match status {
             Some(s) if s.signal().is_some() => {
                 self.print_log();
-                bail!("passthroughfs died after SIGTERM ({s})");
+                bail!("{} died after SIGTERM ({s})", self.name);
             }
             Some(s) if !s.success() => {
-                println!("note: passthroughfs exited with {s} after SIGTERM");
+                println!("note: {} exited with {s} after SIGTERM", self.name);
             }
             None => {
                 self.print_log();
                 bail!(
-                    "passthroughfs did not exit within {} s of SIGTERM",
+                    "{} did not exit within {} s of SIGTERM",
+                    self.name,
                     DAEMON_TIMEOUT.as_secs()
                 );
             }
             _ => {}
         }
         if leftover {
-            bail!("passthroughfs exited but left its mount behind (lazily unmounted)");
+            bail!(
+                "{} exited but left its mount behind (lazily unmounted)",
+                self.name
+            );
         }
         println!(
-            "passthroughfs stopped, {} unmounted",
+            "{} stopped, {} unmounted",
+            self.name,
             self.mountpoint.display()
         );
         Ok(())
@@ -1398,7 +1483,8 @@ impl PassthroughMount {
             std::thread::sleep(Duration::from_millis(50));
         }
         println!(
-            "passthroughfs ignored SIGTERM for {} s: killing it",
+            "{} ignored SIGTERM for {} s: killing it",
+            self.name,
             DAEMON_TIMEOUT.as_secs()
         );
         let _ = child.kill();
@@ -1419,7 +1505,7 @@ impl PassthroughMount {
     }
 }
 
-impl Drop for PassthroughMount {
+impl Drop for DaemonMount {
     fn drop(&mut self) {
         if self.child.is_some() {
             self.terminate();
@@ -1515,6 +1601,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!((c.passed, c.failed, c.skipped), (381, 2, 15));
+        let c = parse_pjdfstest_summary(
+            "Summary: 0 failed, 16 skipped, 380 passed, 2 expected failures, 398 total",
+        )
+        .unwrap();
+        assert_eq!((c.passed, c.failed, c.skipped), (380, 0, 18));
     }
 
     #[test]
