@@ -158,7 +158,18 @@ pub fn mount(mountpoint: &Path) -> Result<DevSession, SessionError> {
     DevSession::mount(server, mountpoint, &options, SessionConfig::default())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    // Errors in words (returning them from main would print their Debug form).
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hello: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let Some(mountpoint) = std::env::args_os().nth(1) else {
         return Err("usage: hello MOUNTPOINT".into());
     };

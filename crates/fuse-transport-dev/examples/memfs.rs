@@ -11,8 +11,9 @@
 //! root directory belongs to the mountpoint's owner. It is mounted with
 //! `default_permissions`, so the kernel checks permissions from the modes
 //! and owners below before a request reaches us, and with `allow_other`,
-//! so every user may use it (a normal user mounting it through
-//! `fusermount3` needs `user_allow_other` in `/etc/fuse.conf` for that).
+//! so every user may use it (as a normal user, mounting through
+//! `fusermount3`, that takes `user_allow_other` in `/etc/fuse.conf`:
+//! without it `fusermount3` refuses the mount).
 //! POSIX conformance: `cargo xtask test --only pjdfstest` runs pjdfstest
 //! against it (docs/testing.md).
 //!
@@ -957,13 +958,25 @@ pub fn mount(fs: Arc<MemFs>, mountpoint: &Path) -> Result<DevSession, SessionErr
     )
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    // Errors in words (returning them from main would print their Debug form).
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memfs: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let Some(mountpoint) = std::env::args_os().nth(1) else {
         return Err("usage: memfs MOUNTPOINT".into());
     };
     let mountpoint = Path::new(&mountpoint);
     // The root directory belongs to whoever owns the mountpoint.
-    let owner = std::fs::metadata(mountpoint)?;
+    let owner =
+        std::fs::metadata(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     let fs = Arc::new(MemFs::new(owner.uid(), owner.gid()));
     let session = mount(fs, mountpoint)?;
     println!("memfs serving at {}", mountpoint.display());
