@@ -8,8 +8,8 @@
 //! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0
 //! once the requests in progress are answered). Another of these signals
 //! while that stop is under way forces the exit: the mount is detached
-//! (lazy unmount), requests still in progress fail, and the exit status is
-//! 128 + the signal's number (130 for a second Ctrl-C).
+//! (lazy unmount), requests still in progress fail, and the process dies
+//! of that signal (a shell reports 128 + its number: 130 for Ctrl-C).
 //! `--runtime tokio|uring` serves the file system through its
 //! `AsyncFileSystem` on an `async-io` runtime (a `FuseDevTask`, or with
 //! `--uring` a runtime per ring thread); `--thread-pool` then moves
@@ -81,8 +81,8 @@ Signals:
                                     progress are answered
   the same again while unmounting   force the exit: the mount is detached
                                     (lazy unmount), requests still in progress
-                                    fail, exit status 128 + the signal's number
-                                    (130 for a second Ctrl-C)
+                                    fail, and the process dies of the signal
+                                    (status 130 in a shell for Ctrl-C)
   SIGUSR1                           log the transport's and the file system's
                                     state";
 
@@ -362,9 +362,12 @@ fn spawn_signal_thread(
 /// the topmost mount at `mountpoint` is still a FUSE one: the stop may have
 /// detached ours already, and a plain mount under it is not ours), so the
 /// mountpoint is free at once and programs still using the file system
-/// get errors once this process is gone; then the process ends with status
-/// 128 + the signal's number (130 for Ctrl-C), without running destructors
-/// (which could wait for the same requests).
+/// get errors once this process is gone. Then the process dies of `sig`
+/// itself (a shell reports 128 + its number: 130 for Ctrl-C): a fatal
+/// signal gives every thread a pending SIGKILL, so none of them, not even
+/// the one that closes the process's files (a close on a stuck backing
+/// file system waits for it, killably), can hold the exit up the way the
+/// stop was held up; `_exit` would not.
 fn force_exit(sig: i32, mountpoint: &Path) -> ! {
     tracing::warn!(
         signal = sig,
@@ -376,8 +379,21 @@ fn force_exit(sig: i32, mountpoint: &Path) -> ! {
             tracing::warn!("unmounting {} lazily: {e}", mountpoint.display());
         }
     }
-    // SAFETY: _exit has no preconditions; it ends every thread at once.
-    unsafe { libc::_exit(128 + sig) }
+    // SAFETY: the set is initialized by sigemptyset; resetting a signal that
+    // has no handler to its default action and sending it to ourselves have
+    // no other preconditions. The signal is unblocked in this thread only
+    // (every thread blocks it), so the kernel delivers it here, and its
+    // default action ends the process before kill returns to user space.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        // Not reached; should it be, no destructor runs either.
+        libc::_exit(128 + sig)
+    }
 }
 
 /// Whether the topmost mount at `mountpoint` (canonical) is a FUSE file

@@ -1,0 +1,199 @@
+//! A second Ctrl-C forces `passthroughfs` out when the first one's stop
+//! can't finish: the daemon logs that it forces the exit, detaches its
+//! mount (lazy unmount) and dies of the signal, on
+//! `/dev/fuse`, on FUSE over io_uring, and on `--uring`'s fallback to
+//! `/dev/fuse` (io_uring refused by a seccomp filter, `support/seccomp.rs`).
+//!
+//! A stop that can't finish, made for certain: the daemon under test ("A")
+//! serves a directory of another passthrough mount ("B"). B is stopped
+//! (SIGSTOP), a client looks up a new name on A, and A's handler is seen
+//! blocked in B's `request_wait_answer`: A's stop waits for that request,
+//! which can't end while B is stopped. Before, a second signal did nothing
+//! (the signal thread ended after the first).
+//!
+//! They need root (mounting); the io_uring run needs
+//! `/sys/module/fuse/parameters/enable_uring` = Y.
+
+mod common;
+#[path = "support/daemon.rs"]
+mod daemon;
+#[path = "support/seccomp.rs"]
+mod seccomp;
+
+use common::require_root;
+use daemon::*;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+/// Only to catch a hang.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// How A serves.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Dev,
+    Uring,
+    /// `--uring` with io_uring refused: the `/dev/fuse` fallback.
+    UringFallback,
+}
+
+/// Whether a thread of process `pid` waits for a FUSE reply.
+fn waits_for_a_fuse_reply(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).any(|t| {
+        std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w == "request_wait_answer")
+    })
+}
+
+/// What the threads of process `pid` wait in (to tell why a wait failed).
+fn wchans(pid: i32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            format!("{} {}", read("comm").trim(), read("wchan"))
+        })
+        .collect()
+}
+
+/// Whether every thread of process `pid` is stopped (state T).
+fn all_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which may hold spaces.
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "T")
+    })
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool, why: impl Fn() -> String) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "waiting for {what}: {}", why());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
+    require_root();
+    let d = dirs();
+    // B serves B-src at A's source directory; A serves that at d.mnt.
+    let (b_src, a_src) = (d.dir.path().join("b-src"), d.src.clone());
+    std::fs::create_dir(&b_src).unwrap();
+    std::fs::write(b_src.join("f"), b"through two mounts").unwrap();
+    let b = Daemon::start(&b_src, &a_src, Transport::Dev, &[]);
+    let a = match mode {
+        Mode::Dev => Daemon::start(&a_src, &d.mnt, Transport::Dev, &[]),
+        Mode::Uring => Daemon::start(&a_src, &d.mnt, Transport::Uring, &[]),
+        Mode::UringFallback => {
+            Daemon::start_with(&a_src, &d.mnt, Transport::Dev, &["--uring"], |cmd| {
+                seccomp::refuse_io_uring(cmd, seccomp::Refusal::All)
+            })
+        }
+    };
+    if let Mode::UringFallback = mode {
+        assert!(a.stderr().contains("(no io_uring: "), "{}", a.stderr());
+    }
+    // A serves B's files. Only metadata: a file opened and closed through A
+    // makes A close its descriptor on B later, a FLUSH that B could be
+    // stopped holding (the closing thread of A would then wait for B, even
+    // killed: the kernel waits out a request its server has read).
+    assert_eq!(std::fs::metadata(d.mnt.join("f")).unwrap().len(), 18);
+    // B idle (every worker waiting for a request) before it is stopped.
+    wait_for(
+        "B to be idle",
+        || {
+            let w = wchans(b.pid());
+            w.iter()
+                .filter(|w| w.starts_with("fuse-dev "))
+                .all(|w| w == "fuse-dev fuse_dev_do_read")
+        },
+        || format!("{:?}", wchans(b.pid())),
+    );
+
+    // A request A can't answer while B is stopped.
+    b.signal(libc::SIGSTOP);
+    // Every thread of B stopped: none can take the request and answer it,
+    // or hold it (A's handler would then wait without a timeout for B).
+    wait_for(
+        "B to stop",
+        || all_stopped(b.pid()),
+        || format!("{:?}", wchans(b.pid())),
+    );
+    let name = d.mnt.join("never-seen");
+    let client = std::thread::spawn(move || std::fs::metadata(name).map(drop));
+    wait_for(
+        "A's handler to wait for B",
+        || waits_for_a_fuse_reply(a.pid()),
+        || {
+            format!(
+                "A: {:?}, B: {:?}, the client's lookup ended: {}",
+                wchans(a.pid()),
+                wchans(b.pid()),
+                client.is_finished()
+            )
+        },
+    );
+
+    a.signal(first);
+    wait_for(
+        "the first signal to be taken",
+        || a.stderr().contains("unmounting on signal"),
+        || a.stderr(),
+    );
+    // The stop can't finish: the handler still waits for B.
+    assert!(waits_for_a_fuse_reply(a.pid()), "{}", a.stderr());
+    a.signal(second);
+    let (status, log, _) = a.wait_exit(DEADLINE);
+    assert_eq!(
+        status.signal(),
+        Some(second),
+        "A dies of the second signal: {status}\n{log}"
+    );
+    assert!(log.contains("forcing the exit"), "{log}");
+    assert!(!is_mounted(&d.mnt), "the mount is detached: {log}");
+    // The client's request ended with the connection.
+    let r = with_timeout(DEADLINE, move || client.join().unwrap())
+        .expect("the client hangs after the forced exit");
+    let errno = r.unwrap_err().raw_os_error();
+    assert!(
+        matches!(errno, Some(libc::ECONNABORTED | libc::ENOTCONN)),
+        "the client's lookup: {errno:?}"
+    );
+
+    // B goes on and stops cleanly.
+    b.signal(libc::SIGCONT);
+    b.signal(libc::SIGTERM);
+    let (status, log, _) = b.wait_exit(DEADLINE);
+    assert!(status.success(), "B: {status}\n{log}");
+    assert!(!is_mounted(&a_src));
+}
+
+#[test]
+fn second_ctrl_c_forces_the_exit_dev() {
+    second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGINT);
+}
+
+#[test]
+fn second_ctrl_c_forces_the_exit_uring() {
+    second_signal_forces_the_exit(Mode::Uring, libc::SIGINT, libc::SIGINT);
+}
+
+#[test]
+fn second_ctrl_c_forces_the_exit_uring_fallback() {
+    second_signal_forces_the_exit(Mode::UringFallback, libc::SIGINT, libc::SIGINT);
+}
+
+#[test]
+fn sigterm_after_ctrl_c_forces_the_exit_dev() {
+    second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGTERM);
+}
