@@ -9,6 +9,11 @@
 //! - SIGKILL: the dead mount answers ENOTCONN instead of hanging, a new
 //!   daemon refuses the dead mountpoint with a message that says what to
 //!   do, and `--unmount-dead` recovers it;
+//! - SIGKILL, the errors clients get (the kernel's; docs/security.md says
+//!   which path gives which): requests waiting in the kernel while the
+//!   daemon can't take them (SIGSTOP) get ECONNABORTED on `/dev/fuse` and
+//!   ECANCELED over io_uring; clients in loops see only those until they
+//!   get ENOTCONN;
 //! - the backing tree changed behind the mount (truncated, replaced by
 //!   rename, deleted, a directory removed or replaced by a file): the
 //!   mount shows the change once the timeouts pass, or a clean error,
@@ -324,6 +329,332 @@ fn sigkill_leaves_a_dead_mount_that_can_be_recovered_dev() {
 #[test]
 fn sigkill_leaves_a_dead_mount_that_can_be_recovered_uring() {
     sigkill(Transport::Uring);
+}
+
+/// One request of each kind a client makes, each on a file of its own (no
+/// request waits for another's inode lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Op {
+    Lookup,
+    Getattr,
+    Read,
+    Write,
+    Mkdir,
+    Create,
+}
+
+const OPS: [Op; 6] = [
+    Op::Lookup,
+    Op::Getattr,
+    Op::Read,
+    Op::Write,
+    Op::Mkdir,
+    Op::Create,
+];
+
+/// Files opened through the mount before the daemon dies (their OPEN
+/// answered), for the requests that need an open file.
+struct OpFiles {
+    read: std::fs::File,
+    write: std::fs::File,
+    getattr: std::fs::File,
+}
+
+/// The daemon's options for [`issue`]: every request reaches the daemon
+/// (no kernel passthrough, nothing cached; O_DIRECT reads and writes), and
+/// a WRITE is the only request of a write: without extended attributes
+/// the kernel stops asking for `security.capability` before each write
+/// (`file_remove_privs`) once the first GETXATTR got ENOSYS.
+const UNCACHED: &[&str] = &[
+    "--no-xattr",
+    "--no-passthrough",
+    "--attr-timeout",
+    "0",
+    "--entry-timeout",
+    "0",
+];
+
+/// Backing files for [`open_op_files`], and a directory for each request
+/// on names (a lookup holds its directory's lock shared, a mkdir or create
+/// exclusively: in one directory they would wait for each other, not for
+/// the daemon).
+fn make_op_files(src: &Path) {
+    for f in ["r", "w", "g"] {
+        std::fs::write(src.join(f), pattern(8192, 7)).unwrap();
+    }
+    for dir in ["l", "m", "c"] {
+        std::fs::create_dir(src.join(dir)).unwrap();
+    }
+}
+
+fn open_op_files(mnt: &Path) -> OpFiles {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |name: &str, write: bool| {
+        std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_DIRECT)
+            .open(mnt.join(name))
+            .unwrap()
+    };
+    let files = OpFiles {
+        read: open("r", false),
+        write: open("w", true),
+        getattr: open("g", false),
+    };
+    // The first write's GETXATTR gets ENOSYS: the later ones send none.
+    assert_eq!(issue(Op::Write, 0, mnt, &files), None);
+    files
+}
+
+/// Makes request `op` (the `n`th of its kind, for fresh names) through the
+/// mount: its errno, or `None` if it succeeded.
+fn issue(op: Op, n: usize, mnt: &Path, files: &OpFiles) -> Option<i32> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = common::Aligned::new(4096);
+    match op {
+        Op::Lookup => errno_of(std::fs::metadata(mnt.join(format!("l/absent-{n}")))),
+        Op::Getattr => errno_of(files.getattr.metadata()),
+        Op::Read => errno_of(files.read.read_at(buf.as_mut(), 0)),
+        Op::Write => errno_of(files.write.write_at(buf.as_mut(), 0)),
+        Op::Mkdir => errno_of(std::fs::create_dir(mnt.join(format!("m/dir-{n}")))),
+        Op::Create => errno_of(std::fs::File::create(mnt.join(format!("c/new-{n}")))),
+    }
+    .filter(|&e| !(op == Op::Lookup && e == libc::ENOENT))
+}
+
+/// The errnos a client sees for requests cut off by the daemon's death,
+/// besides the ENOTCONN of requests made once the connection is gone:
+/// ECONNABORTED for a request the kernel had queued or handed to the daemon
+/// when the connection was aborted, on both transports; with io_uring also
+/// ECANCELED, for a request the kernel had assigned to a ring entry but
+/// whose hand-over to the daemon (task work on the ring) had not run yet:
+/// it runs cancelled once the daemon is dead (`fuse_uring_send_in_task`).
+/// See docs/security.md, "A daemon that dies".
+fn cut_off_errnos(transport: Transport) -> &'static [i32] {
+    match transport {
+        Transport::Dev => &[libc::ECONNABORTED],
+        Transport::Uring => &[libc::ECONNABORTED, libc::ECANCELED],
+    }
+}
+
+fn name(errno: i32) -> String {
+    io::Error::from_raw_os_error(errno).to_string()
+}
+
+/// Requests waiting in the kernel while the daemon can't take them
+/// (SIGSTOP), then SIGKILL: each gets ECONNABORTED over /dev/fuse (still
+/// queued when the connection is aborted) and ECANCELED over io_uring
+/// (assigned to a ring entry, its hand-over cancelled with the ring); then
+/// every request gets ENOTCONN.
+fn requests_waiting_when_the_daemon_dies(transport: Transport) {
+    require_root();
+    let d = dirs();
+    make_op_files(&d.src);
+    // Over io_uring, more entries per queue than requests: each request is
+    // assigned an entry at once, none waits in the queue for one.
+    let entries: &[&str] = match transport {
+        Transport::Dev => &[],
+        Transport::Uring => &["--uring-entries", "8"],
+    };
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, &[UNCACHED, entries].concat());
+    let files = Arc::new(open_op_files(&d.mnt));
+    // The daemon idle, then stopped everywhere: no thread of it can take
+    // a request any more.
+    let idle = |w: &String| {
+        !(w.starts_with("fuse-dev ") || w.starts_with("fuse-uring-"))
+            || w.ends_with(" fuse_dev_do_read")
+            || w.ends_with(" io_cqring_wait")
+    };
+    wait_until_or_panic(
+        "the daemon to be idle",
+        || thread_wchans(daemon.pid()).iter().all(idle),
+        || thread_wchans(daemon.pid()),
+    );
+    daemon.signal(libc::SIGSTOP);
+    wait_until_or_panic(
+        "the daemon to stop",
+        || threads_stopped(daemon.pid()),
+        || thread_wchans(daemon.pid()),
+    );
+
+    // One client per request, each seen waiting in the kernel.
+    let tids = Arc::new(Mutex::new(Vec::new()));
+    let clients: Vec<_> = OPS
+        .iter()
+        .map(|&op| {
+            let (files, tids, mnt) = (files.clone(), tids.clone(), d.mnt.clone());
+            std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tids.lock().unwrap().push(unsafe { libc::gettid() });
+                (op, issue(op, 0, &mnt, &files))
+            })
+        })
+        .collect();
+    let me = std::process::id();
+    let waiting = || {
+        let tids = tids.lock().unwrap();
+        tids.len() == OPS.len()
+            && tids.iter().all(|tid| {
+                // Synchronous requests wait for their answer; O_DIRECT
+                // reads and writes for the completion of theirs (sent in
+                // the background: FUSE_ASYNC_DIO).
+                let w = std::fs::read_to_string(format!("/proc/{me}/task/{tid}/wchan"))
+                    .unwrap_or_default();
+                w == "request_wait_answer" || w == "fuse_direct_IO"
+            })
+    };
+    let where_ = || {
+        let tids = tids.lock().unwrap();
+        tids.iter()
+            .map(|tid| {
+                std::fs::read_to_string(format!("/proc/{me}/task/{tid}/wchan")).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_until_or_panic("every client to wait for the daemon", waiting, where_);
+    let _guard = daemon.kill();
+
+    let mut got: Vec<(Op, Option<i32>)> = clients
+        .into_iter()
+        .map(|c| {
+            with_timeout(Duration::from_secs(60), move || c.join().unwrap())
+                .expect("a client hangs on the dead mount")
+        })
+        .collect();
+    got.sort();
+    let want = match transport {
+        Transport::Dev => libc::ECONNABORTED,
+        Transport::Uring => libc::ECANCELED,
+    };
+    let unexpected: Vec<_> = got
+        .iter()
+        .filter(|(_, e)| *e != Some(want))
+        .map(|(op, e)| format!("{op:?}: {}", e.map_or("success".into(), name)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{transport:?}: every request waiting when the daemon died gets {}; these got: {unexpected:?}",
+        name(want)
+    );
+
+    // From now on (once the kernel has torn the connection down): ENOTCONN.
+    for op in OPS {
+        let start = Instant::now();
+        loop {
+            let e = issue(op, 1, &d.mnt, &files);
+            if e == Some(libc::ENOTCONN) {
+                break;
+            }
+            assert!(
+                e.is_some_and(|e| cut_off_errnos(transport).contains(&e))
+                    && start.elapsed() < Duration::from_secs(60),
+                "{transport:?}: {op:?} on the dead mount: {e:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn sigkill_requests_waiting_get_econnaborted_dev() {
+    requests_waiting_when_the_daemon_dies(Transport::Dev);
+}
+
+#[test]
+fn sigkill_requests_waiting_get_ecanceled_uring() {
+    requests_waiting_when_the_daemon_dies(Transport::Uring);
+}
+
+/// Clients making every kind of request in a loop while the daemon is
+/// SIGKILLed: each sees only [`cut_off_errnos`] until it gets ENOTCONN
+/// (which every one of them does); the errnos seen are printed.
+fn errnos_of_a_daemon_killed_under_load(transport: Transport) {
+    require_root();
+    let d = dirs();
+    make_op_files(&d.src);
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, UNCACHED);
+    let files = Arc::new(open_op_files(&d.mnt));
+    let rounds: Arc<Vec<std::sync::atomic::AtomicUsize>> =
+        Arc::new(OPS.iter().map(|_| Default::default()).collect());
+    let clients: Vec<_> = OPS
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| {
+            let (files, rounds, mnt) = (files.clone(), rounds.clone(), d.mnt.clone());
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                for n in 0.. {
+                    match issue(op, n, &mnt, &files) {
+                        None => {}
+                        Some(libc::ENOTCONN) => break,
+                        Some(e) => {
+                            seen.insert(e);
+                        }
+                    }
+                    rounds[i].fetch_add(1, Ordering::Relaxed);
+                }
+                (op, seen)
+            })
+        })
+        .collect();
+    // Every client is making requests; then the daemon dies under them.
+    wait_until_or_panic(
+        "every client to get going",
+        || rounds.iter().all(|r| r.load(Ordering::Relaxed) >= 20),
+        || {
+            rounds
+                .iter()
+                .map(|r| r.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        },
+    );
+    let _guard = daemon.kill();
+    let mut seen = std::collections::BTreeSet::new();
+    for c in clients {
+        let (op, errnos) = with_timeout(Duration::from_secs(60), move || c.join().unwrap())
+            .expect("a client hangs on the dead mount");
+        let unexpected: Vec<_> = errnos
+            .iter()
+            .filter(|e| !cut_off_errnos(transport).contains(e))
+            .map(|&e| name(e))
+            .collect();
+        assert!(
+            unexpected.is_empty(),
+            "{transport:?}: {op:?} got {unexpected:?} from the dying connection"
+        );
+        seen.extend(errnos);
+    }
+    let seen: Vec<_> = seen.into_iter().map(name).collect();
+    println!("{transport:?}: before ENOTCONN, clients saw {seen:?}");
+}
+
+#[test]
+fn sigkill_under_load_clients_see_only_connection_errors_dev() {
+    errnos_of_a_daemon_killed_under_load(Transport::Dev);
+}
+
+#[test]
+fn sigkill_under_load_clients_see_only_connection_errors_uring() {
+    errnos_of_a_daemon_killed_under_load(Transport::Uring);
+}
+
+/// Polls `cond` (every 10 ms) until it holds; panics after a minute (only
+/// a broken mount takes that long).
+fn wait_until_or_panic<T: std::fmt::Debug>(
+    what: &str,
+    mut cond: impl FnMut() -> bool,
+    state: impl Fn() -> T,
+) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "waiting for {what}: {:?}",
+            state()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn errno_of(r: io::Result<impl Sized>) -> Option<i32> {

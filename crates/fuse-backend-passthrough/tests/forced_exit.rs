@@ -39,40 +39,9 @@ enum Mode {
 
 /// Whether a thread of process `pid` waits for a FUSE reply.
 fn waits_for_a_fuse_reply(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.filter_map(|t| t.ok()).any(|t| {
-        std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w == "request_wait_answer")
-    })
-}
-
-/// What the threads of process `pid` wait in (to tell why a wait failed).
-fn wchans(pid: i32) -> Vec<String> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .map(|t| {
-            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
-            format!("{} {}", read("comm").trim(), read("wchan"))
-        })
-        .collect()
-}
-
-/// Whether every thread of process `pid` is stopped (state T).
-fn all_stopped(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.filter_map(|t| t.ok()).all(|t| {
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        // The state follows the command name, which may hold spaces.
-        stat.rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "T")
-    })
+    thread_wchans(pid)
+        .iter()
+        .any(|w| w.ends_with(" request_wait_answer"))
 }
 
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool, why: impl Fn() -> String) {
@@ -112,12 +81,12 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     wait_for(
         "B to be idle",
         || {
-            let w = wchans(b.pid());
+            let w = thread_wchans(b.pid());
             w.iter()
                 .filter(|w| w.starts_with("fuse-dev "))
                 .all(|w| w == "fuse-dev fuse_dev_do_read")
         },
-        || format!("{:?}", wchans(b.pid())),
+        || format!("{:?}", thread_wchans(b.pid())),
     );
 
     // A request A can't answer while B is stopped.
@@ -126,8 +95,8 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     // or hold it (A's handler would then wait without a timeout for B).
     wait_for(
         "B to stop",
-        || all_stopped(b.pid()),
-        || format!("{:?}", wchans(b.pid())),
+        || threads_stopped(b.pid()),
+        || format!("{:?}", thread_wchans(b.pid())),
     );
     let name = d.mnt.join("never-seen");
     let client = std::thread::spawn(move || std::fs::metadata(name).map(drop));
@@ -137,8 +106,8 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
         || {
             format!(
                 "A: {:?}, B: {:?}, the client's lookup ended: {}",
-                wchans(a.pid()),
-                wchans(b.pid()),
+                thread_wchans(a.pid()),
+                thread_wchans(b.pid()),
                 client.is_finished()
             )
         },

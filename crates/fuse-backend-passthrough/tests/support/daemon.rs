@@ -227,6 +227,35 @@ pub fn thread_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// What each thread of process `pid` waits in: "NAME WCHAN" (WCHAN is 0
+/// for a running thread), to check where a thread is blocked.
+pub fn thread_wchans(pid: i32) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| {
+            let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
+            format!("{} {}", read("comm").trim(), read("wchan"))
+        })
+        .collect()
+}
+
+/// Whether every thread of process `pid` is stopped (state T: SIGSTOP
+/// took effect everywhere, so none of them can take a request any more).
+pub fn threads_stopped(pid: i32) -> bool {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    rd.filter_map(|e| e.ok()).all(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which may hold spaces.
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "T")
+    })
+}
+
 /// The lines of a daemon's standard error that report errors or panics.
 pub fn error_lines(stderr: &str) -> Vec<&str> {
     stderr

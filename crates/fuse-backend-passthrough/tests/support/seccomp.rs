@@ -20,10 +20,12 @@ pub enum Refusal {
     LargerThan(u32),
 }
 
-// Classic BPF, as `linux/filter.h` and `linux/seccomp.h` define it.
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-const BPF_JMP_JGT_K: u16 = 0x05 | 0x20;
+// Classic BPF, as `linux/filter.h` and `linux/seccomp.h` define it:
+// BPF_LD | BPF_W | BPF_ABS (0x00 | 0x00 | 0x20), BPF_JMP | BPF_JEQ | BPF_K
+// (0x05 | 0x10 | 0x00), BPF_JMP | BPF_JGT | BPF_K, BPF_RET | BPF_K.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_JMP_JGT_K: u16 = 0x25;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
