@@ -1,7 +1,8 @@
 //! A second Ctrl-C forces `passthroughfs` out when the first one's stop
 //! can't finish: the daemon logs that it forces the exit, detaches its
 //! mount (lazy unmount) and dies of the signal, on
-//! `/dev/fuse`, on FUSE over io_uring, and on `--uring`'s fallback to
+//! `/dev/fuse` (worker threads, and a task on a tokio runtime), on FUSE
+//! over io_uring, and on `--uring`'s fallback to
 //! `/dev/fuse` (io_uring refused by a seccomp filter, `support/seccomp.rs`).
 //!
 //! A stop that can't finish, made for certain: the daemon under test ("A")
@@ -35,6 +36,8 @@ enum Mode {
     Uring,
     /// `--uring` with io_uring refused: the `/dev/fuse` fallback.
     UringFallback,
+    /// `--runtime tokio`: a `FuseDevTask` (its own signal thread set-up).
+    Tokio,
 }
 
 /// Whether a thread of process `pid` waits for a FUSE reply.
@@ -63,6 +66,7 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     let a = match mode {
         Mode::Dev => Daemon::start(&a_src, &d.mnt, Transport::Dev, &[]),
         Mode::Uring => Daemon::start(&a_src, &d.mnt, Transport::Uring, &[]),
+        Mode::Tokio => Daemon::start(&a_src, &d.mnt, Transport::Dev, &["--runtime", "tokio"]),
         Mode::UringFallback => {
             Daemon::start_with(&a_src, &d.mnt, Transport::Dev, &["--uring"], |cmd| {
                 seccomp::refuse_io_uring(cmd, seccomp::Refusal::All)
@@ -160,6 +164,11 @@ fn second_ctrl_c_forces_the_exit_uring() {
 #[test]
 fn second_ctrl_c_forces_the_exit_uring_fallback() {
     second_signal_forces_the_exit(Mode::UringFallback, libc::SIGINT, libc::SIGINT);
+}
+
+#[test]
+fn second_ctrl_c_forces_the_exit_tokio() {
+    second_signal_forces_the_exit(Mode::Tokio, libc::SIGINT, libc::SIGINT);
 }
 
 #[test]
