@@ -3,7 +3,7 @@
 use crate::config::{CachePolicy, PassthroughConfig};
 use crate::creds::Creds;
 use crate::handle::{Handle, HandleTable, LockCtx};
-use crate::inode::{Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
+use crate::inode::{Counted, Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
 use crate::locks::{LockOp, Waits};
 use crate::passthrough::{self, Passthrough, PassthroughStats};
 use crate::sys::{self, errno, NumName, STATX_WANTED};
@@ -98,6 +98,21 @@ impl std::fmt::Debug for PassthroughFs {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An entry about to be answered, with the lookup reference its reply
+/// hands to the kernel ([`Counted`]): given back if dropped instead.
+struct CountedEntry<'a> {
+    counted: Counted<'a>,
+    entry: Entry,
+}
+
+impl CountedEntry<'_> {
+    /// The reply carrying the entry is being sent.
+    fn hand_over(self) -> Entry {
+        self.counted.hand_over();
+        self.entry
+    }
 }
 
 /// Converts a statx(2) result to the protocol's attributes.
@@ -476,46 +491,46 @@ impl PassthroughFs {
     /// none is made: the descriptor becomes the inode's shared one (handle 0).
     fn created_handle(
         &self,
-        inode: &Arc<Inode>,
+        created: CountedEntry<'_>,
         fd: OwnedFd,
         flags: i32,
-        entry: Entry,
     ) -> io::Result<(Entry, Opened)> {
+        let inode = created.counted.inode();
         if self.no_open() {
             let mut slot = lock(&inode.lazy);
             if slot.is_none() {
                 *slot = Some(Arc::new(Handle::file(fd, inode.nodeid, flags)));
             }
-            return Ok((entry, self.file_opened(0, 0)));
+            drop(slot);
+            return Ok((created.hand_over(), self.file_opened(0, 0)));
         }
         // Backing ids are registered with the daemon's credentials.
         self.creds.root();
-        match self.open_file(inode, fd, flags, Some(entry.attr.mode)) {
-            Ok(opened) => Ok((entry, opened)),
-            Err(e) => {
-                self.inodes.forget(inode.nodeid, 1);
-                Err(e)
-            }
-        }
+        let opened = self.open_file(inode, fd, flags, Some(created.entry.attr.mode))?;
+        Ok((created.hand_over(), opened))
     }
 
     fn killpriv_v2(&self) -> bool {
         self.agreed.killpriv_v2.load(Ordering::Relaxed)
     }
 
-    fn entry(&self, inode: &Inode, st: &libc::statx) -> Entry {
-        Entry {
+    /// The entry of `counted`'s inode with attributes `st`, still holding
+    /// its lookup reference.
+    fn entry<'a>(&self, counted: Counted<'a>, st: &libc::statx) -> CountedEntry<'a> {
+        let inode = counted.inode();
+        let entry = Entry {
             nodeid: inode.nodeid,
             generation: inode.generation,
             attr: attr_from_statx(st),
             attr_timeout: self.attr_timeout,
             entry_timeout: self.entry_timeout,
-        }
+        };
+        CountedEntry { counted, entry }
     }
 
-    /// Looks up `name` in `parent`; the entry carries one lookup reference
-    /// (none if it is the root).
-    fn lookup_in(&self, parent: &Inode, name: &CStr) -> io::Result<Entry> {
+    /// Looks up `name` in `parent`: the entry, with the lookup reference
+    /// its reply will hand over.
+    fn lookup_in(&self, parent: &Inode, name: &CStr) -> io::Result<CountedEntry<'_>> {
         let b = name.to_bytes();
         if is_dot_or_dotdot(b) {
             return self.lookup_dot(parent, b == b"..");
@@ -528,21 +543,21 @@ impl PassthroughFs {
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
             STATX_WANTED,
         )?;
-        if let Some(inode) = self
+        if let Some(counted) = self
             .inodes
             .get_live_by_key_and_ref(&InodeKey::from_statx(&st))
         {
-            return Ok(self.entry(&inode, &st));
+            return Ok(self.entry(counted, &st));
         }
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         // Identify what was opened (the name may have changed meanwhile).
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        Ok(self.entry(&self.insert_inode(fd, &st), &st))
+        Ok(self.entry(self.insert_inode(fd, &st), &st))
     }
 
     /// The inode of the `O_PATH` descriptor `fd` (with attributes `st`),
     /// with one more lookup reference.
-    fn insert_inode(&self, fd: OwnedFd, st: &libc::statx) -> Arc<Inode> {
+    fn insert_inode(&self, fd: OwnedFd, st: &libc::statx) -> Counted<'_> {
         let key = InodeKey::from_statx(st);
         let mode = st.stx_mode as u32;
         // Made outside the store's lock; dropped if the inode is known.
@@ -552,23 +567,23 @@ impl PassthroughFs {
 
     /// The inode of an open (non-`O_PATH`) descriptor, with one more lookup
     /// reference; a new inode gets an `O_PATH` descriptor of the same file.
-    fn inode_of_open_fd(&self, fd: BorrowedFd<'_>, st: &libc::statx) -> io::Result<Arc<Inode>> {
-        if let Some(inode) = self
+    fn inode_of_open_fd(&self, fd: BorrowedFd<'_>, st: &libc::statx) -> io::Result<Counted<'_>> {
+        if let Some(counted) = self
             .inodes
             .get_live_by_key_and_ref(&InodeKey::from_statx(st))
         {
-            return Ok(inode);
+            return Ok(counted);
         }
         let name = NumName::new(std::os::fd::AsRawFd::as_raw_fd(&fd) as u64);
         let path_fd = sys::openat(self.proc_fd(), name.as_cstr(), libc::O_PATH, 0)?;
         Ok(self.insert_inode(path_fd, st))
     }
 
-    fn lookup_dot(&self, parent: &Inode, dotdot: bool) -> io::Result<Entry> {
+    fn lookup_dot(&self, parent: &Inode, dotdot: bool) -> io::Result<CountedEntry<'_>> {
         let root = self.inodes.root();
         let target = if parent.nodeid == ROOT_ID {
             // Never leave the shared tree: the root's parent is itself.
-            root.clone()
+            self.inodes.root_counted()
         } else if !dotdot {
             self.inodes.get_and_ref(parent.nodeid)?
         } else {
@@ -581,14 +596,15 @@ impl PassthroughFs {
             )?;
             let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
             if InodeKey::from_statx(&st) == root.key {
-                root.clone()
+                self.inodes.root_counted()
             } else {
                 self.insert_inode(fd, &st)
             }
         };
-        let pfd = target.file.path_fd()?;
+        let pfd = target.inode().file.path_fd()?;
         let st = sys::statx_fd(pfd.as_fd(), STATX_WANTED)?;
-        Ok(self.entry(&target, &st))
+        drop(pfd);
+        Ok(self.entry(target, &st))
     }
 
     /// The backing open flags for a request's open flags.
@@ -947,7 +963,7 @@ impl FileSystem for PassthroughFs {
     fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         self.creds.root();
         let parent = self.inodes.get(parent)?;
-        self.lookup_in(&parent, name)
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
     fn forget(&self, _ctx: &Context, ino: u64, nlookup: u64) {
@@ -1080,7 +1096,7 @@ impl FileSystem for PassthroughFs {
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
         sys::symlinkat(target, pfd.as_fd(), name)?;
-        self.lookup_in(&parent, name)
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
     fn mknod(
@@ -1099,7 +1115,7 @@ impl FileSystem for PassthroughFs {
         } else {
             sys::mknodat(pfd.as_fd(), name, args.mode, sys::decode_dev(args.rdev))?;
         }
-        self.lookup_in(&parent, name)
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
     fn mkdir(
@@ -1114,7 +1130,7 @@ impl FileSystem for PassthroughFs {
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
         sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)?;
-        self.lookup_in(&parent, name)
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
     fn unlink(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
@@ -1159,6 +1175,7 @@ impl FileSystem for PassthroughFs {
         let dir = parent.file.path_fd()?;
         sys::link_proc(src.proc_path().as_cstr(), dir.as_fd(), newname)?;
         self.lookup_in(&parent, newname)
+            .map(CountedEntry::hand_over)
     }
 
     fn open(&self, ctx: &Context, ino: u64, args: &OpenArgs) -> io::Result<Opened> {
@@ -1407,12 +1424,13 @@ impl FileSystem for PassthroughFs {
                 return Ok(out.add(&entry, e.off, e.dtype as u32, e.name));
             }
             match self.lookup_in(&parent, e.cname) {
-                Ok(entry) => {
-                    if out.add(&entry, e.off, e.dtype as u32, e.name) {
+                Ok(found) => {
+                    if out.add(&found.entry, e.off, e.dtype as u32, e.name) {
+                        found.hand_over();
                         Ok(true)
                     } else {
-                        // The kernel never gets this entry.
-                        self.inodes.forget(entry.nodeid, 1);
+                        // No room: the kernel never gets this entry, and
+                        // `found` gives its reference back.
                         Ok(false)
                     }
                 }
@@ -1522,10 +1540,9 @@ impl FileSystem for PassthroughFs {
         let flags = flags | libc::O_CREAT | (args.flags as i32 & libc::O_EXCL) | libc::O_NOFOLLOW;
         let fd = sys::openat(pfd.as_fd(), name, flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        let inode = self.inode_of_open_fd(fd.as_fd(), &st)?;
-        let entry = self.entry(&inode, &st);
+        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-        self.created_handle(&inode, fd, flags, entry)
+        self.created_handle(created, fd, flags)
     }
 
     fn interrupt(&self, _ctx: &Context, unique: u64) {
@@ -1603,10 +1620,9 @@ impl FileSystem for PassthroughFs {
         let flags = flags | libc::O_TMPFILE | (args.flags as i32 & libc::O_EXCL);
         let fd = sys::openat(pfd.as_fd(), c".", flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        let inode = self.inode_of_open_fd(fd.as_fd(), &st)?;
-        let entry = self.entry(&inode, &st);
+        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
         let flags = flags & !(libc::O_TMPFILE | libc::O_EXCL);
-        self.created_handle(&inode, fd, flags, entry)
+        self.created_handle(created, fd, flags)
     }
 
     fn statx(&self, _ctx: &Context, ino: u64, args: &StatxArgs) -> io::Result<StatxReply> {

@@ -476,6 +476,42 @@ impl Inode {
     }
 }
 
+/// One lookup reference on an inode that no reply has handed to the kernel
+/// yet: the entry a request is about to answer with. Dropped, it is given
+/// back (the request failed after taking it, a READDIRPLUS reply had no
+/// room for the entry); [`Counted::hand_over`] leaves it to the kernel,
+/// with the reply that carries the entry. So no error path between taking
+/// a reference and answering can leak one. (The root's references aren't
+/// counted; giving one back is a no-op.)
+#[must_use = "a lookup reference is given back when dropped"]
+pub(crate) struct Counted<'a> {
+    store: &'a InodeStore,
+    inode: Arc<Inode>,
+    handed_over: bool,
+}
+
+impl Counted<'_> {
+    /// The inode.
+    pub(crate) fn inode(&self) -> &Arc<Inode> {
+        &self.inode
+    }
+
+    /// The reply carrying this inode's entry is being sent: the kernel
+    /// holds the reference from now on (and gives it back with FORGET).
+    pub(crate) fn hand_over(mut self) -> Arc<Inode> {
+        self.handed_over = true;
+        self.inode.clone()
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            self.store.forget(self.inode.nodeid, 1);
+        }
+    }
+}
+
 struct Maps {
     by_id: IdMap<Arc<Inode>>,
     by_key: HashMap<InodeKey, u64>,
@@ -551,9 +587,9 @@ impl InodeStore {
 
     /// The inode of `nodeid` with one more lookup reference (none for the
     /// root); `ESTALE` if the kernel names one we don't know.
-    pub(crate) fn get_and_ref(&self, nodeid: u64) -> io::Result<Arc<Inode>> {
+    pub(crate) fn get_and_ref(&self, nodeid: u64) -> io::Result<Counted<'_>> {
         if nodeid == fuse_abi::ROOT_ID {
-            return Ok(self.root.clone());
+            return Ok(self.counted(self.root.clone()));
         }
         let maps = self.read();
         let inode = maps
@@ -561,7 +597,22 @@ impl InodeStore {
             .get(&nodeid)
             .ok_or_else(|| sys::errno(libc::ESTALE))?;
         inode.refs.fetch_add(1, Ordering::AcqRel);
-        Ok(inode.clone())
+        Ok(self.counted(inode.clone()))
+    }
+
+    /// `inode`, whose reference was just taken, as a [`Counted`].
+    fn counted(&self, inode: Arc<Inode>) -> Counted<'_> {
+        Counted {
+            store: self,
+            inode,
+            handed_over: false,
+        }
+    }
+
+    /// The root, as an entry to answer with (its references aren't
+    /// counted).
+    pub(crate) fn root_counted(&self) -> Counted<'_> {
+        self.counted(self.root.clone())
     }
 
     /// The inode known for the live file with backing identity `key` (a
@@ -577,25 +628,25 @@ impl InodeStore {
     /// key; a node whose handle is stale holds a removed one and doesn't
     /// count. So a hot inode costs nothing more; a cold one an
     /// `open_by_handle_at`, whose descriptor the next request then uses.
-    pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Arc<Inode>> {
-        let inode = {
+    pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Counted<'_>> {
+        let counted = {
             let maps = self.read();
             let id = *maps.by_key.get(key)?;
             let inode = maps.by_id.get(&id)?.clone();
             if id != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
-            inode
+            self.counted(inode)
         };
-        if inode.file.is_alive() {
-            return Some(inode);
+        if counted.inode.file.is_alive() {
+            return Some(counted);
         }
         tracing::debug!(
-            nodeid = inode.nodeid,
+            nodeid = counted.inode.nodeid,
             ino = key.ino,
             "inode number reused by a new file while the kernel holds the old node"
         );
-        self.forget(inode.nodeid, 1);
+        // Dropped: the reference just taken goes back.
         None
     }
 
@@ -605,7 +656,7 @@ impl InodeStore {
     /// another file with the same key (a reused inode number) stays known
     /// under its node id until the kernel forgets it, but names now reach
     /// the new one.
-    pub(crate) fn insert_and_ref(&self, key: InodeKey, file: InodeFile, mode: u32) -> Arc<Inode> {
+    pub(crate) fn insert_and_ref(&self, key: InodeKey, file: InodeFile, mode: u32) -> Counted<'_> {
         let mut maps = self.write();
         let known = maps
             .by_key
@@ -620,7 +671,7 @@ impl InodeStore {
             drop(maps);
             // `file` (another descriptor or handle of the same file) is
             // dropped here, outside the lock.
-            return inode;
+            return self.counted(inode);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode::new(id, key, file, mode));
@@ -635,7 +686,8 @@ impl InodeStore {
             );
         }
         maps.peak = maps.peak.max(maps.by_id.len());
-        inode
+        drop(maps);
+        self.counted(inode)
     }
 
     /// Drops `n` lookup references of `nodeid`; the inode goes away when
