@@ -180,7 +180,11 @@ fn reap(child: &mut Child, what: &str) -> std::process::ExitStatus {
 /// Waits for every child to exit; fails only if none exits for [`HANG`]
 /// (waiters get a lock one after the other: the chain may take long on a
 /// busy machine, but it must move).
-fn reap_all(children: &mut [Child], what: &str) -> Vec<std::process::ExitStatus> {
+fn reap_all(
+    children: &mut [Child],
+    what: &str,
+    report: impl Fn() -> String,
+) -> Vec<std::process::ExitStatus> {
     let mut statuses = vec![None; children.len()];
     let mut progress = Instant::now();
     while statuses.iter().any(Option::is_none) {
@@ -194,18 +198,46 @@ fn reap_all(children: &mut [Child], what: &str) -> Vec<std::process::ExitStatus>
         }
         if progress.elapsed() > HANG {
             let left = statuses.iter().filter(|s| s.is_none()).count();
+            let report = report();
             for c in children.iter_mut() {
                 let _ = c.kill();
             }
-            panic!("{what}: {left} processes made no progress for {HANG:?}");
+            panic!("{what}: {left} processes made no progress for {HANG:?}; {report}");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     statuses.into_iter().map(Option::unwrap).collect()
 }
 
-/// Runs `cmd` and waits for it within [`HANG`]: it must succeed.
-fn run_within(cmd: &mut Command, what: &str) -> String {
+/// What the daemon's threads wait in, and the connection's waiting count:
+/// the state of a hang, for its failure message.
+fn hang_report(daemon: &Daemon, conn: &Path) -> String {
+    let mut threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| {
+                    let read = |f: &str| {
+                        std::fs::read_to_string(e.path().join(f))
+                            .unwrap_or_default()
+                            .trim()
+                            .to_owned()
+                    };
+                    format!("{} in {}", read("comm"), read("wchan"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    threads.sort();
+    format!(
+        "{} requests waiting; daemon threads: {threads:?}; daemon log:\n{}",
+        waiting(conn),
+        daemon.stderr()
+    )
+}
+
+/// Runs `cmd` and waits for it within [`HANG`]: it must succeed; a hang is
+/// reported with the daemon's state.
+fn run_within(cmd: &mut Command, what: &str, daemon: &Daemon, conn: &Path) -> String {
     let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -213,6 +245,15 @@ fn run_within(cmd: &mut Command, what: &str) -> String {
         std::io::Read::read_to_string(&mut out, &mut s).unwrap();
         s
     });
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < HANG {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if child.try_wait().unwrap().is_none() {
+        let report = hang_report(daemon, conn);
+        let _ = child.kill();
+        panic!("{what}: still running after {HANG:?}; {report}");
+    }
     let status = reap(&mut child, what);
     assert!(status.success(), "{what}: {status}");
     reader.join().unwrap()
@@ -221,7 +262,11 @@ fn run_within(cmd: &mut Command, what: &str) -> String {
 fn start(mode: &(&str, Transport, Vec<&str>)) -> (Dirs, Daemon) {
     let d = dirs();
     std::fs::write(d.src.join("f"), b"contents\n").unwrap();
-    let daemon = Daemon::start(&d.src, &d.mnt, mode.1, &mode.2);
+    // The transport's debug lines (ring entries added for lock waits) go
+    // into a hang's report.
+    let daemon = Daemon::start_with(&d.src, &d.mnt, mode.1, &mode.2, |cmd| {
+        cmd.env("RUST_LOG", "info,fuse_transport_uring=debug");
+    });
     (d, daemon)
 }
 
@@ -253,6 +298,7 @@ fn sigterm_with_lock_waiters_pending_ends_the_daemon_and_the_waits() {
             reap_all(
                 &mut waiters,
                 &format!("{what}: waiters after the daemon stopped"),
+                String::new,
             );
             drop(holder_file);
             if let Some(p) = holder_proc.as_mut() {
@@ -343,16 +389,28 @@ fn sixty_four_lock_waiters_dont_stop_the_mount() {
         flock(&holder, libc::LOCK_EX).unwrap();
         let mut waiters: Vec<Child> = (0..64).map(|_| waiter(&f, false)).collect();
         wait_for_waiting(&conn, base + 64, what);
-        let listed = run_within(Command::new("ls").arg(&d.mnt), &format!("{what}: ls"));
+        let listed = run_within(
+            Command::new("ls").arg(&d.mnt),
+            &format!("{what}: ls"),
+            &daemon,
+            &conn,
+        );
         assert_eq!(listed.trim(), "f", "{what}: ls");
-        let cat = run_within(Command::new("cat").arg(&f), &format!("{what}: cat"));
+        let cat = run_within(
+            Command::new("cat").arg(&f),
+            &format!("{what}: cat"),
+            &daemon,
+            &conn,
+        );
         assert_eq!(cat, "contents\n", "{what}: cat");
         // Let go: every waiter gets the lock in turn and exits.
         drop(holder);
-        for status in reap_all(
+        let statuses = reap_all(
             &mut waiters,
             &format!("{what}: waiters after the holder let go"),
-        ) {
+            || hang_report(&daemon, &conn),
+        );
+        for status in statuses {
             assert!(status.success(), "{what}: a waiter got the lock: {status}");
         }
         let log = daemon.stderr();
