@@ -56,7 +56,7 @@ use io_uring::{cqueue, squeue, IoUring};
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,6 +109,8 @@ pub(crate) struct ThreadPlan {
     /// `max_payload_sz`).
     pub(crate) payload_size: usize,
     pub(crate) dev_fd: RawFd,
+    /// The mount's root, where [`Kicker`] issues its requests.
+    pub(crate) mountpoint: std::path::PathBuf,
     pub(crate) defer_taskrun: bool,
     pub(crate) wake: Arc<EventFd>,
     pub(crate) fault: Option<UringFault>,
@@ -237,6 +239,9 @@ struct QueueThread {
     /// The mappings of added entries.
     added_memory: Vec<Arc<Mapping>>,
     logged_added_limit: bool,
+    /// Issues the requests that kick a queue whose lock waits took an
+    /// entry (see [`QueueThread::kick`]); made on first use.
+    kicker: Option<Kicker>,
     /// Entries handed to a thread of their own (a request that waits
     /// indefinitely, see [`QueueThread::hand_off`]): `(index, commit id)`
     /// of those answered and ready to commit.
@@ -324,6 +329,7 @@ impl QueueThread {
             spare: vec![Vec::new(); nq],
             added_memory: Vec::new(),
             logged_added_limit: false,
+            kicker: None,
             handed_off: Arc::default(),
             in_flight: 0,
             pending: Vec::new(),
@@ -339,7 +345,15 @@ impl QueueThread {
     fn create_ring(&self) -> Result<Ring, String> {
         // At most one SQE per entry, plus the wake poll.
         let sq = (self.entries.len() + 2).next_power_of_two() as u32;
-        let ring = build_ring(sq, self.plan.defer_taskrun)
+        // Room in the completion queue for a CQE of every entry the thread
+        // may ever have, the entries added for lock waits included: an
+        // overflowing completion queue holds CQEs back from the ring
+        // thread (and with them the entries, which stay out of reach of
+        // the kernel's requests).
+        let most =
+            self.plan.queues.len() * (self.plan.entries_per_queue.max(1) + MAX_ADDED_ENTRIES) + 2;
+        let cq = (most.next_power_of_two() as u32).clamp(2 * sq, MAX_CQ_ENTRIES);
+        let ring = build_ring_with_cq(sq, cq, self.plan.defer_taskrun)
             .map_err(|e| format!("creating an io_uring: {e}"))?;
         ring.submitter()
             .register_files(&[self.plan.dev_fd])
@@ -397,8 +411,7 @@ impl QueueThread {
             let sqe = cmd::register(qid, &self.entries[i].iov, i as u64);
             self.push(ring, sqe)
                 .map_err(|e| format!("queueing REGISTER: {e}"))?;
-            self.entries[i].in_kernel = true;
-            self.in_flight += 1;
+            self.mark_in_kernel(i);
             submitted += 1;
         }
         if submitted == 0 {
@@ -413,8 +426,7 @@ impl QueueThread {
                 continue;
             };
             if res < 0 && e.in_kernel {
-                e.in_kernel = false;
-                self.in_flight -= 1;
+                self.mark_returned(user_data as usize);
                 refused.get_or_insert(-res);
             } else {
                 // Already a request (the ring became ready): serve it.
@@ -592,9 +604,21 @@ impl QueueThread {
         }
         let qid = self.plan.queues[e.queue].qid;
         self.push(ring, cmd::commit_and_fetch(qid, commit_id, index as u64))?;
+        self.mark_in_kernel(index);
+        Ok(())
+    }
+
+    /// Entry `index` was handed to the kernel (REGISTER or COMMIT_AND_FETCH
+    /// queued).
+    fn mark_in_kernel(&mut self, index: usize) {
         self.entries[index].in_kernel = true;
         self.in_flight += 1;
-        Ok(())
+    }
+
+    /// Entry `index` came back from the kernel (its CQE).
+    fn mark_returned(&mut self, index: usize) {
+        self.entries[index].in_kernel = false;
+        self.in_flight -= 1;
     }
 
     /// Entry `index` now carries a request that waits indefinitely (a lock
@@ -608,6 +632,13 @@ impl QueueThread {
         let qi = self.entries[index].queue;
         self.entries[index].long_wait = true;
         self.held_by_waits[qi] += 1;
+        self.add_entry_for_waits(ring, qi)?;
+        self.kick(ring, qi)
+    }
+
+    /// Registers one more entry on queue `qi` if its lock waits hold more
+    /// entries than were added for them.
+    fn add_entry_for_waits(&mut self, ring: &mut Ring, qi: usize) -> io::Result<()> {
         if self.stopping || self.gone || self.held_by_waits[qi] <= self.added[qi] {
             return Ok(());
         }
@@ -634,14 +665,40 @@ impl QueueThread {
         let qid = self.plan.queues[qi].qid;
         let sqe = cmd::register(qid, &self.entries[new].iov, new as u64);
         self.push(ring, sqe)?;
-        self.entries[new].in_kernel = true;
-        self.in_flight += 1;
+        self.mark_in_kernel(new);
         self.added[qi] += 1;
         tracing::debug!(
             qid,
             added = self.added[qi],
             "ring entry added: lock waits hold entries"
         );
+        Ok(())
+    }
+
+    /// After a lock wait took an entry of queue `qi`: requests the kernel
+    /// queued while the queue had no free entry stay queued even once
+    /// entries were added (REGISTER makes an entry available but hands it
+    /// no queued request; only a commit on the queue or a new request does),
+    /// and one of them may be what ends the waits (the holder's unlock, its
+    /// FLUSH or RELEASE). Whether the kernel queued any, the daemon can't
+    /// see (an entry it already pushed back may not have reached the kernel
+    /// yet). So the queue gets a new request of our own, issued on the
+    /// queue's CPU (a forced stat of the mount's root, see [`Kicker`]): it
+    /// takes a free entry and hands out the oldest queued request first.
+    /// Each lock wait does this once, so each request queued behind waits
+    /// gets its turn, and a request served that way commits and hands out
+    /// the next.
+    fn kick(&mut self, ring: &mut Ring, qi: usize) -> io::Result<()> {
+        if self.stopping || self.gone {
+            return Ok(());
+        }
+        // The new entries must be in the kernel before the stat is issued,
+        // or it would be queued too.
+        submit(ring)?;
+        let qid = self.plan.queues[qi].qid;
+        self.kicker
+            .get_or_insert_with(|| Kicker::new(self.plan.mountpoint.clone()))
+            .kick(qid);
         Ok(())
     }
 
@@ -703,10 +760,9 @@ impl QueueThread {
             return Ok(None);
         }
         let index = user_data as usize;
-        match self.entries.get_mut(index) {
+        match self.entries.get(index) {
             Some(e) if e.in_kernel => {
-                e.in_kernel = false;
-                self.in_flight -= 1;
+                self.mark_returned(index);
             }
             _ => {
                 tracing::warn!(
@@ -1009,6 +1065,70 @@ impl Transaction for RingTransaction<'_> {
     }
 }
 
+/// Issues one request on a given queue per kick: a
+/// `statx(AT_STATX_FORCE_SYNC)` of the mount's root (always a GETATTR or
+/// STATX to the daemon) from the queue's CPU, since the kernel picks the
+/// queue by the CPU a request is issued on. See
+/// [`QueueThread::kick`].
+///
+/// Each kick runs on a short-lived thread of its own: a kick's request may
+/// itself be queued behind others until later commits hand it out, and
+/// the kicks after it must not wait for it.
+struct Kicker {
+    mountpoint: Arc<std::path::Path>,
+    running: Arc<AtomicUsize>,
+}
+
+/// Kicks waiting for their answer at most; more are dropped (each lock wait
+/// that takes an entry kicks again).
+const MAX_RUNNING_KICKS: usize = 256;
+
+impl Kicker {
+    fn new(mountpoint: std::path::PathBuf) -> Self {
+        Self {
+            mountpoint: mountpoint.into(),
+            running: Arc::default(),
+        }
+    }
+
+    /// Issues one request on queue `qid`, on a thread of its own.
+    fn kick(&self, qid: u16) {
+        if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING_KICKS {
+            self.running.fetch_sub(1, Ordering::AcqRel);
+            tracing::debug!(
+                qid,
+                "kicking a ring queue: {MAX_RUNNING_KICKS} kicks running"
+            );
+            return;
+        }
+        let mountpoint = self.mountpoint.clone();
+        let running = self.running.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fuse-uring-kick".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                if let Err(e) = sys::pin_current_thread(&[qid as usize]) {
+                    tracing::debug!(qid, "kicking a ring queue: pinning: {e}");
+                }
+                match sys::open_path(&mountpoint) {
+                    Ok(root) => {
+                        if let Err(e) = sys::statx_force_sync(&root) {
+                            tracing::debug!(qid, "kicking a ring queue: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("kicking ring queues: opening {}: {e}", mountpoint.display())
+                    }
+                }
+                running.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.running.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(qid, "kicking a ring queue: starting a thread: {e}");
+        }
+    }
+}
+
 /// A [`RingTransaction`] answered on another thread, with the mappings its
 /// pointers lead into: they stay mapped while it lives.
 struct DetachedTransaction {
@@ -1019,7 +1139,14 @@ struct DetachedTransaction {
 /// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
 /// first.
 pub(crate) fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
-    let cq = entries.saturating_mul(2);
+    build_ring_with_cq(entries, entries.saturating_mul(2), defer_taskrun)
+}
+
+/// The kernel's largest completion queue (`IORING_MAX_CQ_ENTRIES`).
+const MAX_CQ_ENTRIES: u32 = 2 * 32768;
+
+/// [`build_ring`] with a completion queue of `cq` entries.
+fn build_ring_with_cq(entries: u32, cq: u32, defer_taskrun: bool) -> io::Result<Ring> {
     if defer_taskrun {
         match IoUring::builder()
             .dontfork()

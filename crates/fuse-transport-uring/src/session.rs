@@ -291,6 +291,7 @@ impl UringSession {
                 entries_per_queue: config.entries_per_queue.max(1),
                 payload_size: entry_payload,
                 dev_fd,
+                mountpoint: self.mountpoint.clone(),
                 defer_taskrun: config.defer_taskrun,
                 wake,
                 fault: config.fault,

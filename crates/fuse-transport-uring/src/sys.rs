@@ -217,6 +217,46 @@ pub fn uring_module_switch() -> Option<bool> {
     Some(matches!(text.trim(), "Y" | "y" | "1"))
 }
 
+/// An `O_PATH` descriptor of the directory `path`.
+pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC)`: on a FUSE file,
+/// always a request to the daemon (cached attributes are not used).
+pub fn statx_force_sync(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: plain data; all-zero is valid.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor, the empty path, a valid out-pointer.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_TYPE,
+            &mut st,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
