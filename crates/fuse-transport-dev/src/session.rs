@@ -67,6 +67,10 @@ struct Shared {
     master: Mutex<Option<Arc<OwnedFd>>>,
     config: SessionConfig,
     stop: AtomicBool,
+    /// A worker read ENODEV: the file system was unmounted (by us or from
+    /// outside), so there is nothing left to unmount, and whatever is
+    /// mounted on the path now belongs to somebody else.
+    unmounted: AtomicBool,
     /// Workers alive, and how many of them wait for a request.
     workers: AtomicUsize,
     idle: AtomicUsize,
@@ -143,6 +147,7 @@ impl DevSession {
             master: Mutex::new(Some(master)),
             config: config.clone(),
             stop: AtomicBool::new(false),
+            unmounted: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
             in_long_waits: AtomicUsize::new(0),
@@ -215,6 +220,12 @@ impl DevSession {
     pub fn unmount(&self) -> Result<(), MountError> {
         let mut guard = self.mount.lock().unwrap_or_else(|e| e.into_inner());
         match guard.as_mut() {
+            // Unmounted already: unmounting the path again could take down
+            // a mount made there since (seen: xfstests' mount cycles).
+            Some(mount) if self.shared.unmounted.load(Ordering::Acquire) => {
+                mount.forget_unmounted();
+                Ok(())
+            }
             Some(mount) => mount.unmount(),
             None => Ok(()),
         }
@@ -440,8 +451,12 @@ fn worker_loop(
                 // EINTR: woken (maybe to stop); ENOENT: the request was
                 // interrupted before we read it.
                 Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
-                // The connection is gone: unmounted or aborted.
-                Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
+                // The connection is gone: unmounted (ENODEV) or aborted.
+                Some(libc::ENODEV) => {
+                    shared.unmounted.store(true, Ordering::Release);
+                    return Ok(());
+                }
+                Some(libc::ECONNABORTED) => return Ok(()),
                 _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
             },
         };

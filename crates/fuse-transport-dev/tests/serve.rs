@@ -72,6 +72,54 @@ fn external_unmount_ends_the_workers() {
     assert!(session.server().is_destroyed());
 }
 
+/// After an unmount from outside, the session must not unmount the path
+/// again as it ends: a mount made there meanwhile is somebody else's (seen:
+/// xfstests cycling a scratch mount took down the new mount).
+#[test]
+fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::new(Arc::new(Hello::default()));
+    let session = DevSession::mount(
+        server,
+        dir.path(),
+        &MountOptions::default(),
+        SessionConfig::default(),
+    )
+    .unwrap();
+    std::fs::metadata(session.mountpoint().join("hello")).unwrap();
+    fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "newcomer"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount -t tmpfs: {status}");
+    session.wait().unwrap();
+    drop(session);
+    let fstype = mount_type(dir.path());
+    // Clean up before asserting.
+    let _ = fuse_transport_dev::unmount_path(dir.path(), false);
+    assert_eq!(
+        fstype.as_deref(),
+        Some("tmpfs"),
+        "the tmpfs mounted after the external unmount is gone"
+    );
+}
+
+/// The file system type of the topmost mount on `path`, from mountinfo.
+fn mount_type(path: &std::path::Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = path.to_str().unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let point = pre.split(' ').nth(4)?;
+            (point == want).then(|| post.split(' ').next().unwrap_or("").to_string())
+        })
+        .last()
+}
+
 #[test]
 fn stop_ends_workers_even_when_the_mount_is_busy() {
     require_root();
