@@ -37,6 +37,8 @@ pub enum Status {
     Hung(u64),
     /// Failed (first outcome here), then passed when run again alone.
     Flaky(String),
+    /// Not run by us at all, for this reason (`danger:` in excluded.txt).
+    Skipped(String),
 }
 
 impl Status {
@@ -534,6 +536,7 @@ fn describe(s: &Status) -> String {
         Status::Fail(what) => format!("FAIL: {what}"),
         Status::Hung(secs) => format!("HUNG (killed after {secs} s)"),
         Status::Flaky(first) => format!("flaky (first {first})"),
+        Status::Skipped(why) => format!("skipped: {why}"),
     }
 }
 
@@ -609,20 +612,21 @@ pub fn full_report(tables: &[(Mode, Results)], excluded: &Excluded) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| mode | pass | fail | notrun | hung | unexplained failures |"
+        "| mode | pass | fail | notrun | hung | skipped | unexplained failures |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for (mode, r) in tables {
         let count = |f: &dyn Fn(&Status) -> bool| r.tests.iter().filter(|(_, s)| f(s)).count();
         let un = unexplained_failures(r, *mode, excluded);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             mode.name(),
             count(&|s| matches!(s, Status::Pass(_) | Status::Flaky(_))),
             count(&|s| matches!(s, Status::Fail(_))),
             count(&|s| matches!(s, Status::NotRun(_))),
             count(&|s| matches!(s, Status::Hung(_))),
+            count(&|s| matches!(s, Status::Skipped(_))),
             if un.is_empty() {
                 "0".to_string()
             } else {
@@ -659,6 +663,10 @@ pub fn full_report(tables: &[(Mode, Results)], excluded: &Excluded) -> String {
                 }
                 Status::Fail(_) => "FAIL".into(),
                 Status::Hung(_) => "HUNG".into(),
+                Status::Skipped(reason) => {
+                    why = reason.replace('|', "\\|");
+                    "skipped".into()
+                }
             };
             let _ = write!(line, " {cell} |");
             if st.failed() {

@@ -164,6 +164,15 @@ impl Excluded {
     }
 }
 
+impl Excluded {
+    /// Whether `test` must never run in `mode` (its reason starts with
+    /// `danger:`, e.g. it fills the file system, which is the machine's).
+    pub fn is_dangerous(&self, test: &str, mode: Mode) -> bool {
+        self.reason(test, mode)
+            .is_some_and(|r| r.starts_with("danger:"))
+    }
+}
+
 /// Every test of the generic group in the built tree, in order.
 pub fn whole_group(tree: &Path) -> Result<Vec<String>> {
     let dir = tree.join("tests/generic");
