@@ -117,7 +117,7 @@ fn mount_type(path: &std::path::Path) -> Option<String> {
             let point = pre.split(' ').nth(4)?;
             (point == want).then(|| post.split(' ').next().unwrap_or("").to_string())
         })
-        .last()
+        .next_back()
 }
 
 #[test]
