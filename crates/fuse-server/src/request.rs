@@ -178,112 +178,193 @@ impl Request<'_> {
 }
 
 /// An operation with its typed arguments; names and data borrow the
-/// request's memory.
-#[allow(missing_docs)] // The variants are the opcodes; their fields are documented in `args`.
+/// request's memory. One variant per opcode, except where two opcodes
+/// differ only in a flag (RENAME/RENAME2, SETLK/SETLKW,
+/// COPY_FILE_RANGE/COPY_FILE_RANGE_64); the argument structs are
+/// documented in [`crate::args`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Operation<'a> {
+    /// LOOKUP: look `name` up in the directory `nodeid`.
     Lookup {
+        /// The name to look up.
         name: &'a CStr,
     },
+    /// FORGET: drop `nlookup` lookup references of `nodeid` (no reply).
     Forget {
+        /// How many references to drop.
         nlookup: u64,
     },
+    /// GETATTR: the attributes of `nodeid`.
     Getattr {
+        /// The open file to ask, when the kernel names one.
         fh: Option<u64>,
     },
+    /// SETATTR: change the attributes of `nodeid`.
     Setattr(SetattrArgs),
+    /// READLINK: the target of the symlink `nodeid`.
     Readlink,
+    /// SYMLINK: make a symlink `name` to `target` in the directory `nodeid`.
     Symlink {
+        /// The new entry's name.
         name: &'a CStr,
+        /// What the symlink points to.
         target: &'a CStr,
     },
+    /// MKNOD: make a node `name` in the directory `nodeid`.
     Mknod {
+        /// The new entry's name.
         name: &'a CStr,
+        /// Its mode, device number and the caller's umask.
         args: MknodArgs,
     },
+    /// MKDIR: make a directory `name` in the directory `nodeid`.
     Mkdir {
+        /// The new entry's name.
         name: &'a CStr,
+        /// Its mode and the caller's umask.
         args: MkdirArgs,
     },
+    /// UNLINK: remove `name` from the directory `nodeid`.
     Unlink {
+        /// The entry to remove.
         name: &'a CStr,
     },
+    /// RMDIR: remove the directory `name` from the directory `nodeid`.
     Rmdir {
+        /// The directory to remove.
         name: &'a CStr,
     },
     /// RENAME and RENAME2 (flags 0 for RENAME).
     Rename(RenameArgs<'a>),
+    /// LINK: make `newname` in the directory `nodeid` a hard link to
+    /// `oldnodeid`.
     Link {
+        /// The node to link to.
         oldnodeid: u64,
+        /// The new entry's name.
         newname: &'a CStr,
     },
+    /// OPEN: open the file `nodeid`.
     Open(OpenArgs),
+    /// READ: read from an open file.
     Read(ReadArgs),
+    /// WRITE: write `data` to an open file.
     Write {
+        /// Where and how.
         args: WriteArgs,
+        /// The bytes to write (`args.size` of them).
         data: &'a [u8],
     },
+    /// STATFS: file system statistics.
     Statfs,
+    /// RELEASE: the last reference to an open file is gone.
     Release(ReleaseArgs),
+    /// FSYNC: sync an open file.
     Fsync(FsyncArgs),
+    /// SETXATTR: set an extended attribute.
     Setxattr(SetxattrArgs<'a>),
+    /// GETXATTR: an extended attribute's value (or its size, with `size` 0).
     Getxattr {
+        /// The attribute's name.
         name: &'a CStr,
+        /// The largest value the caller takes; 0 asks for the size.
         size: u32,
     },
+    /// LISTXATTR: the names of the extended attributes (or their size).
     Listxattr {
+        /// The largest list the caller takes; 0 asks for the size.
         size: u32,
     },
+    /// REMOVEXATTR: remove an extended attribute.
     Removexattr {
+        /// The attribute's name.
         name: &'a CStr,
     },
+    /// FLUSH: an open file's descriptor is being closed.
     Flush(FlushArgs),
+    /// INIT: the kernel's offer that starts the connection.
     Init(InitIn),
+    /// OPENDIR: open the directory `nodeid`.
     Opendir(OpenArgs),
+    /// READDIR: list an open directory.
     Readdir(ReadArgs),
+    /// RELEASEDIR: the last reference to an open directory is gone.
     Releasedir(ReleaseArgs),
+    /// FSYNCDIR: sync an open directory.
     Fsyncdir(FsyncArgs),
+    /// GETLK: test for a lock.
     Getlk(LockArgs),
     /// SETLK and SETLKW (`sleep`).
     Setlk {
+        /// The lock to take or release.
         args: LockArgs,
+        /// Wait until it can be taken (SETLKW).
         sleep: bool,
     },
+    /// ACCESS: check the caller's access to `nodeid`.
     Access {
+        /// The access to check (`R_OK`, `W_OK`, `X_OK`; `F_OK` is 0).
         mask: AccessMask,
     },
+    /// CREATE: make and open a file `name` in the directory `nodeid`.
     Create {
+        /// The new file's name.
         name: &'a CStr,
+        /// Its open flags, mode and the caller's umask.
         args: CreateArgs,
     },
+    /// INTERRUPT: the caller of request `unique` got a signal (no reply).
     Interrupt {
+        /// The interrupted request.
         unique: u64,
     },
+    /// BMAP: map a block of the file (block device backed file systems).
     Bmap {
+        /// The block in the file.
         block: u64,
+        /// The block size.
         blocksize: u32,
     },
+    /// DESTROY: the connection is ending.
     Destroy,
+    /// IOCTL: an ioctl(2) on an open file.
     Ioctl(IoctlArgs<'a>),
+    /// POLL: poll(2) on an open file.
     Poll(PollArgs),
+    /// NOTIFY_REPLY: the page cache data a RETRIEVE notification asked for
+    /// (no reply).
     NotifyReply {
+        /// The file offset of `data`.
         offset: u64,
+        /// The data.
         data: &'a [u8],
     },
+    /// BATCH_FORGET: drop lookup references of many nodes (no reply).
     BatchForget(ForgetList<'a>),
+    /// FALLOCATE: allocate or punch a range of an open file.
     Fallocate(FallocateArgs),
+    /// READDIRPLUS: list an open directory with each entry's attributes.
     Readdirplus(ReadArgs),
+    /// LSEEK: `SEEK_DATA` / `SEEK_HOLE` in an open file.
     Lseek(LseekArgs),
     /// COPY_FILE_RANGE and COPY_FILE_RANGE_64 (`wide`: 64-bit reply).
     CopyFileRange {
+        /// The ranges to copy between.
         args: CopyFileRangeArgs,
+        /// COPY_FILE_RANGE_64: the reply carries a 64-bit count.
         wide: bool,
     },
+    /// SETUPMAPPING: DAX, map a range of a file into the DAX window.
     Setupmapping(SetupmappingIn),
+    /// REMOVEMAPPING: DAX, remove mappings from the DAX window.
     Removemapping(PodList<'a, RemovemappingOne>),
+    /// SYNCFS: sync the file system.
     Syncfs,
+    /// TMPFILE: make an unnamed temporary file in the directory `nodeid`.
     Tmpfile(CreateArgs),
+    /// STATX: statx(2) attributes of `nodeid`.
     Statx(StatxArgs),
+    /// CUSE_INIT: initialize a character device (CUSE).
     CuseInit(CuseInitIn),
 }
 
