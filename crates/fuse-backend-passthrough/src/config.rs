@@ -112,9 +112,28 @@ pub struct PassthroughConfig {
     /// transport carries READ and WRITE keeps seeing them; the
     /// `passthroughfs` daemon turns it on unless given `--no-passthrough`.
     pub passthrough: bool,
-    /// The signal used to interrupt a worker blocked in a lock wait
-    /// (SETLKW) when the kernel sends INTERRUPT; `None` uses
-    /// `SIGRTMIN() + 5`. A handler that does nothing is installed for it.
+    /// The signal used to end a lock wait (SETLKW); `None` uses
+    /// `SIGRTMIN() + 5`.
+    ///
+    /// A lock wait is a blocking `fcntl(F_OFD_SETLKW)` or `flock(2)` on a
+    /// thread, and only a signal makes it return early: on the kernel's
+    /// INTERRUPT (the waiting process got a signal), on a stop
+    /// (`FileSystem::stop_waits`) and when an async request is dropped, the
+    /// file system sends this signal to the waiting thread (`pthread_kill`)
+    /// until it has left the wait. For that, [`crate::PassthroughFs::new`]
+    /// installs a **process-wide** handler that does nothing, without
+    /// `SA_RESTART` (so the call fails with `EINTR`), logged at debug; it
+    /// stays installed after the file system is dropped.
+    ///
+    /// Change it when the application (or a library in it) already uses
+    /// `SIGRTMIN() + 5`, or to share one number between several
+    /// `PassthroughFs`. The application must not install its own handler
+    /// for it (a default disposition kills the process on the first
+    /// interrupted lock wait; `SA_RESTART` makes interrupts and stops wait
+    /// for the lock holder), block it in threads that serve requests, or
+    /// send it itself. It may be the same number as the `/dev/fuse`
+    /// transport's `SessionConfig::wake_signal` (`SIGRTMIN() + 4`): both
+    /// handlers do nothing and neither restarts, so either serves both.
     pub interrupt_signal: Option<i32>,
     /// Hold known inodes by file handle (`name_to_handle_at(2)`, opened
     /// again with `open_by_handle_at(2)` when used) instead of by an open

@@ -56,6 +56,12 @@
 //!   (inode, lock owner), dropped when the owner closes the file (FLUSH);
 //!   BSD locks are `flock(2)` on the handle's descriptor. A lock wait can
 //!   be interrupted by the kernel's INTERRUPT.
+//! - **Signals**: ending a lock wait takes a signal sent to the waiting
+//!   thread, so [`PassthroughFs::new`] installs a process-wide handler
+//!   that does nothing (without `SA_RESTART`) for
+//!   [`PassthroughConfig::interrupt_signal`], `SIGRTMIN() + 5` by default,
+//!   and logs it at debug. The application must not handle, block or send
+//!   that signal; change the number if it is taken.
 //! - **Directories**: each open directory keeps a getdents64 buffer and
 //!   the cookie it stands at; cookies are the backing file system's
 //!   `d_off`, and a request at another cookie seeks there; an LSEEK of the

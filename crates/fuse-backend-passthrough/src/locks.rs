@@ -332,7 +332,8 @@ impl Drop for LockWaitFuture {
 extern "C" fn interrupt_handler(_signal: libc::c_int) {}
 
 /// Installs a do-nothing handler for `signal` without `SA_RESTART`, so
-/// that the signal makes a blocking lock wait return `EINTR`.
+/// that the signal makes a blocking lock wait return `EINTR`
+/// (process-wide: see `PassthroughConfig::interrupt_signal`).
 fn install_interrupt_handler(signal: i32) {
     // SAFETY: a zeroed sigaction is valid; the handler does nothing and is
     // async-signal-safe.
@@ -347,8 +348,15 @@ fn install_interrupt_handler(signal: i32) {
                 "installing the lock interrupt handler: {}",
                 io::Error::last_os_error()
             );
+            return;
         }
     }
+    tracing::debug!(
+        signal,
+        rtmin_offset = signal - libc::SIGRTMIN(),
+        "installed a process-wide do-nothing handler (no SA_RESTART) for the \
+         lock wait interrupt signal (PassthroughConfig::interrupt_signal)"
+    );
 }
 
 #[cfg(test)]

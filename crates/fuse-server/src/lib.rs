@@ -20,6 +20,8 @@
 //! backend runs through [`SyncFs`], whose futures are ready at once, so the
 //! synchronous path allocates nothing and never waits on an executor.
 
+#![deny(missing_docs)]
+
 pub mod args;
 pub mod async_fs;
 pub mod attr;

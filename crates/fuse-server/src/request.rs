@@ -6,6 +6,7 @@
 //! answers with an errno.
 
 use crate::args::*;
+use crate::opcode_table::{opcode_info, DataArg, OpcodeInfo};
 use fuse_abi::{
     AccessMask, BatchForgetIn, BmapIn, CopyFileRangeIn, CreateIn, CuseInitIn, FallocateIn, FlushIn,
     ForgetIn, ForgetOne, FsyncFlags, FsyncIn, GetattrFlags, GetattrIn, GetxattrIn, InHeader,
@@ -177,112 +178,193 @@ impl Request<'_> {
 }
 
 /// An operation with its typed arguments; names and data borrow the
-/// request's memory.
-#[allow(missing_docs)] // The variants are the opcodes; their fields are documented in `args`.
+/// request's memory. One variant per opcode, except where two opcodes
+/// differ only in a flag (RENAME/RENAME2, SETLK/SETLKW,
+/// COPY_FILE_RANGE/COPY_FILE_RANGE_64); the argument structs are
+/// documented in [`crate::args`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Operation<'a> {
+    /// LOOKUP: look `name` up in the directory `nodeid`.
     Lookup {
+        /// The name to look up.
         name: &'a CStr,
     },
+    /// FORGET: drop `nlookup` lookup references of `nodeid` (no reply).
     Forget {
+        /// How many references to drop.
         nlookup: u64,
     },
+    /// GETATTR: the attributes of `nodeid`.
     Getattr {
+        /// The open file to ask, when the kernel names one.
         fh: Option<u64>,
     },
+    /// SETATTR: change the attributes of `nodeid`.
     Setattr(SetattrArgs),
+    /// READLINK: the target of the symlink `nodeid`.
     Readlink,
+    /// SYMLINK: make a symlink `name` to `target` in the directory `nodeid`.
     Symlink {
+        /// The new entry's name.
         name: &'a CStr,
+        /// What the symlink points to.
         target: &'a CStr,
     },
+    /// MKNOD: make a node `name` in the directory `nodeid`.
     Mknod {
+        /// The new entry's name.
         name: &'a CStr,
+        /// Its mode, device number and the caller's umask.
         args: MknodArgs,
     },
+    /// MKDIR: make a directory `name` in the directory `nodeid`.
     Mkdir {
+        /// The new entry's name.
         name: &'a CStr,
+        /// Its mode and the caller's umask.
         args: MkdirArgs,
     },
+    /// UNLINK: remove `name` from the directory `nodeid`.
     Unlink {
+        /// The entry to remove.
         name: &'a CStr,
     },
+    /// RMDIR: remove the directory `name` from the directory `nodeid`.
     Rmdir {
+        /// The directory to remove.
         name: &'a CStr,
     },
     /// RENAME and RENAME2 (flags 0 for RENAME).
     Rename(RenameArgs<'a>),
+    /// LINK: make `newname` in the directory `nodeid` a hard link to
+    /// `oldnodeid`.
     Link {
+        /// The node to link to.
         oldnodeid: u64,
+        /// The new entry's name.
         newname: &'a CStr,
     },
+    /// OPEN: open the file `nodeid`.
     Open(OpenArgs),
+    /// READ: read from an open file.
     Read(ReadArgs),
+    /// WRITE: write `data` to an open file.
     Write {
+        /// Where and how.
         args: WriteArgs,
+        /// The bytes to write (`args.size` of them).
         data: &'a [u8],
     },
+    /// STATFS: file system statistics.
     Statfs,
+    /// RELEASE: the last reference to an open file is gone.
     Release(ReleaseArgs),
+    /// FSYNC: sync an open file.
     Fsync(FsyncArgs),
+    /// SETXATTR: set an extended attribute.
     Setxattr(SetxattrArgs<'a>),
+    /// GETXATTR: an extended attribute's value (or its size, with `size` 0).
     Getxattr {
+        /// The attribute's name.
         name: &'a CStr,
+        /// The largest value the caller takes; 0 asks for the size.
         size: u32,
     },
+    /// LISTXATTR: the names of the extended attributes (or their size).
     Listxattr {
+        /// The largest list the caller takes; 0 asks for the size.
         size: u32,
     },
+    /// REMOVEXATTR: remove an extended attribute.
     Removexattr {
+        /// The attribute's name.
         name: &'a CStr,
     },
+    /// FLUSH: an open file's descriptor is being closed.
     Flush(FlushArgs),
+    /// INIT: the kernel's offer that starts the connection.
     Init(InitIn),
+    /// OPENDIR: open the directory `nodeid`.
     Opendir(OpenArgs),
+    /// READDIR: list an open directory.
     Readdir(ReadArgs),
+    /// RELEASEDIR: the last reference to an open directory is gone.
     Releasedir(ReleaseArgs),
+    /// FSYNCDIR: sync an open directory.
     Fsyncdir(FsyncArgs),
+    /// GETLK: test for a lock.
     Getlk(LockArgs),
     /// SETLK and SETLKW (`sleep`).
     Setlk {
+        /// The lock to take or release.
         args: LockArgs,
+        /// Wait until it can be taken (SETLKW).
         sleep: bool,
     },
+    /// ACCESS: check the caller's access to `nodeid`.
     Access {
+        /// The access to check (`R_OK`, `W_OK`, `X_OK`; `F_OK` is 0).
         mask: AccessMask,
     },
+    /// CREATE: make and open a file `name` in the directory `nodeid`.
     Create {
+        /// The new file's name.
         name: &'a CStr,
+        /// Its open flags, mode and the caller's umask.
         args: CreateArgs,
     },
+    /// INTERRUPT: the caller of request `unique` got a signal (no reply).
     Interrupt {
+        /// The interrupted request.
         unique: u64,
     },
+    /// BMAP: map a block of the file (block device backed file systems).
     Bmap {
+        /// The block in the file.
         block: u64,
+        /// The block size.
         blocksize: u32,
     },
+    /// DESTROY: the connection is ending.
     Destroy,
+    /// IOCTL: an ioctl(2) on an open file.
     Ioctl(IoctlArgs<'a>),
+    /// POLL: poll(2) on an open file.
     Poll(PollArgs),
+    /// NOTIFY_REPLY: the page cache data a RETRIEVE notification asked for
+    /// (no reply).
     NotifyReply {
+        /// The file offset of `data`.
         offset: u64,
+        /// The data.
         data: &'a [u8],
     },
+    /// BATCH_FORGET: drop lookup references of many nodes (no reply).
     BatchForget(ForgetList<'a>),
+    /// FALLOCATE: allocate or punch a range of an open file.
     Fallocate(FallocateArgs),
+    /// READDIRPLUS: list an open directory with each entry's attributes.
     Readdirplus(ReadArgs),
+    /// LSEEK: `SEEK_DATA` / `SEEK_HOLE` in an open file.
     Lseek(LseekArgs),
     /// COPY_FILE_RANGE and COPY_FILE_RANGE_64 (`wide`: 64-bit reply).
     CopyFileRange {
+        /// The ranges to copy between.
         args: CopyFileRangeArgs,
+        /// COPY_FILE_RANGE_64: the reply carries a 64-bit count.
         wide: bool,
     },
+    /// SETUPMAPPING: DAX, map a range of a file into the DAX window.
     Setupmapping(SetupmappingIn),
+    /// REMOVEMAPPING: DAX, remove mappings from the DAX window.
     Removemapping(PodList<'a, RemovemappingOne>),
+    /// SYNCFS: sync the file system.
     Syncfs,
+    /// TMPFILE: make an unnamed temporary file in the directory `nodeid`.
     Tmpfile(CreateArgs),
+    /// STATX: statx(2) attributes of `nodeid`.
     Statx(StatxArgs),
+    /// CUSE_INIT: initialize a character device (CUSE).
     CuseInit(CuseInitIn),
 }
 
@@ -304,65 +386,96 @@ impl Default for DecodeOptions {
     }
 }
 
-/// Reads arguments in order from a request.
-struct ArgReader<'a> {
-    opcode: &'static str,
-    op_header: Option<&'a [u8]>,
-    rest: &'a [u8],
+/// A request's arguments, split and length-checked by the opcode's
+/// [`ArgShape`]: the fixed struct's bytes, the names, the data.
+struct Args<'a> {
+    fixed: &'a [u8],
+    fixed_size: usize,
+    names: [&'a CStr; 2],
+    data: &'a [u8],
 }
 
-impl<'a> ArgReader<'a> {
-    fn short(&self, what: &'static str, need: usize, have: usize) -> DecodeError {
-        DecodeError::Short {
-            opcode: self.opcode,
+impl<'a> Args<'a> {
+    /// Splits the arguments the way `shape` says, in wire order: the fixed
+    /// struct (from `op_header` when the transport keeps it apart), the
+    /// names, then the data whose length the fixed struct gives.
+    fn split(
+        info: &OpcodeInfo,
+        op_header: Option<&'a [u8]>,
+        mut rest: &'a [u8],
+        opts: &DecodeOptions,
+    ) -> Result<Self, DecodeError> {
+        let shape = &info.args;
+        let short = |what, need, have| DecodeError::Short {
+            opcode: info.name,
             what,
             need,
             have,
+        };
+        let mut args = Args {
+            fixed: &[],
+            fixed_size: 0,
+            names: [c""; 2],
+            data: &[],
+        };
+        if let Some(fixed) = &shape.fixed {
+            let src = op_header.unwrap_or(rest);
+            let len = fixed
+                .wire_len(opts, src.len())
+                .map_err(|need| short(fixed.name, need, src.len()))?;
+            args.fixed = &src[..len];
+            args.fixed_size = fixed.size;
+            if op_header.is_none() {
+                rest = &rest[len..];
+            }
         }
+        for slot in args.names.iter_mut().take(shape.names as usize) {
+            let name = CStr::from_bytes_until_nul(rest)
+                .map_err(|_| DecodeError::BadName { opcode: info.name })?;
+            rest = &rest[name.to_bytes_with_nul().len()..];
+            *slot = name;
+        }
+        let (what, len) = match shape.data {
+            DataArg::None => return Ok(args),
+            DataArg::Bytes { what, count_at } => (what, args.count(count_at)),
+            DataArg::Records {
+                what,
+                count_at,
+                record,
+            } => (what, args.count(count_at).saturating_mul(record)),
+        };
+        if rest.len() < len {
+            return Err(short(what, len, rest.len()));
+        }
+        args.data = &rest[..len];
+        Ok(args)
     }
 
-    /// The opcode's fixed struct, `len` bytes of it (shorter than `T` for
-    /// old protocol versions; the rest reads as zero).
-    fn fixed_len<T: FromBytes + IntoBytes>(
-        &mut self,
-        what: &'static str,
-        len: usize,
-    ) -> Result<T, DecodeError> {
-        let len = len.min(size_of::<T>());
-        let from_header = self.op_header.is_some();
-        let src = self.op_header.unwrap_or(self.rest);
-        if src.len() < len {
-            return Err(self.short(what, len, src.len()));
-        }
+    /// The `u32` at `at` in the fixed struct (0 beyond the bytes sent).
+    fn count(&self, at: usize) -> usize {
+        self.fixed
+            .get(at..at + 4)
+            .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    }
+
+    /// The fixed struct; the bytes an older protocol version doesn't send
+    /// read as zero.
+    fn fixed<T: FromBytes + IntoBytes>(&self) -> T {
+        debug_assert_eq!(size_of::<T>(), self.fixed_size, "the table's struct");
         let mut value = T::new_zeroed();
-        value.as_mut_bytes()[..len].copy_from_slice(&src[..len]);
-        if from_header {
-            self.op_header = None;
-        } else {
-            self.rest = &self.rest[len..];
-        }
-        Ok(value)
+        let len = self.fixed.len().min(size_of::<T>());
+        value.as_mut_bytes()[..len].copy_from_slice(&self.fixed[..len]);
+        value
     }
 
-    fn fixed<T: FromBytes + IntoBytes>(&mut self, what: &'static str) -> Result<T, DecodeError> {
-        self.fixed_len(what, size_of::<T>())
+    /// The first name.
+    fn name(&self) -> &'a CStr {
+        self.names[0]
     }
 
-    fn name(&mut self) -> Result<&'a CStr, DecodeError> {
-        let name = CStr::from_bytes_until_nul(self.rest).map_err(|_| DecodeError::BadName {
-            opcode: self.opcode,
-        })?;
-        self.rest = &self.rest[name.to_bytes_with_nul().len()..];
-        Ok(name)
-    }
-
-    fn bytes(&mut self, what: &'static str, len: usize) -> Result<&'a [u8], DecodeError> {
-        if self.rest.len() < len {
-            return Err(self.short(what, len, self.rest.len()));
-        }
-        let (data, rest) = self.rest.split_at(len);
-        self.rest = rest;
-        Ok(data)
+    /// The second name.
+    fn name2(&self) -> &'a CStr {
+        self.names[1]
     }
 }
 
@@ -479,41 +592,34 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
 
     let opcode =
         Opcode::from_u32(header.opcode).ok_or(DecodeError::UnknownOpcode(header.opcode))?;
-    let mut r = ArgReader {
-        opcode: opcode.kernel_name(),
-        op_header: raw.op_header,
-        rest: payload,
-    };
+    let info = opcode_info(opcode);
+    if info.flags.reserved {
+        return Err(DecodeError::UnknownOpcode(header.opcode));
+    }
+    let a = Args::split(&info, raw.op_header, payload, &opts)?;
     let minor = opts.minor;
     let op = match opcode {
-        Opcode::Lookup => Operation::Lookup { name: r.name()? },
+        Opcode::Lookup => Operation::Lookup { name: a.name() },
         Opcode::Forget => Operation::Forget {
-            nlookup: r.fixed::<ForgetIn>("fuse_forget_in")?.nlookup,
+            nlookup: a.fixed::<ForgetIn>().nlookup,
         },
         Opcode::Getattr => {
-            let g: GetattrIn = r.fixed("fuse_getattr_in")?;
+            let g: GetattrIn = a.fixed();
             let fh = GetattrFlags::from_bits_retain(g.getattr_flags)
                 .contains(GetattrFlags::FH)
                 .then_some(g.fh);
             Operation::Getattr { fh }
         }
-        Opcode::Setattr => Operation::Setattr(setattr_args(&r.fixed("fuse_setattr_in")?)),
+        Opcode::Setattr => Operation::Setattr(setattr_args(&a.fixed())),
         Opcode::Readlink => Operation::Readlink,
-        Opcode::Symlink => {
-            let name = r.name()?;
-            let target = r.name()?;
-            Operation::Symlink { name, target }
-        }
+        Opcode::Symlink => Operation::Symlink {
+            name: a.name(),
+            target: a.name2(),
+        },
         Opcode::Mknod => {
-            let len = if minor < 12 {
-                fuse_abi::COMPAT_MKNOD_IN_SIZE
-            } else {
-                size_of::<MknodIn>()
-            };
-            let m: MknodIn = r.fixed_len("fuse_mknod_in", len)?;
-            let name = r.name()?;
+            let m: MknodIn = a.fixed();
             Operation::Mknod {
-                name,
+                name: a.name(),
                 args: MknodArgs {
                     mode: m.mode,
                     rdev: m.rdev,
@@ -522,67 +628,47 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
             }
         }
         Opcode::Mkdir => {
-            let m: MkdirIn = r.fixed("fuse_mkdir_in")?;
+            let m: MkdirIn = a.fixed();
             Operation::Mkdir {
-                name: r.name()?,
+                name: a.name(),
                 args: MkdirArgs {
                     mode: m.mode,
                     umask: m.umask,
                 },
             }
         }
-        Opcode::Unlink => Operation::Unlink { name: r.name()? },
-        Opcode::Rmdir => Operation::Rmdir { name: r.name()? },
+        Opcode::Unlink => Operation::Unlink { name: a.name() },
+        Opcode::Rmdir => Operation::Rmdir { name: a.name() },
         Opcode::Rename => {
-            let a: RenameIn = r.fixed("fuse_rename_in")?;
-            let name = r.name()?;
-            let newname = r.name()?;
+            let r: RenameIn = a.fixed();
             Operation::Rename(RenameArgs {
-                name,
-                newdir: a.newdir,
-                newname,
+                name: a.name(),
+                newdir: r.newdir,
+                newname: a.name2(),
                 flags: RenameFlags::empty(),
             })
         }
         Opcode::Rename2 => {
-            let a: Rename2In = r.fixed("fuse_rename2_in")?;
-            let name = r.name()?;
-            let newname = r.name()?;
-            let flags = RenameFlags::from_bits_retain(a.flags);
+            let r: Rename2In = a.fixed();
             Operation::Rename(RenameArgs {
-                name,
-                newdir: a.newdir,
-                newname,
-                flags,
+                name: a.name(),
+                newdir: r.newdir,
+                newname: a.name2(),
+                flags: RenameFlags::from_bits_retain(r.flags),
             })
         }
-        Opcode::Link => {
-            let a: LinkIn = r.fixed("fuse_link_in")?;
-            Operation::Link {
-                oldnodeid: a.oldnodeid,
-                newname: r.name()?,
-            }
-        }
-        Opcode::Open => Operation::Open(open_args(r.fixed("fuse_open_in")?)),
-        Opcode::Opendir => Operation::Opendir(open_args(r.fixed("fuse_open_in")?)),
-        Opcode::Read | Opcode::Readdir | Opcode::Readdirplus => {
-            let len = if minor < 9 { 24 } else { size_of::<ReadIn>() };
-            let args = read_args(r.fixed_len("fuse_read_in", len)?, minor);
-            match opcode {
-                Opcode::Read => Operation::Read(args),
-                Opcode::Readdir => Operation::Readdir(args),
-                _ => Operation::Readdirplus(args),
-            }
-        }
+        Opcode::Link => Operation::Link {
+            oldnodeid: a.fixed::<LinkIn>().oldnodeid,
+            newname: a.name(),
+        },
+        Opcode::Open => Operation::Open(open_args(a.fixed())),
+        Opcode::Opendir => Operation::Opendir(open_args(a.fixed())),
+        Opcode::Read => Operation::Read(read_args(a.fixed(), minor)),
+        Opcode::Readdir => Operation::Readdir(read_args(a.fixed(), minor)),
+        Opcode::Readdirplus => Operation::Readdirplus(read_args(a.fixed(), minor)),
         Opcode::Write => {
-            let len = if minor < 9 {
-                fuse_abi::COMPAT_WRITE_IN_SIZE
-            } else {
-                size_of::<WriteIn>()
-            };
-            let w: WriteIn = r.fixed_len("fuse_write_in", len)?;
+            let w: WriteIn = a.fixed();
             let write_flags = WriteFlags::from_bits_retain(w.write_flags);
-            let data = r.bytes("write data", w.size as usize)?;
             let args = WriteArgs {
                 fh: w.fh,
                 offset: w.offset,
@@ -593,84 +679,56 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
                     .then_some(w.lock_owner),
                 flags: w.flags,
             };
-            Operation::Write { args, data }
+            Operation::Write { args, data: a.data }
         }
         Opcode::Statfs => Operation::Statfs,
-        Opcode::Release => Operation::Release(release_args(r.fixed("fuse_release_in")?)),
-        Opcode::Releasedir => Operation::Releasedir(release_args(r.fixed("fuse_release_in")?)),
-        Opcode::Fsync => Operation::Fsync(fsync_args(r.fixed("fuse_fsync_in")?)),
-        Opcode::Fsyncdir => Operation::Fsyncdir(fsync_args(r.fixed("fuse_fsync_in")?)),
+        Opcode::Release => Operation::Release(release_args(a.fixed())),
+        Opcode::Releasedir => Operation::Releasedir(release_args(a.fixed())),
+        Opcode::Fsync => Operation::Fsync(fsync_args(a.fixed())),
+        Opcode::Fsyncdir => Operation::Fsyncdir(fsync_args(a.fixed())),
         Opcode::Setxattr => {
-            let len = if opts.setxattr_ext {
-                size_of::<SetxattrIn>()
-            } else {
-                fuse_abi::COMPAT_SETXATTR_IN_SIZE
-            };
-            let s: SetxattrIn = r.fixed_len("fuse_setxattr_in", len)?;
-            let name = r.name()?;
-            let value = r.bytes("xattr value", s.size as usize)?;
+            let s: SetxattrIn = a.fixed();
             Operation::Setxattr(SetxattrArgs {
-                name,
-                value,
+                name: a.name(),
+                value: a.data,
                 flags: s.flags,
                 setxattr_flags: SetxattrFlags::from_bits_retain(s.setxattr_flags),
             })
         }
-        Opcode::Getxattr => {
-            let g: GetxattrIn = r.fixed("fuse_getxattr_in")?;
-            Operation::Getxattr {
-                name: r.name()?,
-                size: g.size,
-            }
-        }
-        Opcode::Listxattr => Operation::Listxattr {
-            size: r.fixed::<GetxattrIn>("fuse_getxattr_in")?.size,
+        Opcode::Getxattr => Operation::Getxattr {
+            name: a.name(),
+            size: a.fixed::<GetxattrIn>().size,
         },
-        Opcode::Removexattr => Operation::Removexattr { name: r.name()? },
+        Opcode::Listxattr => Operation::Listxattr {
+            size: a.fixed::<GetxattrIn>().size,
+        },
+        Opcode::Removexattr => Operation::Removexattr { name: a.name() },
         Opcode::Flush => {
-            let f: FlushIn = r.fixed("fuse_flush_in")?;
+            let f: FlushIn = a.fixed();
             Operation::Flush(FlushArgs {
                 fh: f.fh,
                 lock_owner: f.lock_owner,
             })
         }
-        Opcode::Init => {
-            // Kernels before 7.36 send only the first 16 bytes.
-            let have = r.op_header.unwrap_or(r.rest).len();
-            if have < 16 {
-                return Err(r.short("fuse_init_in", 16, have));
-            }
-            Operation::Init(r.fixed_len("fuse_init_in", have)?)
-        }
-        Opcode::Getlk => Operation::Getlk(lock_args(r.fixed("fuse_lk_in")?)),
+        Opcode::Init => Operation::Init(a.fixed()),
+        Opcode::Getlk => Operation::Getlk(lock_args(a.fixed())),
         Opcode::Setlk | Opcode::Setlkw => Operation::Setlk {
-            args: lock_args(r.fixed("fuse_lk_in")?),
+            args: lock_args(a.fixed()),
             sleep: opcode == Opcode::Setlkw,
         },
         Opcode::Access => Operation::Access {
-            mask: AccessMask::from_bits_retain(
-                r.fixed::<fuse_abi::AccessIn>("fuse_access_in")?.mask,
-            ),
+            mask: AccessMask::from_bits_retain(a.fixed::<fuse_abi::AccessIn>().mask),
         },
-        Opcode::Create => {
-            let len = if minor < 12 {
-                size_of::<OpenIn>()
-            } else {
-                size_of::<CreateIn>()
-            };
-            let c: CreateIn = r.fixed_len("fuse_create_in", len)?;
-            let name = r.name()?;
-            Operation::Create {
-                name,
-                args: create_args(c),
-            }
-        }
-        Opcode::Tmpfile => Operation::Tmpfile(create_args(r.fixed("fuse_create_in")?)),
+        Opcode::Create => Operation::Create {
+            name: a.name(),
+            args: create_args(a.fixed()),
+        },
+        Opcode::Tmpfile => Operation::Tmpfile(create_args(a.fixed())),
         Opcode::Interrupt => Operation::Interrupt {
-            unique: r.fixed::<InterruptIn>("fuse_interrupt_in")?.unique,
+            unique: a.fixed::<InterruptIn>().unique,
         },
         Opcode::Bmap => {
-            let b: BmapIn = r.fixed("fuse_bmap_in")?;
+            let b: BmapIn = a.fixed();
             Operation::Bmap {
                 block: b.block,
                 blocksize: b.blocksize,
@@ -678,19 +736,18 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
         }
         Opcode::Destroy => Operation::Destroy,
         Opcode::Ioctl => {
-            let i: IoctlIn = r.fixed("fuse_ioctl_in")?;
-            let data = r.bytes("ioctl data", i.in_size as usize)?;
+            let i: IoctlIn = a.fixed();
             Operation::Ioctl(IoctlArgs {
                 fh: i.fh,
                 flags: IoctlFlags::from_bits_retain(i.flags),
                 cmd: i.cmd,
                 arg: i.arg,
-                data,
+                data: a.data,
                 out_size: i.out_size,
             })
         }
         Opcode::Poll => {
-            let p: PollIn = r.fixed("fuse_poll_in")?;
+            let p: PollIn = a.fixed();
             Operation::Poll(PollArgs {
                 fh: p.fh,
                 kh: p.kh,
@@ -699,21 +756,16 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
                 events: p.events,
             })
         }
-        Opcode::NotifyReply => {
-            let n: NotifyRetrieveIn = r.fixed("fuse_notify_retrieve_in")?;
-            let data = r.bytes("retrieve data", n.size as usize)?;
-            Operation::NotifyReply {
-                offset: n.offset,
-                data,
-            }
-        }
+        Opcode::NotifyReply => Operation::NotifyReply {
+            offset: a.fixed::<NotifyRetrieveIn>().offset,
+            data: a.data,
+        },
         Opcode::BatchForget => {
-            let b: BatchForgetIn = r.fixed("fuse_batch_forget_in")?;
-            let len = (b.count as usize).saturating_mul(size_of::<ForgetOne>());
-            Operation::BatchForget(PodList::new(r.bytes("fuse_forget_one array", len)?))
+            let _: BatchForgetIn = a.fixed();
+            Operation::BatchForget(PodList::new(a.data))
         }
         Opcode::Fallocate => {
-            let f: FallocateIn = r.fixed("fuse_fallocate_in")?;
+            let f: FallocateIn = a.fixed();
             Operation::Fallocate(FallocateArgs {
                 fh: f.fh,
                 offset: f.offset,
@@ -722,7 +774,7 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
             })
         }
         Opcode::Lseek => {
-            let l: LseekIn = r.fixed("fuse_lseek_in")?;
+            let l: LseekIn = a.fixed();
             Operation::Lseek(LseekArgs {
                 fh: l.fh,
                 offset: l.offset,
@@ -730,7 +782,7 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
             })
         }
         Opcode::CopyFileRange | Opcode::CopyFileRange64 => {
-            let c: CopyFileRangeIn = r.fixed("fuse_copy_file_range_in")?;
+            let c: CopyFileRangeIn = a.fixed();
             let args = CopyFileRangeArgs {
                 fh_in: c.fh_in,
                 off_in: c.off_in,
@@ -745,15 +797,14 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
                 wide: opcode == Opcode::CopyFileRange64,
             }
         }
-        Opcode::Setupmapping => Operation::Setupmapping(r.fixed("fuse_setupmapping_in")?),
+        Opcode::Setupmapping => Operation::Setupmapping(a.fixed()),
         Opcode::Removemapping => {
-            let m: RemovemappingIn = r.fixed("fuse_removemapping_in")?;
-            let len = (m.count as usize).saturating_mul(size_of::<RemovemappingOne>());
-            Operation::Removemapping(PodList::new(r.bytes("fuse_removemapping_one array", len)?))
+            let _: RemovemappingIn = a.fixed();
+            Operation::Removemapping(PodList::new(a.data))
         }
         Opcode::Syncfs => Operation::Syncfs,
         Opcode::Statx => {
-            let s: StatxIn = r.fixed("fuse_statx_in")?;
+            let s: StatxIn = a.fixed();
             let fh = GetattrFlags::from_bits_retain(s.getattr_flags)
                 .contains(GetattrFlags::FH)
                 .then_some(s.fh);
@@ -763,7 +814,8 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
                 sx_mask: s.sx_mask,
             })
         }
-        Opcode::CuseInit => Operation::CuseInit(r.fixed("cuse_init_in")?),
+        Opcode::CuseInit => Operation::CuseInit(a.fixed()),
+        // Reserved in the table: refused above.
         Opcode::CuseInitBswapReserved | Opcode::FuseInitBswapReserved => {
             return Err(DecodeError::UnknownOpcode(header.opcode))
         }

@@ -8,63 +8,8 @@ use fuse_abi::*;
 use std::ffi::CStr;
 use zerocopy::IntoBytes;
 
-/// The opcode a request for `op` carries.
-pub fn opcode_of(op: &Operation<'_>) -> Opcode {
-    match op {
-        Operation::Lookup { .. } => Opcode::Lookup,
-        Operation::Forget { .. } => Opcode::Forget,
-        Operation::Getattr { .. } => Opcode::Getattr,
-        Operation::Setattr(_) => Opcode::Setattr,
-        Operation::Readlink => Opcode::Readlink,
-        Operation::Symlink { .. } => Opcode::Symlink,
-        Operation::Mknod { .. } => Opcode::Mknod,
-        Operation::Mkdir { .. } => Opcode::Mkdir,
-        Operation::Unlink { .. } => Opcode::Unlink,
-        Operation::Rmdir { .. } => Opcode::Rmdir,
-        Operation::Rename(a) if a.flags.is_empty() => Opcode::Rename,
-        Operation::Rename(_) => Opcode::Rename2,
-        Operation::Link { .. } => Opcode::Link,
-        Operation::Open(_) => Opcode::Open,
-        Operation::Read(_) => Opcode::Read,
-        Operation::Write { .. } => Opcode::Write,
-        Operation::Statfs => Opcode::Statfs,
-        Operation::Release(_) => Opcode::Release,
-        Operation::Fsync(_) => Opcode::Fsync,
-        Operation::Setxattr(_) => Opcode::Setxattr,
-        Operation::Getxattr { .. } => Opcode::Getxattr,
-        Operation::Listxattr { .. } => Opcode::Listxattr,
-        Operation::Removexattr { .. } => Opcode::Removexattr,
-        Operation::Flush(_) => Opcode::Flush,
-        Operation::Init(_) => Opcode::Init,
-        Operation::Opendir(_) => Opcode::Opendir,
-        Operation::Readdir(_) => Opcode::Readdir,
-        Operation::Releasedir(_) => Opcode::Releasedir,
-        Operation::Fsyncdir(_) => Opcode::Fsyncdir,
-        Operation::Getlk(_) => Opcode::Getlk,
-        Operation::Setlk { sleep: false, .. } => Opcode::Setlk,
-        Operation::Setlk { sleep: true, .. } => Opcode::Setlkw,
-        Operation::Access { .. } => Opcode::Access,
-        Operation::Create { .. } => Opcode::Create,
-        Operation::Interrupt { .. } => Opcode::Interrupt,
-        Operation::Bmap { .. } => Opcode::Bmap,
-        Operation::Destroy => Opcode::Destroy,
-        Operation::Ioctl(_) => Opcode::Ioctl,
-        Operation::Poll(_) => Opcode::Poll,
-        Operation::NotifyReply { .. } => Opcode::NotifyReply,
-        Operation::BatchForget(_) => Opcode::BatchForget,
-        Operation::Fallocate(_) => Opcode::Fallocate,
-        Operation::Readdirplus(_) => Opcode::Readdirplus,
-        Operation::Lseek(_) => Opcode::Lseek,
-        Operation::CopyFileRange { wide: false, .. } => Opcode::CopyFileRange,
-        Operation::CopyFileRange { wide: true, .. } => Opcode::CopyFileRange64,
-        Operation::Setupmapping(_) => Opcode::Setupmapping,
-        Operation::Removemapping(_) => Opcode::Removemapping,
-        Operation::Syncfs => Opcode::Syncfs,
-        Operation::Tmpfile(_) => Opcode::Tmpfile,
-        Operation::Statx(_) => Opcode::Statx,
-        Operation::CuseInit(_) => Opcode::CuseInit,
-    }
-}
+/// The opcode a request for `op` carries (generated from the opcode table).
+pub use crate::opcode_table::opcode_of;
 
 /// A request's arguments, split as FUSE over io_uring carries them: the
 /// opcode's fixed struct (the first argument) and the rest.

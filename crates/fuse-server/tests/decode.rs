@@ -2,7 +2,8 @@
 //! encoder, and arbitrary bytes for every opcode (never a panic).
 
 use fuse_abi::{InHeader, InitFlags, InitIn, Opcode};
-use fuse_server::wire::{encode_args, encode_request, opcode_of};
+use fuse_server::opcode_table::DataArg;
+use fuse_server::wire::{self, encode_args, encode_request, opcode_of};
 use fuse_server::*;
 use proptest::prelude::*;
 use std::ffi::CString;
@@ -217,63 +218,40 @@ fn supplementary_groups_extension() {
     assert!(fuse_server::request::supplementary_groups(&ext[..12]).is_none());
 }
 
-/// Every fixed argument size an opcode may carry, to shape plausible requests.
-fn patch_counts(opcode: Opcode, body: &mut Vec<u8>, data_len: usize) {
-    let put32 = |body: &mut Vec<u8>, at: usize, v: u32| {
-        if body.len() >= at + 4 {
-            body[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+/// A request of `opcode` shaped the way its row in the opcode table says:
+/// the whole fixed struct (from `fixed`), `names`, then `data` (whole
+/// records of it for a record array) with the count patched in.
+fn shaped_body(opcode: Opcode, fixed: &[u8], names: &[String], data: &[u8]) -> Vec<u8> {
+    let shape = opcode_info(opcode).args;
+    let size = shape.fixed.map_or(0, |f| f.size);
+    let mut body = fixed[..size].to_vec();
+    for name in names.iter().take(shape.names as usize) {
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+    }
+    let (count_at, count, data) = match shape.data {
+        DataArg::None => return body,
+        DataArg::Bytes { count_at, .. } => (count_at, data.len(), data),
+        DataArg::Records {
+            count_at, record, ..
+        } => {
+            let whole = &data[..data.len() / record * record];
+            (count_at, whole.len() / record, whole)
         }
     };
-    match opcode {
-        Opcode::Write => put32(body, 16, data_len as u32),
-        Opcode::Setxattr => put32(body, 0, 0),
-        Opcode::Ioctl => put32(body, 24, 0),
-        Opcode::NotifyReply => put32(body, 16, 0),
-        Opcode::BatchForget => put32(body, 0, (data_len / 16) as u32),
-        Opcode::Removemapping => put32(body, 0, (data_len / 16) as u32),
-        _ => {}
-    }
+    body[count_at..count_at + 4].copy_from_slice(&(count as u32).to_ne_bytes());
+    body.extend_from_slice(data);
+    body
 }
 
-fn fixed_size(opcode: Opcode) -> usize {
-    use fuse_abi::*;
-    match opcode {
-        Opcode::Forget => size_of::<ForgetIn>(),
-        Opcode::Getattr => size_of::<GetattrIn>(),
-        Opcode::Setattr => size_of::<SetattrIn>(),
-        Opcode::Mknod => size_of::<MknodIn>(),
-        Opcode::Mkdir => size_of::<MkdirIn>(),
-        Opcode::Rename => size_of::<RenameIn>(),
-        Opcode::Rename2 => size_of::<Rename2In>(),
-        Opcode::Link => size_of::<LinkIn>(),
-        Opcode::Open | Opcode::Opendir => size_of::<OpenIn>(),
-        Opcode::Read | Opcode::Readdir | Opcode::Readdirplus => size_of::<ReadIn>(),
-        Opcode::Write => size_of::<WriteIn>(),
-        Opcode::Release | Opcode::Releasedir => size_of::<ReleaseIn>(),
-        Opcode::Fsync | Opcode::Fsyncdir => size_of::<FsyncIn>(),
-        Opcode::Setxattr => size_of::<SetxattrIn>(),
-        Opcode::Getxattr | Opcode::Listxattr => size_of::<GetxattrIn>(),
-        Opcode::Flush => size_of::<FlushIn>(),
-        Opcode::Init => size_of::<InitIn>(),
-        Opcode::Getlk | Opcode::Setlk | Opcode::Setlkw => size_of::<LkIn>(),
-        Opcode::Access => size_of::<AccessIn>(),
-        Opcode::Create | Opcode::Tmpfile => size_of::<CreateIn>(),
-        Opcode::Interrupt => size_of::<InterruptIn>(),
-        Opcode::Bmap => size_of::<BmapIn>(),
-        Opcode::Ioctl => size_of::<IoctlIn>(),
-        Opcode::Poll => size_of::<PollIn>(),
-        Opcode::NotifyReply => size_of::<NotifyRetrieveIn>(),
-        Opcode::BatchForget => size_of::<BatchForgetIn>(),
-        Opcode::Fallocate => size_of::<FallocateIn>(),
-        Opcode::Lseek => size_of::<LseekIn>(),
-        Opcode::CopyFileRange | Opcode::CopyFileRange64 => size_of::<CopyFileRangeIn>(),
-        Opcode::Setupmapping => size_of::<SetupmappingIn>(),
-        Opcode::Removemapping => size_of::<RemovemappingIn>(),
-        Opcode::Syncfs => size_of::<SyncfsIn>(),
-        Opcode::Statx => size_of::<StatxIn>(),
-        Opcode::CuseInit => size_of::<CuseInitIn>(),
-        _ => 0,
-    }
+fn request_bytes(h: InHeader, body: &[u8]) -> Vec<u8> {
+    let h = InHeader {
+        len: (40 + body.len()) as u32,
+        ..h
+    };
+    let mut bytes = h.as_bytes().to_vec();
+    bytes.extend_from_slice(body);
+    bytes
 }
 
 fn plausible_request() -> impl Strategy<Value = Vec<u8>> {
@@ -285,20 +263,8 @@ fn plausible_request() -> impl Strategy<Value = Vec<u8>> {
         prop::collection::vec(any::<u8>(), 0..96),
     )
         .prop_map(|(opcode, (unique, nodeid, uid, gid), fixed, names, data)| {
-            let mut body = fixed[..fixed_size(opcode)].to_vec();
-            patch_counts(opcode, &mut body, data.len());
-            for name in &names {
-                body.extend_from_slice(name.as_bytes());
-                body.push(0);
-            }
-            if matches!(opcode, Opcode::BatchForget | Opcode::Removemapping) {
-                body.truncate(fixed_size(opcode));
-                body.extend_from_slice(&data[..data.len() / 16 * 16]);
-            } else {
-                body.extend_from_slice(&data);
-            }
+            let body = shaped_body(opcode, &fixed, &names, &data);
             let h = InHeader {
-                len: (40 + body.len()) as u32,
                 opcode: opcode as u32,
                 unique,
                 nodeid,
@@ -306,10 +272,65 @@ fn plausible_request() -> impl Strategy<Value = Vec<u8>> {
                 gid,
                 ..InHeader::default()
             };
-            let mut bytes = h.as_bytes().to_vec();
-            bytes.extend_from_slice(&body);
-            bytes
+            request_bytes(h, &body)
         })
+}
+
+/// Every opcode's table row matches its decoder: a request of exactly the
+/// row's shape decodes (except the reserved numbers), and one cut anywhere
+/// inside its fixed struct, a name or its data is refused with the
+/// argument the row names.
+#[test]
+fn the_table_shapes_every_decoder() {
+    let names = ["a".to_string(), "bc".to_string()];
+    let data = [7u8; 32];
+    for row in fuse_server::opcode_table::TABLE {
+        let op = row.opcode;
+        let body = shaped_body(op, &[0; 200], &names, &data);
+        let h = InHeader {
+            opcode: op as u32,
+            ..InHeader::default()
+        };
+        let bytes = request_bytes(h, &body);
+        let result = decode(RawRequest::contiguous(&bytes), opts());
+        if row.flags.reserved {
+            assert_eq!(result, Err(DecodeError::UnknownOpcode(op as u32)));
+            continue;
+        }
+        let req = result.unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        // A RENAME2 without flags (the zeroed struct) encodes as RENAME.
+        let encodes_as = match op {
+            Opcode::Rename2 => Opcode::Rename,
+            op => op,
+        };
+        assert_eq!(wire::opcode_of(&req.op), encodes_as, "{op:?}");
+        assert_eq!(req.op.to_string(), encodes_as.kernel_name());
+        let Some(fixed) = row.args.fixed else {
+            continue;
+        };
+        // The fewest bytes of the struct a request must carry.
+        let Err(need) = fixed.wire_len(&opts(), 0) else {
+            continue; // SYNCFS: nothing in the struct is read.
+        };
+        let bytes = request_bytes(h, &body[..need - 1]);
+        match decode(RawRequest::contiguous(&bytes), opts()) {
+            Err(DecodeError::Short { what, opcode, .. }) => {
+                assert_eq!((what, opcode), (fixed.name, row.name))
+            }
+            other => panic!("{op:?} cut in its fixed struct: {other:?}"),
+        }
+        if row.args.names > 0 || row.args.data != DataArg::None {
+            let bytes = request_bytes(h, &body[..body.len() - 1]);
+            let cut = decode(RawRequest::contiguous(&bytes), opts());
+            assert!(
+                matches!(
+                    cut,
+                    Err(DecodeError::Short { .. } | DecodeError::BadName { .. })
+                ),
+                "{op:?} cut at its end: {cut:?}"
+            );
+        }
+    }
 }
 
 proptest! {

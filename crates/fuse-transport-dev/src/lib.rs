@@ -15,6 +15,19 @@
 //! - [`serve_until_signal`]: waits for a session (of any transport),
 //!   stopping it on Ctrl-C, SIGTERM or SIGHUP.
 //!
+//! ## Signals
+//!
+//! A [`DevSession`] installs a process-wide signal handler: for
+//! [`SessionConfig::wake_signal`] (`SIGRTMIN() + 4` by default), a handler
+//! that does nothing, without `SA_RESTART`, installed when the first
+//! session with that signal starts and logged at debug. Stopping a session
+//! sends it to the worker threads, whose blocking `read(2)` on `/dev/fuse`
+//! then returns `EINTR`. The application must leave that signal alone: no
+//! handler of its own, not blocked in the threads that start sessions,
+//! never sent by it; pick another number in the config if it is taken.
+//! [`serve_until_signal`] installs handlers for SIGINT, SIGTERM and SIGHUP
+//! for the duration of its call only.
+//!
 //! `examples/hello.rs` (one read-only file) and `examples/memfs.rs` (an
 //! in-memory file system) are complete daemons to start from.
 //!

@@ -9,7 +9,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,7 +30,25 @@ pub struct SessionConfig {
     /// to sharing one fd if the kernel refuses).
     pub clone_fd: bool,
     /// The signal that wakes workers blocked in `read(2)` when the session
-    /// stops (a handler that does nothing is installed for it).
+    /// stops; `SIGRTMIN() + 4` in `Default`.
+    ///
+    /// A worker waits for the next request in a blocking `read(2)` on
+    /// `/dev/fuse`, and nothing but a signal makes that return early, so
+    /// [`DevSession::stop`] sends this one to every worker thread
+    /// (`pthread_kill`) until they are gone. For it to work, the session
+    /// installs a **process-wide** handler that does nothing, without
+    /// `SA_RESTART` (so the `read` fails with `EINTR`), when it starts
+    /// ([`DevSession::from_mount`]; logged at debug). It stays installed
+    /// after the session.
+    ///
+    /// Change it when the application (or a library in it) already uses
+    /// `SIGRTMIN() + 4`. Whatever the number, the application must not
+    /// install its own handler for it (a default disposition kills the
+    /// process when a worker is woken; `SA_RESTART` makes stops hang until
+    /// the next request), block it in the threads that start sessions
+    /// (workers inherit the signal mask, and a blocked wake never arrives),
+    /// or send it itself. The passthrough backend's lock waits use another
+    /// signal (`PassthroughConfig::interrupt_signal`, `SIGRTMIN() + 5`).
     pub wake_signal: i32,
 }
 
@@ -550,23 +568,36 @@ impl NotificationSink for DevNotificationSink {
 extern "C" fn wake_handler(_signal: libc::c_int) {}
 
 /// Installs a do-nothing handler for the wake signal, without
-/// `SA_RESTART`, so the signal makes a blocked `read(2)` return EINTR.
+/// `SA_RESTART`, so the signal makes a blocked `read(2)` return EINTR
+/// (process-wide, see [`SessionConfig::wake_signal`]). Once per signal: a
+/// session with another `wake_signal` than an earlier one gets its own.
 fn install_wake_handler(signal: i32) {
-    static INSTALLED: Once = Once::new();
-    INSTALLED.call_once(|| {
-        // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe
-        // (it does nothing).
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = wake_handler as *const () as usize;
-            action.sa_flags = 0;
-            libc::sigemptyset(&mut action.sa_mask);
-            if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-                tracing::warn!(
-                    "installing the worker wake signal handler: {}",
-                    io::Error::last_os_error()
-                );
-            }
+    static INSTALLED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if installed.contains(&signal) {
+        return;
+    }
+    // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe
+    // (it does nothing).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = wake_handler as *const () as usize;
+        action.sa_flags = 0;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+            tracing::warn!(
+                signal,
+                "installing the worker wake signal handler: {}",
+                io::Error::last_os_error()
+            );
+            return;
         }
-    });
+    }
+    installed.push(signal);
+    tracing::debug!(
+        signal,
+        rtmin_offset = signal - libc::SIGRTMIN(),
+        "installed a process-wide do-nothing handler (no SA_RESTART) for the \
+         /dev/fuse worker wake signal (SessionConfig::wake_signal)"
+    );
 }

@@ -18,6 +18,14 @@
 //! OPEN and CREATE then come through the rings and READ and WRITE of
 //! passed-through files don't come at all.
 //!
+//! Signals: the ring threads need none (a stop closes the rings), but the
+//! inner `DevSession` that serves `/dev/fuse` installs its process-wide
+//! do-nothing handler for `SIGRTMIN() + 4` (the default
+//! `fuse_transport_dev::SessionConfig::wake_signal`, which `UringConfig`
+//! does not change) to wake its workers on a stop; the application must
+//! not handle, block or send that signal (see `fuse_transport_dev`'s
+//! crate docs).
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use fuse_server::{FileSystem, Server, Session};

@@ -1,0 +1,294 @@
+//! File IO: opening and releasing files, READ, WRITE, FSYNC, FLUSH,
+//! FALLOCATE, LSEEK and COPY_FILE_RANGE.
+
+use super::*;
+
+/// Reads up to `size` bytes at `offset` from `fd` straight into the reply
+/// (`pread` on this thread), until the file ends. An error after some bytes
+/// returns those; the error comes with the next READ.
+pub(super) fn read_into_reply(
+    fd: BorrowedFd<'_>,
+    mut offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    let mut left = size;
+    let mut done = 0usize;
+    while left > 0 {
+        match out.write_from_file(fd, offset, left) {
+            Ok(0) => break,
+            Ok(n) => {
+                offset += n as u64;
+                left = left.saturating_sub(n);
+                done += n;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl PassthroughFs {
+    /// The reply to an open of a regular file with handle `fh` and backing
+    /// id `backing_id` (0: served by the daemon). A passthrough open
+    /// carries only `FOPEN_PASSTHROUGH`: the kernel refuses it next to
+    /// `FOPEN_KEEP_CACHE` (the user's open fails), and `FOPEN_DIRECT_IO`
+    /// would send READ and WRITE to the daemon again; passthrough I/O
+    /// bypasses FUSE's page cache anyway.
+    pub(super) fn file_opened(&self, fh: u64, backing_id: i32) -> Opened {
+        if backing_id > 0 {
+            Opened {
+                fh,
+                flags: FopenFlags::PASSTHROUGH,
+                backing_id,
+            }
+        } else {
+            Opened {
+                fh,
+                flags: self.fopen_flags(false),
+                backing_id: 0,
+            }
+        }
+    }
+
+    /// Inserts the handle of the regular file `inode` opened as `fd` and
+    /// answers the open, passed through when possible. `mode`: the file's
+    /// mode if known (else it is read when a backing id would be made).
+    /// Runs with the daemon's credentials (backing ids record them).
+    pub(super) fn open_file(
+        &self,
+        inode: &Inode,
+        fd: OwnedFd,
+        flags: i32,
+        mode: Option<u32>,
+    ) -> io::Result<Opened> {
+        let ticket = self.pt.open(inode.nodeid, fd.as_fd(), || {
+            // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing
+            // set-user-ID on write to the daemon's WRITE, which passthrough
+            // never sends: such files are served by the daemon. (Without
+            // it the kernel clears the bits itself, passthrough or not.)
+            if !self.killpriv_v2() {
+                return false;
+            }
+            let mode = mode.or_else(|| {
+                sys::statx_fd(fd.as_fd(), libc::STATX_MODE)
+                    .ok()
+                    .map(|st| st.stx_mode as u32)
+            });
+            // Unknown: let the daemon serve it.
+            mode.is_none_or(passthrough::privileged_mode)
+        });
+        match self.handles.insert(Handle::file(fd, inode.nodeid, flags)) {
+            Ok(fh) => {
+                let backing_id = ticket.as_ref().map_or(0, |t| t.backing_id);
+                if let Some(t) = ticket {
+                    self.pt.bind(t, fh);
+                }
+                Ok(self.file_opened(fh, backing_id))
+            }
+            Err(e) => {
+                if let Some(t) = ticket {
+                    self.pt.abandon(t);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Clears set-user-ID and set-group-ID (if group-executable) of an open file.
+    pub(super) fn kill_suidgid_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let st = sys::statx_fd(fd, libc::STATX_MODE)?;
+        let mode = st.stx_mode as u32 & 0o7777;
+        let new = killed_mode(mode);
+        if new != mode {
+            self.creds.root();
+            sys::fchmod(fd, new)?;
+        }
+        Ok(())
+    }
+
+    /// Writes all of `data` to `fd` at `offset`, stopping at a short count.
+    pub(super) fn write_from(
+        fd: BorrowedFd<'_>,
+        mut offset: u64,
+        data: &mut dyn ZeroCopyReader,
+    ) -> io::Result<usize> {
+        let mut total = 0;
+        loop {
+            let left = data.remaining();
+            if left == 0 {
+                return Ok(total);
+            }
+            match data.read_to_file(fd, offset, left) {
+                Ok(0) => return Ok(total),
+                Ok(n) => {
+                    total += n;
+                    offset += n as u64;
+                    if n < left {
+                        return Ok(total);
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(_) if total > 0 => return Ok(total),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl PassthroughFs {
+    pub(super) fn open(&self, ctx: &Context, ino: u64, args: &OpenArgs) -> io::Result<Opened> {
+        if self.no_open() {
+            return Err(errno(libc::ENOSYS));
+        }
+        let inode = self.inodes.get(ino)?;
+        if !inode.is_reg() {
+            return Err(errno(if inode.is_dir() {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            }));
+        }
+        self.creds.caller(ctx)?;
+        let (flags, promoted) = self.backing_open_flags(args.flags);
+        let fd = match inode.file.reopen(self.proc_fd(), flags) {
+            Err(e) if promoted && e.raw_os_error() == Some(libc::EACCES) => {
+                // Write-only for the caller (the kernel checked that); the
+                // writeback cache needs to read too.
+                self.creds.root();
+                inode.file.reopen(self.proc_fd(), flags)?
+            }
+            r => r?,
+        };
+        if args.kill_suidgid() && self.killpriv_v2() {
+            self.kill_suidgid_fd(fd.as_fd())?;
+        }
+        // Backing ids are registered with the daemon's credentials.
+        self.creds.root();
+        self.open_file(&inode, fd, flags, None)
+    }
+
+    pub(super) fn read(
+        &self,
+        _ctx: &Context,
+        ino: u64,
+        args: &ReadArgs,
+        out: &mut dyn ZeroCopyWriter,
+    ) -> io::Result<()> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        read_into_reply(h.fd(), args.offset, args.size as usize, out)
+    }
+
+    pub(super) fn write(
+        &self,
+        _ctx: &Context,
+        ino: u64,
+        args: &WriteArgs,
+        data: &mut dyn ZeroCopyReader,
+    ) -> io::Result<usize> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        let n = match Self::write_from(h.fd(), args.offset, data) {
+            // A page cache write through a handle opened with O_DIRECT may
+            // be unaligned (the tail of the file): write it buffered.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINVAL)
+                    && h.flags & libc::O_DIRECT != 0
+                    && args.from_cache() =>
+            {
+                let inode = self.inodes.get(ino)?;
+                let fd = inode.file.reopen(self.proc_fd(), libc::O_WRONLY)?;
+                Self::write_from(fd.as_fd(), args.offset, data)?
+            }
+            r => r?,
+        };
+        if args.kill_suidgid() && self.killpriv_v2() {
+            self.kill_suidgid_fd(h.fd())?;
+        }
+        Ok(n)
+    }
+
+    pub(super) fn release(&self, _ctx: &Context, _ino: u64, args: &ReleaseArgs) -> io::Result<()> {
+        if args.fh == 0 {
+            return Ok(());
+        }
+        let h = self
+            .handles
+            .remove(args.fh)
+            .ok_or_else(|| errno(libc::EBADF))?;
+        // The last release of a passthrough inode closes its backing id.
+        self.pt.release(args.fh);
+        if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {
+            // The descriptor may live on while a request still uses it.
+            let _ = sys::flock(h.fd(), libc::LOCK_UN);
+        }
+        Ok(())
+    }
+
+    pub(super) fn fsync(&self, _ctx: &Context, ino: u64, args: &FsyncArgs) -> io::Result<()> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        sys::fsync(h.fd(), args.datasync())
+    }
+
+    pub(super) fn flush(&self, _ctx: &Context, ino: u64, args: &FlushArgs) -> io::Result<()> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        // A close releases the closing process's POSIX locks on the file:
+        // drop the owner's lock context (its descriptor holds them).
+        if let Ok(inode) = self.inodes.get(ino) {
+            let ctx = {
+                let mut locks = lock(&inode.locks);
+                locks
+                    .iter()
+                    .position(|(o, _)| *o == args.lock_owner)
+                    .map(|i| locks.swap_remove(i))
+            };
+            drop(ctx);
+        }
+        sys::close_dup(h.fd())
+    }
+
+    pub(super) fn fallocate(
+        &self,
+        _ctx: &Context,
+        ino: u64,
+        args: &FallocateArgs,
+    ) -> io::Result<()> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        sys::fallocate(h.fd(), args.mode as i32, args.offset, args.length)
+    }
+
+    pub(super) fn lseek(&self, _ctx: &Context, ino: u64, args: &LseekArgs) -> io::Result<u64> {
+        self.creds.root();
+        let h = self.handle(ino, args.fh)?;
+        let offset = i64::try_from(args.offset).map_err(|_| errno(libc::EINVAL))?;
+        let Some(stream) = &h.dir else {
+            return sys::lseek(h.fd(), offset, args.whence as i32);
+        };
+        // A directory's descriptor moves under its stream: what the stream
+        // buffered and the cookie it stands at are stale after this.
+        let mut stream = lock(stream);
+        stream.invalidate();
+        sys::lseek(h.fd(), offset, args.whence as i32)
+    }
+
+    pub(super) fn copy_file_range(
+        &self,
+        _ctx: &Context,
+        ino: u64,
+        args: &CopyFileRangeArgs,
+    ) -> io::Result<u64> {
+        self.creds.root();
+        let hin = self.handle(ino, args.fh_in)?;
+        let hout = self.handle(args.nodeid_out, args.fh_out)?;
+        let flags = u32::try_from(args.flags).map_err(|_| errno(libc::EINVAL))?;
+        let len = usize::try_from(args.len).unwrap_or(usize::MAX);
+        let n = sys::copy_file_range(hin.fd(), args.off_in, hout.fd(), args.off_out, len, flags)?;
+        Ok(n as u64)
+    }
+}

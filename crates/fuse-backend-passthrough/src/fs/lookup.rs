@@ -1,0 +1,333 @@
+//! Inodes and names: LOOKUP and FORGET, making, removing, renaming and
+//! linking entries, and the lookup references their replies hand over.
+
+use super::*;
+
+/// An entry about to be answered, with the lookup reference its reply
+/// hands to the kernel ([`Counted`]): given back if dropped instead.
+pub(super) struct CountedEntry<'a> {
+    pub(super) counted: Counted<'a>,
+    pub(super) entry: Entry,
+}
+
+impl CountedEntry<'_> {
+    /// The reply carrying the entry is being sent.
+    pub(super) fn hand_over(self) -> Entry {
+        self.counted.hand_over();
+        self.entry
+    }
+}
+
+/// Rejects names the kernel never sends in a request that names an
+/// entry to make, remove or rename: empty, with a `/`, or `.` and `..`
+/// (the kernel resolves those itself; LOOKUP handles them apart).
+pub(super) fn check_name(name: &CStr) -> io::Result<()> {
+    let b = name.to_bytes();
+    if b.is_empty() || b.contains(&b'/') || is_dot_or_dotdot(b) {
+        return Err(errno(libc::EINVAL));
+    }
+    Ok(())
+}
+
+pub(super) fn is_dot_or_dotdot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl PassthroughFs {
+    /// The reply of CREATE and TMPFILE for the new file's open descriptor
+    /// `fd`. With zero-message opens the kernel never releases handles, so
+    /// none is made: the descriptor becomes the inode's shared one (handle 0).
+    pub(super) fn created_handle(
+        &self,
+        created: CountedEntry<'_>,
+        fd: OwnedFd,
+        flags: i32,
+    ) -> io::Result<(Entry, Opened)> {
+        let inode = created.counted.inode();
+        if self.no_open() {
+            let mut slot = lock(&inode.lazy);
+            if slot.is_none() {
+                *slot = Some(Arc::new(Handle::file(fd, inode.nodeid, flags)));
+            }
+            drop(slot);
+            return Ok((created.hand_over(), self.file_opened(0, 0)));
+        }
+        // Backing ids are registered with the daemon's credentials.
+        self.creds.root();
+        let opened = self.open_file(inode, fd, flags, Some(created.entry.attr.mode))?;
+        Ok((created.hand_over(), opened))
+    }
+
+    /// The entry of `counted`'s inode with attributes `st`, still holding
+    /// its lookup reference.
+    pub(super) fn entry<'a>(&self, counted: Counted<'a>, st: &libc::statx) -> CountedEntry<'a> {
+        let inode = counted.inode();
+        let entry = Entry {
+            nodeid: inode.nodeid,
+            generation: inode.generation,
+            attr: attr_from_statx(st),
+            attr_timeout: self.attr_timeout,
+            entry_timeout: self.entry_timeout,
+        };
+        CountedEntry { counted, entry }
+    }
+
+    /// Looks up `name` in `parent`: the entry, with the lookup reference
+    /// its reply will hand over.
+    pub(super) fn lookup_in(&self, parent: &Inode, name: &CStr) -> io::Result<CountedEntry<'_>> {
+        let b = name.to_bytes();
+        if is_dot_or_dotdot(b) {
+            return self.lookup_dot(parent, b == b"..");
+        }
+        check_name(name)?;
+        let pfd = parent.file.path_fd()?;
+        let st = sys::statx(
+            pfd.as_fd(),
+            name,
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+            STATX_WANTED,
+        )?;
+        if let Some(counted) = self
+            .inodes
+            .get_live_by_key_and_ref(&InodeKey::from_statx(&st))
+        {
+            return Ok(self.entry(counted, &st));
+        }
+        let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        // Identify what was opened (the name may have changed meanwhile).
+        let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
+        Ok(self.entry(self.insert_inode(fd, &st), &st))
+    }
+
+    /// The inode of the `O_PATH` descriptor `fd` (with attributes `st`),
+    /// with one more lookup reference.
+    pub(super) fn insert_inode(&self, fd: OwnedFd, st: &libc::statx) -> Counted<'_> {
+        let key = InodeKey::from_statx(st);
+        let mode = st.stx_mode as u32;
+        // Made outside the store's lock; dropped if the inode is known.
+        let file = self.inodes.files().make(fd);
+        self.inodes.insert_and_ref(key, file, mode)
+    }
+
+    /// The inode of an open (non-`O_PATH`) descriptor, with one more lookup
+    /// reference; a new inode gets an `O_PATH` descriptor of the same file.
+    pub(super) fn inode_of_open_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        st: &libc::statx,
+    ) -> io::Result<Counted<'_>> {
+        if let Some(counted) = self
+            .inodes
+            .get_live_by_key_and_ref(&InodeKey::from_statx(st))
+        {
+            return Ok(counted);
+        }
+        let name = NumName::new(std::os::fd::AsRawFd::as_raw_fd(&fd) as u64);
+        let path_fd = sys::openat(self.proc_fd(), name.as_cstr(), libc::O_PATH, 0)?;
+        Ok(self.insert_inode(path_fd, st))
+    }
+
+    pub(super) fn lookup_dot(&self, parent: &Inode, dotdot: bool) -> io::Result<CountedEntry<'_>> {
+        let root = self.inodes.root();
+        let target = if parent.nodeid == ROOT_ID {
+            // Never leave the shared tree: the root's parent is itself.
+            self.inodes.root_counted()
+        } else if !dotdot {
+            self.inodes.get_and_ref(parent.nodeid)?
+        } else {
+            let pfd = parent.file.path_fd()?;
+            let fd = sys::openat(
+                pfd.as_fd(),
+                c"..",
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY,
+                0,
+            )?;
+            let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
+            if InodeKey::from_statx(&st) == root.key {
+                self.inodes.root_counted()
+            } else {
+                self.insert_inode(fd, &st)
+            }
+        };
+        let pfd = target.inode().file.path_fd()?;
+        let st = sys::statx_fd(pfd.as_fd(), STATX_WANTED)?;
+        drop(pfd);
+        Ok(self.entry(target, &st))
+    }
+}
+
+impl PassthroughFs {
+    pub(super) fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        self.creds.root();
+        let parent = self.inodes.get(parent)?;
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
+    }
+
+    pub(super) fn forget(&self, _ctx: &Context, ino: u64, nlookup: u64) {
+        self.inodes.forget(ino, nlookup);
+    }
+
+    pub(super) fn readlink(&self, _ctx: &Context, ino: u64) -> io::Result<Vec<u8>> {
+        self.creds.root();
+        let inode = self.inodes.get(ino)?;
+        let pfd = inode.file.path_fd()?;
+        let mut buf = Self::reply_buf(libc::PATH_MAX as usize + 1)?;
+        let n = sys::readlink_fd(pfd.as_fd(), &mut buf)?;
+        if n > libc::PATH_MAX as usize {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    pub(super) fn symlink(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        target: &CStr,
+    ) -> io::Result<Entry> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        sys::symlinkat(target, pfd.as_fd(), name)?;
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
+    }
+
+    pub(super) fn mknod(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        args: &MknodArgs,
+    ) -> io::Result<Entry> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        if args.mode & libc::S_IFMT == libc::S_IFDIR {
+            sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)?;
+        } else {
+            sys::mknodat(pfd.as_fd(), name, args.mode, sys::decode_dev(args.rdev))?;
+        }
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        args: &MkdirArgs,
+    ) -> io::Result<Entry> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)?;
+        self.lookup_in(&parent, name).map(CountedEntry::hand_over)
+    }
+
+    pub(super) fn unlink(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        sys::unlinkat(pfd.as_fd(), name, 0)
+    }
+
+    pub(super) fn rmdir(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        sys::unlinkat(pfd.as_fd(), name, libc::AT_REMOVEDIR)
+    }
+
+    pub(super) fn rename(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        args: &RenameArgs<'_>,
+    ) -> io::Result<()> {
+        check_name(args.name)?;
+        check_name(args.newname)?;
+        let old = self.inodes.get(parent)?;
+        let new = self.inodes.get(args.newdir)?;
+        self.creds.caller(ctx)?;
+        let ofd = old.file.path_fd()?;
+        let nfd = new.file.path_fd()?;
+        sys::renameat2(
+            ofd.as_fd(),
+            args.name,
+            nfd.as_fd(),
+            args.newname,
+            args.flags.bits(),
+        )
+    }
+
+    pub(super) fn link(
+        &self,
+        ctx: &Context,
+        ino: u64,
+        newparent: u64,
+        newname: &CStr,
+    ) -> io::Result<Entry> {
+        check_name(newname)?;
+        let inode = self.inodes.get(ino)?;
+        let parent = self.inodes.get(newparent)?;
+        self.creds.caller(ctx)?;
+        let src = inode.file.path_fd()?;
+        let dir = parent.file.path_fd()?;
+        sys::link_proc(src.proc_path().as_cstr(), dir.as_fd(), newname)?;
+        self.lookup_in(&parent, newname)
+            .map(CountedEntry::hand_over)
+    }
+
+    pub(super) fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        args: &CreateArgs,
+    ) -> io::Result<(Entry, Opened)> {
+        check_name(name)?;
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        let (mut flags, _) = self.backing_open_flags(args.flags);
+        if self.no_open() {
+            // The descriptor becomes the inode's shared one: read-write.
+            flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let flags = flags | libc::O_CREAT | (args.flags as i32 & libc::O_EXCL) | libc::O_NOFOLLOW;
+        let fd = sys::openat(pfd.as_fd(), name, flags, args.mode & 0o7777)?;
+        let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
+        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        self.created_handle(created, fd, flags)
+    }
+
+    pub(super) fn tmpfile(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        args: &CreateArgs,
+    ) -> io::Result<(Entry, Opened)> {
+        let parent = self.inodes.get(parent)?;
+        self.creds.caller(ctx)?;
+        let pfd = parent.file.path_fd()?;
+        let (flags, _) = self.backing_open_flags(args.flags);
+        let mut flags = flags & !(libc::O_TMPFILE | libc::O_DIRECTORY | libc::O_TRUNC);
+        if flags & libc::O_ACCMODE == libc::O_RDONLY || self.no_open() {
+            flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let flags = flags | libc::O_TMPFILE | (args.flags as i32 & libc::O_EXCL);
+        let fd = sys::openat(pfd.as_fd(), c".", flags, args.mode & 0o7777)?;
+        let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
+        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
+        let flags = flags & !(libc::O_TMPFILE | libc::O_EXCL);
+        self.created_handle(created, fd, flags)
+    }
+}

@@ -1,0 +1,165 @@
+//! [`MountError`].
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+/// Errors from mounting and unmounting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MountError {
+    /// A mount option is malformed or not allowed.
+    #[error("invalid mount option {option:?}: {reason}")]
+    InvalidOption {
+        /// The offending option (or field name and value).
+        option: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The mountpoint does not exist.
+    #[error("mountpoint {} does not exist", path.display())]
+    MountpointNotFound {
+        /// The mountpoint as given.
+        path: PathBuf,
+    },
+    /// The mountpoint is not a directory.
+    #[error("mountpoint {} is not a directory", path.display())]
+    NotADirectory {
+        /// The mountpoint as given.
+        path: PathBuf,
+    },
+    /// The mountpoint is a FUSE mount whose daemon is gone (`ENOTCONN`).
+    #[error(
+        "mountpoint {} is a dead FUSE mount (its daemon exited); unmount it with `umount -l {}`",
+        path.display(),
+        path.display()
+    )]
+    DeadMount {
+        /// The mountpoint as given.
+        path: PathBuf,
+    },
+    /// Access to a path was denied.
+    #[error("permission denied while trying to {action} {}: {source}", path.display())]
+    PermissionDenied {
+        /// What was being done.
+        action: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Some other I/O error while preparing or checking a path.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `/dev/fuse` could not be opened.
+    #[error("cannot open /dev/fuse to mount {}: {source}", path.display())]
+    OpenDevice {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `mount(2)` failed.
+    #[error(
+        "mount(2) of {fstype} on {} with options \"{options}\" failed: {source}",
+        path.display()
+    )]
+    Mount {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The file system type passed (`fuse` or `fuse.<subtype>`).
+        fstype: String,
+        /// The option string passed.
+        options: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `fusermount3` is needed but not found in `PATH`.
+    #[error(
+        "fusermount3 not installed (apt-get install fuse3): it was not found in PATH and is needed to {action} (mountpoint {})",
+        path.display()
+    )]
+    FusermountNotFound {
+        /// What it was needed for.
+        action: &'static str,
+        /// The mountpoint.
+        path: PathBuf,
+    },
+    /// `fusermount3` could not be started.
+    #[error("cannot run {} to {action} (mountpoint {}): {source}", program.display(), path.display())]
+    FusermountSpawn {
+        /// The program that was run.
+        program: PathBuf,
+        /// What it was run for.
+        action: &'static str,
+        /// The mountpoint.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `fusermount3` ran and failed.
+    #[error("{} failed to {action} (mountpoint {}, {status}): {stderr}", program.display(), path.display())]
+    FusermountFailed {
+        /// The program that was run.
+        program: PathBuf,
+        /// What it was run for.
+        action: &'static str,
+        /// The mountpoint.
+        path: PathBuf,
+        /// Its exit status.
+        status: ExitStatus,
+        /// What it wrote to standard error (trimmed).
+        stderr: String,
+    },
+    /// `fusermount3` did not hand over a `/dev/fuse` descriptor as expected.
+    #[error("fusermount3 did not hand over a /dev/fuse descriptor for {}: {reason}", path.display())]
+    FusermountProtocol {
+        /// The mountpoint.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The path to unmount is not a mount point (`umount2` gave `EINVAL`).
+    #[error(
+        "cannot unmount {}: it is not a mount point (or not one this mount namespace may unmount)",
+        path.display()
+    )]
+    NotMounted {
+        /// The path.
+        path: PathBuf,
+    },
+    /// `umount2(2)` failed.
+    #[error("unmounting {} failed: {source}", path.display())]
+    Unmount {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl MountError {
+    /// If this is `mount(2)` (or opening `/dev/fuse`) being refused for lack
+    /// of privilege, so that `fusermount3` should be tried: what fusermount3
+    /// is then needed for.
+    pub(super) fn unprivileged_reason(&self) -> Option<&'static str> {
+        match self {
+            MountError::Mount { source, .. } if source.raw_os_error() == Some(libc::EPERM) => {
+                Some("mount without privileges, since mount(2) was refused with EPERM")
+            }
+            MountError::OpenDevice { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+            {
+                Some("mount without privileges, since /dev/fuse may not be opened")
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Mounting and unmounting a FUSE file system on Linux.
+//!
+//! [`Mount::new`] opens `/dev/fuse` and mounts it with `mount(2)` when the
+//! process may do so (root, or `CAP_SYS_ADMIN` in a user namespace that owns
+//! its mount namespace). When `mount(2)` is refused with `EPERM` it falls back
+//! to the setuid helper `fusermount3` (package `fuse3`), which mounts on our
+//! behalf and hands the `/dev/fuse` descriptor back over a Unix socket
+//! (`SCM_RIGHTS`).
+//!
+//! This module does no FUSE protocol handling: the caller serves requests on
+//! [`Mount::dev_fd`]. Right after mounting, the kernel queues a `FUSE_INIT`
+//! request on that descriptor, and every access to the mount (`stat`,
+//! `statfs`, ...) blocks until the daemon has answered it.
+//!
+//! Every descriptor this module creates has `O_CLOEXEC` set.
+
+mod error;
+mod fusermount;
+mod mountinfo;
+mod options;
+mod sys;
+
+pub use error::MountError;
+pub use options::MountOptions;
+
+use fusermount::{collect, mount_fusermount, run_fusermount_unmount, AutoUnmountHelper};
+use mountinfo::is_mount_point;
+use options::invalid;
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// `f_type` reported by `statfs(2)` for a FUSE file system.
+pub const FUSE_SUPER_MAGIC: u32 = 0x6573_5546;
+
+/// Name of the setuid mount helper from the `fuse3` package.
+pub const FUSERMOUNT_PROGRAM: &str = "fusermount3";
+
+/// The FUSE device.
+const DEV_FUSE: &CStr = c"/dev/fuse";
+
+/// The kernel copies at most one page of mount data; longer strings are cut.
+const MAX_MOUNT_DATA: usize = 4095;
+
+/// How a [`Mount`] was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MountMethod {
+    /// `mount(2)` called by this process (root, or `CAP_SYS_ADMIN` in a user
+    /// namespace).
+    Syscall,
+    /// The setuid helper `fusermount3`, for unprivileged users.
+    Fusermount,
+}
+
+impl fmt::Display for MountMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MountMethod::Syscall => "mount(2)",
+            MountMethod::Fusermount => FUSERMOUNT_PROGRAM,
+        })
+    }
+}
+
+/// A mounted FUSE file system and its session `/dev/fuse` descriptor.
+///
+/// Dropping it unmounts the file system (errors are logged, never panic); the
+/// descriptor is closed after that.
+#[derive(Debug)]
+pub struct Mount {
+    fd: OwnedFd,
+    mountpoint: PathBuf,
+    method: MountMethod,
+    mounted: bool,
+    /// With `auto_unmount`, `fusermount3` stays alive until its socket closes.
+    auto_unmount: Option<AutoUnmountHelper>,
+}
+
+impl Mount {
+    /// Mounts a FUSE file system on `mountpoint` (canonicalized first).
+    ///
+    /// Tries `mount(2)`; if that is refused with `EPERM` (or `/dev/fuse` may
+    /// not be opened), falls back to `fusermount3`. Options containing
+    /// `auto_unmount` go to `fusermount3` directly.
+    pub fn new(mountpoint: &Path, options: &MountOptions) -> Result<Mount, MountError> {
+        options.validate()?;
+        let target = Target::prepare(mountpoint)?;
+        if options.has_extra("auto_unmount") {
+            tracing::debug!(
+                mountpoint = %target.path.display(),
+                "auto_unmount requested: mounting with fusermount3"
+            );
+            return Self::with_fusermount(target, options, "mount with auto_unmount");
+        }
+        match mount_syscall(&target, options) {
+            Ok(fd) => Ok(Mount::from_parts(
+                fd,
+                target.path,
+                MountMethod::Syscall,
+                None,
+            )),
+            Err(err) => match err.unprivileged_reason() {
+                Some(action) => {
+                    tracing::debug!(
+                        mountpoint = %target.path.display(),
+                        error = %err,
+                        "mount(2) not permitted; falling back to fusermount3"
+                    );
+                    Self::with_fusermount(target, options, action)
+                }
+                None => Err(err),
+            },
+        }
+    }
+
+    /// Mounts with the given method only, without falling back.
+    pub fn new_with_method(
+        mountpoint: &Path,
+        options: &MountOptions,
+        method: MountMethod,
+    ) -> Result<Mount, MountError> {
+        options.validate()?;
+        let target = Target::prepare(mountpoint)?;
+        match method {
+            MountMethod::Syscall => {
+                if options.has_extra("auto_unmount") {
+                    return Err(MountError::InvalidOption {
+                        option: "auto_unmount".into(),
+                        reason: "auto_unmount needs fusermount3; mount(2) cannot provide it".into(),
+                    });
+                }
+                let fd = mount_syscall(&target, options)?;
+                Ok(Mount::from_parts(
+                    fd,
+                    target.path,
+                    MountMethod::Syscall,
+                    None,
+                ))
+            }
+            MountMethod::Fusermount => Self::with_fusermount(target, options, "mount"),
+        }
+    }
+
+    fn with_fusermount(
+        target: Target,
+        options: &MountOptions,
+        action: &'static str,
+    ) -> Result<Mount, MountError> {
+        let (fd, helper) = mount_fusermount(&target, options, action)?;
+        Ok(Mount::from_parts(
+            fd,
+            target.path,
+            MountMethod::Fusermount,
+            helper,
+        ))
+    }
+
+    fn from_parts(
+        fd: OwnedFd,
+        mountpoint: PathBuf,
+        method: MountMethod,
+        auto_unmount: Option<AutoUnmountHelper>,
+    ) -> Mount {
+        tracing::debug!(mountpoint = %mountpoint.display(), %method, "mounted FUSE file system");
+        Mount {
+            fd,
+            mountpoint,
+            method,
+            mounted: true,
+            auto_unmount,
+        }
+    }
+
+    /// The session `/dev/fuse` descriptor to serve requests on.
+    pub fn dev_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The canonical, absolute mountpoint.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// How the file system was mounted.
+    pub fn method(&self) -> MountMethod {
+        self.method
+    }
+
+    /// Unmounts the file system; calling it again after success does nothing.
+    ///
+    /// With [`MountMethod::Syscall`] a plain `umount2` is tried first and, if
+    /// the mount is busy (`EBUSY`), a lazy one (`MNT_DETACH`). With
+    /// [`MountMethod::Fusermount`] it runs `fusermount3 -u -z`. A mount that
+    /// somebody else already unmounted counts as success. Reading the
+    /// descriptor returns `ENODEV` once the file system is unmounted.
+    pub fn unmount(&mut self) -> Result<(), MountError> {
+        if !self.mounted {
+            return Ok(());
+        }
+        let result = match self.method {
+            MountMethod::Syscall => unmount_with_fallback(&self.mountpoint),
+            MountMethod::Fusermount => {
+                run_fusermount_unmount(&self.mountpoint, true).map_err(|err| {
+                    // fusermount3 fails on a path that is no longer mounted.
+                    match is_mount_point(&self.mountpoint) {
+                        Ok(false) => MountError::NotMounted {
+                            path: self.mountpoint.clone(),
+                        },
+                        _ => err,
+                    }
+                })
+            }
+        };
+        match result {
+            Ok(()) => {}
+            Err(MountError::NotMounted { .. }) => {
+                tracing::debug!(
+                    mountpoint = %self.mountpoint.display(),
+                    "already unmounted"
+                );
+            }
+            Err(err) => return Err(err),
+        }
+        self.mounted = false;
+        self.reap_auto_unmount_helper();
+        tracing::debug!(mountpoint = %self.mountpoint.display(), "unmounted FUSE file system");
+        Ok(())
+    }
+
+    /// Closes the `auto_unmount` helper's socket and, once the file system is
+    /// unmounted, waits for the helper to exit. While still mounted the helper
+    /// opens the mountpoint before unmounting it, which needs a serving daemon,
+    /// so then it is left to finish on its own.
+    fn reap_auto_unmount_helper(&mut self) {
+        let Some(AutoUnmountHelper { socket, child }) = self.auto_unmount.take() else {
+            return;
+        };
+        drop(socket);
+        if self.mounted {
+            tracing::debug!(
+                mountpoint = %self.mountpoint.display(),
+                "left the fusermount3 auto_unmount helper to unmount"
+            );
+            return;
+        }
+        match collect(child) {
+            Ok((status, stderr)) => {
+                if !status.success() || !stderr.is_empty() {
+                    tracing::debug!(
+                        mountpoint = %self.mountpoint.display(),
+                        %status,
+                        stderr = %stderr,
+                        "fusermount3 auto_unmount helper exited"
+                    );
+                }
+            }
+            Err(err) => tracing::warn!(
+                mountpoint = %self.mountpoint.display(),
+                error = %err,
+                "cannot wait for the fusermount3 auto_unmount helper"
+            ),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(err) = self.unmount() {
+            tracing::error!(
+                mountpoint = %self.mountpoint.display(),
+                error = %err,
+                "failed to unmount FUSE file system"
+            );
+        }
+        // If unmounting failed, closing the socket lets fusermount3 try.
+        self.reap_auto_unmount_helper();
+        // The /dev/fuse descriptor is closed after this; closing the last one
+        // (the serving loop may hold clones) aborts the connection if the file
+        // system is somehow still mounted.
+    }
+}
+
+/// Unmounts whatever is mounted on `path`: `umount2(path)`, with `MNT_DETACH`
+/// when `lazy`. A busy mount is not retried lazily. If `umount2` is refused
+/// with `EPERM`, `fusermount3 -u` (`-z` when lazy) is tried.
+pub fn unmount_path(path: &Path, lazy: bool) -> Result<(), MountError> {
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    match sys::umount2(path, flags) {
+        Ok(()) => Ok(()),
+        Err(err) if err.raw_os_error() == Some(libc::EPERM) => {
+            tracing::debug!(
+                path = %path.display(),
+                "umount2 not permitted; trying fusermount3 -u"
+            );
+            run_fusermount_unmount(path, lazy)
+        }
+        Err(err) => Err(unmount_error(path, err)),
+    }
+}
+
+/// Whether `path` is on a FUSE file system (`statfs(2)` `f_type` is
+/// [`FUSE_SUPER_MAGIC`]).
+///
+/// On a live FUSE mount this sends `FUSE_STATFS` (after `FUSE_INIT`) and blocks
+/// until the daemon answers; on a dead one it fails with `ENOTCONN`.
+pub fn is_fuse_mount(path: &Path) -> io::Result<bool> {
+    sys::statfs_is_fuse(path)
+}
+
+// ---------------------------------------------------------------------------
+// Mountpoint checks
+
+/// A checked mountpoint.
+pub(super) struct Target {
+    /// Canonical absolute path.
+    pub(super) path: PathBuf,
+    /// `st_mode & S_IFMT` of the mountpoint.
+    rootmode: u32,
+}
+
+impl Target {
+    fn prepare(mountpoint: &Path) -> Result<Target, MountError> {
+        let meta = std::fs::metadata(mountpoint)
+            .map_err(|err| classify_path_error(mountpoint, "access mountpoint", err))?;
+        // stat can be answered from the attribute cache for a while after a
+        // FUSE daemon died; statfs always asks the daemon, so a dead mount
+        // fails it with ENOTCONN.
+        is_fuse_mount(mountpoint)
+            .map_err(|err| classify_path_error(mountpoint, "access mountpoint", err))?;
+        if !meta.is_dir() {
+            return Err(MountError::NotADirectory {
+                path: mountpoint.to_owned(),
+            });
+        }
+        let path = std::fs::canonicalize(mountpoint)
+            .map_err(|err| classify_path_error(mountpoint, "canonicalize mountpoint", err))?;
+        Ok(Target {
+            path,
+            rootmode: meta.mode() & libc::S_IFMT,
+        })
+    }
+}
+
+fn classify_path_error(path: &Path, action: &'static str, err: io::Error) -> MountError {
+    let path = path.to_owned();
+    match err.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => MountError::MountpointNotFound { path },
+        Some(libc::ENOTCONN) => MountError::DeadMount { path },
+        Some(libc::EACCES) | Some(libc::EPERM) => MountError::PermissionDenied {
+            action,
+            path,
+            source: err,
+        },
+        _ => MountError::Io {
+            action,
+            path,
+            source: err,
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// mount(2)
+
+fn mount_syscall(target: &Target, options: &MountOptions) -> Result<OwnedFd, MountError> {
+    let fd =
+        sys::open_cloexec(DEV_FUSE, libc::O_RDWR).map_err(|source| MountError::OpenDevice {
+            path: target.path.clone(),
+            source,
+        })?;
+    let (flags, data) = options.syscall_options(fd.as_raw_fd(), target.rootmode);
+    if data.len() > MAX_MOUNT_DATA {
+        return Err(invalid(
+            data.clone(),
+            format!(
+                "the option string is {} bytes, more than the kernel's limit of {MAX_MOUNT_DATA}",
+                data.len()
+            ),
+        ));
+    }
+    let fstype = options.fstype();
+    let mount_error = |source: io::Error| MountError::Mount {
+        path: target.path.clone(),
+        fstype: fstype.clone(),
+        options: data.clone(),
+        source,
+    };
+    // validate() ruled out NUL bytes in all three strings.
+    let c_source = CString::new(options.source()).map_err(|e| mount_error(e.into()))?;
+    let c_fstype = CString::new(fstype.as_str()).map_err(|e| mount_error(e.into()))?;
+    let c_data = CString::new(data.as_str()).map_err(|e| mount_error(e.into()))?;
+    sys::mount(&c_source, &target.path, &c_fstype, flags, &c_data).map_err(mount_error)?;
+    Ok(fd)
+}
+
+/// `umount2` on our own canonical mountpoint: plain first, lazy if busy.
+fn unmount_with_fallback(path: &Path) -> Result<(), MountError> {
+    match sys::umount2(path, libc::UMOUNT_NOFOLLOW) {
+        Ok(()) => Ok(()),
+        Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
+            tracing::debug!(
+                mountpoint = %path.display(),
+                "mount is busy; unmounting lazily (MNT_DETACH)"
+            );
+            sys::umount2(path, libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH)
+                .map_err(|err| unmount_error(path, err))
+        }
+        Err(err) => Err(unmount_error(path, err)),
+    }
+}
+
+fn unmount_error(path: &Path, err: io::Error) -> MountError {
+    if err.raw_os_error() == Some(libc::EINVAL) {
+        MountError::NotMounted {
+            path: path.to_owned(),
+        }
+    } else {
+        MountError::Unmount {
+            path: path.to_owned(),
+            source: err,
+        }
+    }
+}
