@@ -1,5 +1,6 @@
 //! `PassthroughFs`: a directory of the local file system served through
-//! FUSE, and the `passthroughfs` daemon (`src/main.rs`).
+//! FUSE. A library only: the `passthroughfs` daemon that serves it from the
+//! command line is the `passthroughfs` crate.
 //!
 //! ```no_run
 //! use std::sync::Arc;
