@@ -363,6 +363,7 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                 runtime,
                 config: TaskConfig {
                     max_in_flight: args.max_in_flight.unwrap_or(default.max_in_flight),
+                    ..default
                 },
                 threads: args
                     .threads
