@@ -26,6 +26,7 @@ use std::time::Duration;
 
 // The `AsyncFileSystem` implementation and its thread pool switch: a child
 // module, so it shares this one's private helpers.
+#[cfg(feature = "async")]
 #[path = "async_fs.rs"]
 mod async_fs;
 
@@ -82,6 +83,7 @@ pub struct PassthroughFs {
     /// Kernel passthrough: backing ids per inode.
     pt: Passthrough,
     /// Async serving: the thread pool switch and the pool.
+    #[cfg(feature = "async")]
     asyncs: async_fs::AsyncServing,
 }
 
@@ -338,6 +340,7 @@ impl PassthroughFs {
             agreed: Agreed::default(),
             waits: Arc::new(Waits::new(interrupt_signal)),
             pt: Passthrough::new(passthrough),
+            #[cfg(feature = "async")]
             asyncs: async_fs::AsyncServing::new(),
         })
     }
@@ -821,6 +824,7 @@ impl PassthroughFs {
     }
 
     /// The lock waits of this file system.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub(crate) fn waits(&self) -> &Arc<Waits> {
         &self.waits
     }
