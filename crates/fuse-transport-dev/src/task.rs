@@ -311,10 +311,15 @@ impl FuseDevTask {
     /// the connection is over or stopped), the last of the mount's tasks
     /// to end tells the file system.
     fn end_task(&self, finished: bool) {
-        let last = self.counted.swap(false, Ordering::AcqRel)
-            && self.state.tasks.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && finished {
-            self.server.finish();
+        if self.counted.swap(false, Ordering::AcqRel) {
+            // Under the lock `Session::wait` checks the count with, so that
+            // it can't see the last task gone before the file system was
+            // told.
+            let _ended = self.state.lock_ended();
+            let last = self.state.tasks.fetch_sub(1, Ordering::AcqRel) == 1;
+            if last && finished {
+                self.server.finish();
+            }
         }
         self.state.ended_changed.notify_all();
     }
@@ -551,7 +556,7 @@ impl Session for FuseDevTask {
     fn wait(&self) -> io::Result<()> {
         let mut ended = self.state.lock_ended();
         while !(ended.owner && self.state.tasks.load(Ordering::Acquire) == 0) {
-            // Timed: a sibling's count drops without the lock held.
+            // Timed, as a safety net: every change notifies.
             ended = self
                 .state
                 .ended_changed
