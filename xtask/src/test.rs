@@ -85,7 +85,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "build",
-        about: "build the workspace (release binaries, test binaries)",
+        about: "build the workspace (release binaries, test binaries, the sync-only passthrough)",
         run: step_build,
     },
     Step {
