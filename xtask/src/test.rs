@@ -85,7 +85,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "build",
-        about: "build the workspace (release binaries, test binaries)",
+        about: "build the workspace (release binaries, test binaries, the sync-only passthrough)",
         run: step_build,
     },
     Step {
@@ -584,7 +584,8 @@ fn unescape_mountinfo(s: &str) -> String {
 // ---------------------------------------------------------------------------
 // Step: build.
 
-/// Builds the release binaries and the test binaries.
+/// Builds the release binaries, the test binaries, and the sync-only
+/// passthrough.
 fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(
         cargo()
@@ -594,6 +595,18 @@ fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(
         cargo()
             .args(["test", "--workspace", "--no-run"])
+            .current_dir(&ctx.root),
+    )?;
+    // The passthrough without its async path (no tokio, no io_uring), as a
+    // sync-only user builds it.
+    run_cmd(
+        cargo()
+            .args([
+                "build",
+                "-p",
+                "fuse-backend-passthrough",
+                "--no-default-features",
+            ])
             .current_dir(&ctx.root),
     )?;
     Ok(Outcome::Done)

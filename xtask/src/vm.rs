@@ -212,7 +212,7 @@ const MEASURE_SCRIPT: &str = include_str!("../vm-memory.sh");
 /// The measurement's name in the plan and the summary.
 const MEASURE_NAME: &str = "memory-measurement";
 /// What `--measure-memory` builds: the daemon, and the load generator.
-const MEASURE_DAEMON: (&str, &str) = ("fuse-backend-passthrough", "passthroughfs");
+const MEASURE_DAEMON: (&str, &str) = ("passthroughfs", "passthroughfs");
 /// See [`MEASURE_DAEMON`].
 const MEASURE_LOAD: (&str, &str) = ("fuse-transport-uring", "direct_read_load");
 

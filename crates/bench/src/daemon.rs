@@ -15,17 +15,32 @@
 //! When the mount is ready, the daemon prints one [`StartLine`] on standard
 //! output (`FUSE-BENCH-DAEMON READY transport=dev runtime=sync …`), stays
 //! in the foreground, and unmounts and exits 0 on SIGINT, SIGTERM or
-//! SIGHUP. Logs go to standard error.
+//! SIGHUP (a second one while unmounting forces the exit; SIGUSR1 logs the
+//! file system's state), as `passthroughfs` does.
+//!
+//! The backend's switches ([`FsArgs`]: cache, timeouts, `--passthrough` /
+//! `--no-passthrough`, `--no-file-handles`, `--thread-pool`, ...), the
+//! runtime names, the mapping to `PassthroughConfig`, `SessionConfig` and
+//! `UringConfig`, and the signal handling are `passthroughfs`'s own (its
+//! library), so a switch means the same in both daemons. Only here:
+//! `--transport dev|uring` (`passthroughfs --uring`), `--threads` as one
+//! number for every transport (`passthroughfs` has `--threads` and
+//! `--uring-queues`), `--uring-bufs N > 0` failing without kernel buffer
+//! pools, `--allow-fallback`, `--max-in-flight`, and an explicit
+//! `--passthrough` failing unless INIT turned kernel passthrough on (by
+//! default it is on where available, as in `passthroughfs`; `cargo xtask
+//! bench` passes `--no-passthrough` to the targets that measure the
+//! daemon's data path).
 
 use clap::{Parser, ValueEnum};
-use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
-use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
+use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringMode, UringSession};
+use passthroughfs::{FsArgs, Runtime};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Exit status of the daemon when the requested mode is not available yet.
 pub const EXIT_NOT_AVAILABLE: u8 = 3;
@@ -48,61 +63,6 @@ impl Transport {
         match self {
             Transport::Dev => "dev",
             Transport::Uring => "uring",
-        }
-    }
-}
-
-/// What runs the request handlers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Runtime {
-    /// Plain threads, each serving one request at a time.
-    Sync,
-    /// A tokio runtime (`async_io::RuntimeType::Tokio`).
-    Tokio,
-    /// A tokio runtime whose reactor drives an io_uring
-    /// (`async_io::RuntimeType::IoUring`).
-    Uring,
-}
-
-impl Runtime {
-    /// The name used on the command line and in the start line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Runtime::Sync => "sync",
-            Runtime::Tokio => "tokio",
-            Runtime::Uring => "uring",
-        }
-    }
-}
-
-/// Cache policy names on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Cache {
-    /// No caching: direct I/O, no attribute or name caching.
-    Never,
-    /// Cache while open; attributes and names for a second.
-    Auto,
-    /// Keep caches across opens; attributes and names for a day.
-    Always,
-}
-
-impl Cache {
-    /// The name used on the command line and in the start line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cache::Never => "never",
-            Cache::Auto => "auto",
-            Cache::Always => "always",
-        }
-    }
-}
-
-impl From<Cache> for CachePolicy {
-    fn from(c: Cache) -> Self {
-        match c {
-            Cache::Never => CachePolicy::Never,
-            Cache::Auto => CachePolicy::Auto,
-            Cache::Always => CachePolicy::Always,
         }
     }
 }
@@ -135,16 +95,6 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
-    /// The backend's blocking thread pool (async runtimes): on tokio, READs
-    /// that miss the page cache, WRITEs, LOOKUP/OPEN/CREATE and syncs run
-    /// on pool threads; on any runtime, O_DIRECT READ and WRITE do.
-    #[arg(long)]
-    pub thread_pool: bool,
-
-    /// Largest number of pool threads (with --thread-pool; default 64).
-    #[arg(long, value_name = "N", requires = "thread_pool")]
-    pub pool_threads: Option<usize>,
-
     /// io_uring: payload buffers per queue in the kernel's buffer pool. 0:
     /// a payload buffer per entry. N > 0 requires pools (Linux 7.3; the
     /// daemon fails where the kernel doesn't offer them). Default: pools of
@@ -169,56 +119,9 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N")]
     pub max_in_flight: Option<usize>,
 
-    /// Cache policy.
-    #[arg(long, value_enum, default_value_t = Cache::Auto)]
-    pub cache: Cache,
-
-    /// Use the kernel's writeback cache.
-    #[arg(long)]
-    pub writeback: bool,
-
-    /// Attribute cache timeout in seconds (default: from --cache).
-    #[arg(long, value_name = "SECS")]
-    pub attr_timeout: Option<f64>,
-
-    /// Name cache timeout in seconds (default: from --cache).
-    #[arg(long, value_name = "SECS")]
-    pub entry_timeout: Option<f64>,
-
-    /// Don't offer READDIRPLUS.
-    #[arg(long)]
-    pub no_readdirplus: bool,
-
-    /// Don't serve extended attributes.
-    #[arg(long)]
-    pub no_xattr: bool,
-
-    /// Zero-message opens (when the kernel supports them).
-    #[arg(long)]
-    pub no_open: bool,
-
-    /// Zero-message directory opens (when the kernel supports them).
-    #[arg(long)]
-    pub no_opendir: bool,
-
-    /// Kernel passthrough (`FUSE_PASSTHROUGH`): the kernel reads and writes
-    /// open files straight from the backing files, so READ and WRITE never
-    /// reach the daemon. Off by default here, so that the transport and
-    /// runtime serve the data path being measured; the daemon fails if the
-    /// kernel doesn't agree to it.
-    #[arg(long)]
-    pub kernel_passthrough: bool,
-
-    /// Hold inodes as O_PATH descriptors instead of file handles
-    /// (`name_to_handle_at`), which the backend uses by default where it
-    /// can.
-    #[arg(long)]
-    pub no_file_handles: bool,
-
-    /// Clear set-user-ID/set-group-ID bits in the daemon
-    /// (FUSE_HANDLE_KILLPRIV_V2).
-    #[arg(long)]
-    pub killpriv_v2: bool,
+    /// The backend's switches, as in `passthroughfs`.
+    #[command(flatten)]
+    pub fs: FsArgs,
 
     /// Let the kernel check permissions from file modes.
     #[arg(long)]
@@ -274,7 +177,7 @@ impl std::error::Error for PlanError {}
 
 /// Decides how to serve `args`, or why it can't be done.
 pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
-    if args.thread_pool && args.runtime == Runtime::Sync {
+    if args.fs.thread_pool && args.runtime == Runtime::Sync {
         // The pool serves the async path (AsyncFileSystem); synchronous
         // workers already block on threads of their own.
         return Err(PlanError::NotAvailable(
@@ -282,11 +185,6 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
              (--runtime tokio or uring); synchronous workers already run READ and WRITE on \
              blocking threads of their own"
                 .into(),
-        ));
-    }
-    if args.pool_threads == Some(0) {
-        return Err(PlanError::Invalid(
-            "--pool-threads must be at least 1".into(),
         ));
     }
     if args.threads == Some(0) && args.transport == Transport::Dev {
@@ -304,9 +202,9 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
             )));
         }
     }
-    if args.kernel_passthrough && (args.writeback || args.no_open) {
+    if args.fs.passthrough && (args.fs.writeback || args.fs.no_open) {
         return Err(PlanError::Invalid(
-            "--kernel-passthrough excludes --writeback and --no-open".into(),
+            "--passthrough excludes --writeback and --no-open".into(),
         ));
     }
     if (args.runtime == Runtime::Sync || args.transport == Transport::Uring)
@@ -319,94 +217,65 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
         ));
     }
     match (args.transport, args.runtime) {
-        (Transport::Dev, Runtime::Sync) => {
-            let default = SessionConfig::default();
-            let threads = args.threads.unwrap_or(default.threads);
-            Ok(Plan::DevSync(SessionConfig {
-                threads,
-                max_threads: default.max_threads.max(threads),
-                ..default
-            }))
-        }
+        (Transport::Dev, Runtime::Sync) => Ok(Plan::DevSync(
+            passthroughfs::session_config(args.threads.unwrap_or(default_threads()))
+                .map_err(invalid)?,
+        )),
         (Transport::Uring, runtime) => {
             let default = UringConfig::default();
-            if args.uring_entries == Some(0) {
-                return Err(PlanError::Invalid(
-                    "--uring-entries must be at least 1".into(),
-                ));
-            }
+            let dev = passthroughfs::session_config(default_threads()).map_err(invalid)?;
             Ok(Plan::UringSync {
-                config: UringConfig {
-                    threads: args.threads.unwrap_or(default.threads),
-                    entries_per_queue: args.uring_entries.unwrap_or(default.entries_per_queue),
-                    bufs_per_queue: args.uring_bufs.unwrap_or(default.bufs_per_queue),
-                    runtime: async_runtime(runtime),
-                    ..default
-                },
+                config: passthroughfs::uring_config(
+                    args.threads.unwrap_or(default.threads),
+                    args.uring_entries.unwrap_or(default.entries_per_queue),
+                    args.uring_bufs.unwrap_or(default.bufs_per_queue),
+                    runtime,
+                    &dev,
+                )
+                .map_err(invalid)?,
                 require_pools: args.uring_bufs.is_some_and(|n| n > 0),
                 allow_fallback: args.allow_fallback,
             })
         }
         (Transport::Dev, Runtime::Tokio | Runtime::Uring) => {
-            if args.kernel_passthrough {
+            if args.fs.passthrough {
                 // FuseDevTask answers INIT inside the task, after the start
                 // line, so the daemon can't check that the kernel agreed.
                 return Err(PlanError::NotAvailable(format!(
-                    "--kernel-passthrough with --runtime {}: the daemon can't yet check that \
+                    "--passthrough with --runtime {}: the daemon can't yet check that \
                      INIT turned it on before it reports ready",
                     args.runtime.as_str()
                 )));
             }
-            let runtime = async_runtime(args.runtime).unwrap_or(async_io::RuntimeType::Tokio);
+            let runtime = args
+                .runtime
+                .async_type()
+                .unwrap_or(async_io::RuntimeType::Tokio);
             let default = TaskConfig::default();
             Ok(Plan::DevAsync {
                 runtime,
                 config: TaskConfig {
                     max_in_flight: args.max_in_flight.unwrap_or(default.max_in_flight),
+                    ..default
                 },
-                threads: args
-                    .threads
-                    .unwrap_or_else(|| SessionConfig::default().threads),
+                threads: args.threads.unwrap_or(default_threads()),
             })
         }
     }
 }
 
-/// The `async-io` runtime of `runtime` (`None` for the synchronous one).
-fn async_runtime(runtime: Runtime) -> Option<async_io::RuntimeType> {
-    match runtime {
-        Runtime::Sync => None,
-        Runtime::Tokio => Some(async_io::RuntimeType::Tokio),
-        Runtime::Uring => Some(async_io::RuntimeType::IoUring),
-    }
+/// `/dev/fuse` worker threads or runtime threads without `--threads`.
+fn default_threads() -> usize {
+    SessionConfig::default().threads
 }
 
-fn seconds(what: &str, secs: Option<f64>) -> Result<Option<Duration>, PlanError> {
-    match secs {
-        None => Ok(None),
-        Some(s) if (0.0..1e12).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(PlanError::Invalid(format!(
-            "--{what} must be a number of seconds >= 0, not {s}"
-        ))),
-    }
+fn invalid(f: passthroughfs::Failure) -> PlanError {
+    PlanError::Invalid(f.0)
 }
 
-/// The backend's configuration for `args`.
+/// The backend's configuration for `args` (`passthroughfs`'s mapping).
 pub fn passthrough_config(args: &DaemonArgs) -> Result<PassthroughConfig, PlanError> {
-    Ok(PassthroughConfig {
-        cache: args.cache.into(),
-        writeback: args.writeback,
-        attr_timeout: seconds("attr-timeout", args.attr_timeout)?,
-        entry_timeout: seconds("entry-timeout", args.entry_timeout)?,
-        xattr: !args.no_xattr,
-        readdirplus: !args.no_readdirplus,
-        no_open: args.no_open,
-        no_opendir: args.no_opendir,
-        killpriv_v2: args.killpriv_v2,
-        passthrough: args.kernel_passthrough,
-        file_handles: !args.no_file_handles,
-        ..PassthroughConfig::default()
-    })
+    args.fs.passthrough_config().map_err(invalid)
 }
 
 /// The mount options for `args`.
@@ -517,7 +386,7 @@ fn base_line(args: &DaemonArgs) -> StartLine {
 /// Refuses to go on when kernel passthrough was asked for and INIT didn't
 /// turn it on: the numbers would be those of the daemon's data path.
 fn check_kernel_passthrough(args: &DaemonArgs, fs: &PassthroughFs) -> Result<(), Failure> {
-    if !args.kernel_passthrough {
+    if !args.fs.passthrough {
         return Ok(());
     }
     let stats = fs.passthrough_stats();
@@ -526,7 +395,7 @@ fn check_kernel_passthrough(args: &DaemonArgs, fs: &PassthroughFs) -> Result<(),
     }
     Err(Failure {
         message: format!(
-            "not available: --kernel-passthrough, but the kernel or this process can't use              FUSE_PASSTHROUGH ({})",
+            "not available: --passthrough, but the kernel or this process can't use FUSE_PASSTHROUGH ({})",
             stats.reason.as_deref().unwrap_or("no reason given")
         ),
         status: EXIT_NOT_AVAILABLE,
@@ -534,17 +403,22 @@ fn check_kernel_passthrough(args: &DaemonArgs, fs: &PassthroughFs) -> Result<(),
 }
 
 fn settings_fields(line: StartLine, args: &DaemonArgs) -> StartLine {
-    line.with("pool", if args.thread_pool { "on" } else { "off" })
-        .with("cache", args.cache.as_str())
-        .with("writeback", if args.writeback { "on" } else { "off" })
+    line.with("pool", if args.fs.thread_pool { "on" } else { "off" })
+        .with("cache", args.fs.cache.as_str())
+        .with("writeback", if args.fs.writeback { "on" } else { "off" })
         .with(
             "readdirplus",
-            if args.no_readdirplus { "off" } else { "on" },
+            if args.fs.no_readdirplus { "off" } else { "on" },
         )
-        .with("xattr", if args.no_xattr { "off" } else { "on" })
+        .with("xattr", if args.fs.no_xattr { "off" } else { "on" })
         .with(
             "kernel_passthrough",
-            if args.kernel_passthrough { "on" } else { "off" },
+            match (args.fs.passthrough, args.fs.no_passthrough) {
+                (true, _) => "on",
+                (_, true) => "off",
+                // Where the kernel and the daemon's privileges allow it.
+                _ => "auto",
+            },
         )
         .with("pid", std::process::id())
         .with("mountpoint", args.mountpoint.display())
@@ -581,69 +455,10 @@ impl From<PlanError> for Failure {
     }
 }
 
-fn check_source(source: &Path) -> Result<(), Failure> {
-    match std::fs::metadata(source) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(Failure::new(format!(
-            "source {} is not a directory",
-            source.display()
-        ))),
-        Err(e) => Err(Failure::new(format!(
-            "cannot use source {}: {e}",
-            source.display()
-        ))),
+impl From<passthroughfs::Failure> for Failure {
+    fn from(f: passthroughfs::Failure) -> Self {
+        Failure::new(f.0)
     }
-}
-
-/// Raises the soft limit on open files to the hard limit: the passthrough
-/// holds a descriptor per inode the kernel knows.
-pub fn raise_nofile_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid rlimit for getrlimit to fill in.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
-    {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: `lim` is a valid rlimit.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            tracing::warn!(
-                "raising the open file limit: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-}
-
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: the set is initialized by sigemptyset before use; blocking the
-    // signals in this thread (before any other starts) is inherited by every
-    // thread started later, so only the signal thread receives them.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-/// Starts a thread that waits for SIGINT, SIGTERM or SIGHUP and calls `stop`.
-fn on_signal(set: libc::sigset_t, stop: impl FnOnce() + Send + 'static) -> Result<(), Failure> {
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut sig = 0;
-            // SAFETY: `set` is a valid signal set; `sig` is written by sigwait.
-            while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
-            tracing::info!(signal = sig, "unmounting on signal");
-            stop();
-        })
-        .map(|_| ())
-        .map_err(|e| Failure::new(format!("starting the signal thread: {e}")))
 }
 
 fn announce(line: &StartLine) {
@@ -659,19 +474,14 @@ fn announce(line: &StartLine) {
 pub fn run(args: DaemonArgs) -> Result<(), Failure> {
     let plan = plan(&args)?;
     let config = passthrough_config(&args)?;
-    check_source(&args.source)?;
-    raise_nofile_limit();
-    let signals = block_signals();
+    passthroughfs::check_source(&args.source)?;
+    passthroughfs::raise_nofile_limit();
+    let signals = passthroughfs::block_signals();
     let fs = Arc::new(
         PassthroughFs::new(&args.source, config)
             .map_err(|e| Failure::new(format!("passthrough: {e}")))?,
     );
-    if args.thread_pool {
-        if let Some(n) = args.pool_threads {
-            fs.set_async_thread_pool_size(n);
-        }
-        fs.enable_async_thread_pool(true);
-    }
+    args.fs.apply_thread_pool(&fs, args.runtime)?;
     let options = mount_options(&args);
     match plan {
         Plan::DevSync(config) => {
@@ -689,7 +499,7 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                 .with("threads", threads)
                 .with("buffers", "dev-read")
                 .with("inodes", inodes(&fs));
-            serve_session(session, settings_fields(line, &args), signals)
+            serve_session(session, settings_fields(line, &args), signals, fs)
         }
         Plan::UringSync {
             config,
@@ -762,16 +572,13 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                     },
                 )
                 .with("uring", if mode.uses_uring() { "on" } else { "fallback" });
-            serve_session(session, settings_fields(line, &args), signals)
+            serve_session(session, settings_fields(line, &args), signals, fs)
         }
         Plan::DevAsync {
             runtime,
             config,
             threads,
         } => {
-            let rt = runtime
-                .build()
-                .map_err(|e| Failure::new(format!("building the {runtime} runtime: {e}")))?;
             let line = settings_fields(
                 base_line(&args)
                     .with("threads", threads)
@@ -781,59 +588,18 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                     .with("backend", "async"),
                 &args,
             );
-            let server = Server::new_async(fs);
-            let mountpoint = args.mountpoint.clone();
-            rt.block_on(async move {
-                let task = FuseDevTask::mount(server, &mountpoint, &options, config)
-                    .map_err(|e| Failure::new(format!("mounting: {e}")))?;
-                let handle = task.handle();
-                let siblings = start_siblings(&task, runtime, threads)?;
-                on_signal(signals, move || handle.stop())?;
-                tracing::info!(mountpoint = %mountpoint.display(), %runtime, threads, "serving");
-                announce(&line);
-                let result = task
-                    .run()
-                    .await
-                    .map_err(|e| Failure::new(format!("serving failed: {e}")));
-                for s in siblings {
-                    match s.join() {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::warn!("a sibling task failed: {e}"),
-                        Err(_) => tracing::error!("a sibling task's thread panicked"),
-                    }
-                }
-                result
-            })
+            let session: Arc<dyn Session> = passthroughfs::start_tasks(
+                runtime,
+                threads,
+                Server::new_async(fs.clone()),
+                &args.mountpoint,
+                &options,
+                config,
+            )
+            .map_err(|e| Failure::new(format!("mounting: {e}")))?;
+            serve_session(session, line, signals, fs)
         }
     }
-}
-
-/// Starts `threads - 1` threads, each running a sibling of `task` on a
-/// runtime of its own.
-fn start_siblings(
-    task: &FuseDevTask,
-    runtime: async_io::RuntimeType,
-    threads: usize,
-) -> Result<Vec<std::thread::JoinHandle<std::io::Result<()>>>, Failure> {
-    (1..threads.max(1))
-        .map(|i| {
-            let sibling = task
-                .sibling()
-                .map_err(|e| Failure::new(format!("cloning /dev/fuse for thread {i}: {e}")))?;
-            std::thread::Builder::new()
-                .name(format!("fuse-task-{i}"))
-                .spawn(move || {
-                    let rt = runtime.build().map_err(std::io::Error::other)?;
-                    rt.block_on(async move {
-                        let task = sibling
-                            .into_task()
-                            .map_err(|e| std::io::Error::other(e.to_string()))?;
-                        task.run().await
-                    })
-                })
-                .map_err(|e| Failure::new(format!("starting runtime thread {i}: {e}")))
-        })
-        .collect()
 }
 
 /// How the backend holds inodes (and, the first time, why not by handle
@@ -854,6 +620,7 @@ fn serve_session(
     session: Arc<dyn Session>,
     line: StartLine,
     signals: libc::sigset_t,
+    fs: Arc<PassthroughFs>,
 ) -> Result<(), Failure> {
     tracing::info!(
         mountpoint = %session.mountpoint().display(),
@@ -862,7 +629,12 @@ fn serve_session(
     );
     let line = line.with("detail", session.transport());
     let stopper = session.clone();
-    on_signal(signals, move || stopper.stop())?;
+    passthroughfs::spawn_signal_thread(
+        signals,
+        session.mountpoint().to_path_buf(),
+        move || passthroughfs::log_fs_state(&fs),
+        move || stopper.stop(),
+    )?;
     announce(&line);
     session
         .wait()
@@ -872,6 +644,8 @@ fn serve_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fuse_backend_passthrough::CachePolicy;
+    use std::time::Duration;
 
     fn args(extra: &[&str]) -> DaemonArgs {
         let mut argv = vec!["fuse-bench-daemon", "/src", "/mnt"];
@@ -933,7 +707,7 @@ mod tests {
         assert!(matches!(e, PlanError::NotAvailable(_)), "{e}");
         assert!(e.to_string().starts_with("not available yet: "), "{e}");
         for rt in ["tokio", "uring"] {
-            let e = plan(&args(&["--runtime", rt, "--kernel-passthrough"])).unwrap_err();
+            let e = plan(&args(&["--runtime", rt, "--passthrough"])).unwrap_err();
             assert!(matches!(e, PlanError::NotAvailable(_)), "{e}");
         }
         let f = Failure::from(plan(&args(&["--thread-pool"])).unwrap_err());
@@ -985,15 +759,6 @@ mod tests {
             Plan::UringSync { config, .. } => assert_eq!(config.runtime, None),
             other => panic!("unexpected plan {other:?}"),
         }
-        let e = plan(&args(&[
-            "--runtime",
-            "tokio",
-            "--thread-pool",
-            "--pool-threads",
-            "0",
-        ]))
-        .unwrap_err();
-        assert!(matches!(e, PlanError::Invalid(_)), "{e}");
     }
 
     #[test]
@@ -1028,7 +793,7 @@ mod tests {
             &["--max-in-flight", "3"][..],
             &["--threads", "0"][..],
             &["--transport", "uring", "--uring-entries", "0"][..],
-            &["--kernel-passthrough", "--writeback"][..],
+            &["--passthrough", "--writeback"][..],
         ] {
             let e = plan(&args(extra)).unwrap_err();
             assert!(matches!(e, PlanError::Invalid(_)), "{extra:?}: {e}");
@@ -1054,11 +819,16 @@ mod tests {
         assert!(!c.readdirplus);
         assert_eq!(c.entry_timeout, Some(Duration::from_millis(2500)));
         assert_eq!(c.attr_timeout, None);
-        assert!(!c.passthrough, "kernel passthrough only when asked for");
+        assert!(
+            c.passthrough,
+            "kernel passthrough where available, as in passthroughfs"
+        );
         assert!(c.file_handles);
-        let c = passthrough_config(&args(&["--kernel-passthrough", "--no-file-handles"])).unwrap();
-        assert!(c.passthrough);
+        let c = passthrough_config(&args(&["--no-passthrough", "--no-file-handles"])).unwrap();
+        assert!(!c.passthrough);
         assert!(!c.file_handles);
+        let c = passthrough_config(&args(&["--passthrough"])).unwrap();
+        assert!(c.passthrough);
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(crate) struct Handle {
     pub dir: Option<Mutex<DirStream>>,
     /// The backing file refused `RWF_NOWAIT` (`EOPNOTSUPP`): async READs
     /// don't try it again on this handle.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub no_nowait: AtomicBool,
 }
 
@@ -53,6 +54,7 @@ impl Handle {
     }
 
     /// The open descriptor, shared (for IO that may outlive the request).
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub(crate) fn shared_fd(&self) -> &Arc<OwnedFd> {
         &self.fd
     }

@@ -1,5 +1,12 @@
 //! `PassthroughFs`: a directory of the local file system served through
-//! FUSE, and the `passthroughfs` daemon (`src/main.rs`).
+//! FUSE. A library only: the `passthroughfs` daemon that serves it from the
+//! command line is the `passthroughfs` crate.
+//!
+//! Feature `async` (on by default): `PassthroughFs` implements
+//! `AsyncFileSystem` too, with its blocking thread pool
+//! (`enable_async_thread_pool`) and file IO on the serving thread's
+//! `async-io` runtime. Without it (`default-features = false`) the crate
+//! serves through `FileSystem` only and builds neither tokio nor io-uring.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -105,6 +112,7 @@ mod handle;
 mod inode;
 mod locks;
 mod passthrough;
+#[cfg(feature = "async")]
 mod pool;
 #[cfg(test)]
 mod readdir_tests;
@@ -113,5 +121,6 @@ mod sys;
 pub use config::{CachePolicy, PassthroughConfig};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
 pub use passthrough::PassthroughStats;
+#[cfg(feature = "async")]
 pub use pool::AsyncPoolStats;
 pub use sys::raise_nofile_limit;

@@ -96,6 +96,7 @@ impl LockOp {
     }
 
     /// Gives back the lock this op took.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     fn release(&self) {
         let r = match self {
             LockOp::Flock { .. } => sys::flock(self.fd(), libc::LOCK_UN),
@@ -113,10 +114,12 @@ impl LockOp {
 
 /// A lock taken by a wait whose request may be gone: given back on drop
 /// unless [`LockHeld::claim`]ed.
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
 pub(crate) struct LockHeld(Option<LockOp>);
 
 impl LockHeld {
     /// The request's reply reports the lock: keep it.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub(crate) fn claim(mut self) {
         self.0 = None;
     }
@@ -275,6 +278,7 @@ impl Waits {
     }
 }
 
+#[cfg(feature = "async")]
 /// Runs `op`'s wait for request `unique` on a thread of its own; the
 /// future yields the lock, given back if nobody claims it (the request was
 /// dropped meanwhile). Dropping the future ends the wait.
@@ -294,6 +298,7 @@ pub(crate) fn wait_on_own_thread(waits: &Arc<Waits>, unique: u64, op: LockOp) ->
     }
 }
 
+#[cfg(feature = "async")]
 /// The result of [`wait_on_own_thread`].
 pub(crate) struct LockWaitFuture {
     inner: crate::pool::PoolFuture<LockHeld>,
@@ -302,6 +307,7 @@ pub(crate) struct LockWaitFuture {
     done: bool,
 }
 
+#[cfg(feature = "async")]
 impl std::future::Future for LockWaitFuture {
     type Output = io::Result<()>;
 
@@ -319,6 +325,7 @@ impl std::future::Future for LockWaitFuture {
     }
 }
 
+#[cfg(feature = "async")]
 impl Drop for LockWaitFuture {
     fn drop(&mut self) {
         if !self.done {

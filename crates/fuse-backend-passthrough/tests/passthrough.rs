@@ -21,27 +21,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Whether this process runs in the initial user namespace (where the
-/// kernel lets root register backing files).
-fn in_initial_user_namespace() -> bool {
-    fs::read_to_string("/proc/self/uid_map")
-        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
-        .unwrap_or(false)
-}
-
-/// Fails (never passes silently) where passthrough can't work.
-fn require_passthrough_host() {
-    require_root();
-    assert!(
-        in_initial_user_namespace(),
-        "kernel passthrough needs CAP_SYS_ADMIN in the initial user namespace: this test needs \
-         real root (it is skipped by `cargo xtask test-in-userns`)"
-    );
-}
 
 /// Uncached attributes, kernel passthrough on.
 fn pt_config() -> PassthroughConfig {
@@ -487,52 +468,6 @@ fn the_io_mode_follows_the_inode_while_it_is_open_needs_root() {
     assert_eq!(fs::read(t.s("p")).unwrap(), b"Data");
 }
 
-/// An overlayfs mounted on `at` (a directory inside a passthrough's
-/// source): its files are one level stacked, so with `max_stack_depth` 1
-/// the kernel refuses them as backing files (ELOOP). Unmounted on drop.
-struct Overlay {
-    at: PathBuf,
-    _dirs: tempfile::TempDir,
-}
-
-impl Overlay {
-    fn mount(at: &Path) -> Self {
-        let dirs = tempfile::Builder::new()
-            .prefix("pt-ovl-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        for d in ["lower", "upper", "work"] {
-            fs::create_dir(dirs.path().join(d)).unwrap();
-        }
-        fs::write(dirs.path().join("lower/low"), b"from the lower layer").unwrap();
-        fs::create_dir_all(at).unwrap();
-        let opts = format!(
-            "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
-            dirs.path().display()
-        );
-        let status = Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o", &opts])
-            .arg(at)
-            .status()
-            .expect("running mount");
-        assert!(
-            status.success(),
-            "mounting an overlayfs on {}",
-            at.display()
-        );
-        Self {
-            at: at.to_path_buf(),
-            _dirs: dirs,
-        }
-    }
-}
-
-impl Drop for Overlay {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-    }
-}
-
 #[test]
 fn refused_backing_files_fall_back_to_the_daemon_needs_root() {
     let t = mount();
@@ -685,74 +620,6 @@ fn passthrough_over_io_uring_needs_root() {
     );
     let ok = wait_until(Duration::from_secs(10), || u.fs.live_backing_ids() == 0);
     assert!(ok, "{:?}", u.fs.passthrough_stats());
-}
-
-/// The daemon binary over `src` at `mnt` with `extra` options; returns
-/// it once mounted.
-fn start_daemon(src: &Path, mnt: &Path, extra: &[&str]) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_passthroughfs"))
-        .args(extra)
-        .arg(src)
-        .arg(mnt)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let up = wait_until(Duration::from_secs(10), || {
-        is_mounted(mnt) || child.try_wait().unwrap().is_some()
-    });
-    assert!(up && is_mounted(mnt), "daemon did not mount");
-    child
-}
-
-/// SIGTERM, then the daemon's log.
-fn stop_daemon(mut child: Child, mnt: &Path) -> String {
-    // SAFETY: our own child, not reaped yet.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let done = wait_until(Duration::from_secs(20), || {
-        child.try_wait().unwrap().is_some()
-    });
-    if !done {
-        let _ = child.kill();
-    }
-    if is_mounted(mnt) {
-        let _ = fuse_transport_dev::unmount_path(mnt, true);
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(done, "daemon did not exit on SIGTERM");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[test]
-fn daemon_logs_a_refusal_once_needs_root() {
-    require_passthrough_host();
-    let dir = tempfile::Builder::new()
-        .prefix("pt-daemon-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&src).unwrap();
-    fs::create_dir(&mnt).unwrap();
-    let ovl = Overlay::mount(&src.join("ovl"));
-    let child = start_daemon(&src, &mnt, &[]);
-    for i in 0..5 {
-        fs::write(mnt.join(format!("ovl/f{i}")), b"refused").unwrap();
-        assert_eq!(fs::read(mnt.join(format!("ovl/f{i}"))).unwrap(), b"refused");
-    }
-    fs::write(mnt.join("plain"), b"passed").unwrap();
-    let log = stop_daemon(child, &mnt);
-    drop(ovl);
-    assert!(log.contains("kernel passthrough on"), "{log}");
-    let refusals = log.matches("kernel passthrough refused").count();
-    assert_eq!(refusals, 1, "refusals logged: {log}");
-    // And --no-passthrough turns it off.
-    let child = start_daemon(&src, &mnt, &["--no-passthrough"]);
-    fs::write(mnt.join("plain"), b"daemon").unwrap();
-    let log = stop_daemon(child, &mnt);
-    assert!(!log.contains("kernel passthrough on"), "{log}");
-    assert_eq!(fs::read(src.join("plain")).unwrap(), b"daemon");
 }
 
 #[test]

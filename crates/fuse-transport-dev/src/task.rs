@@ -14,17 +14,23 @@
 //! several threads, give every other thread a [`FuseDevTask::sibling`]:
 //! each reads its own cloned fd, all stop together, and the last one to
 //! end tells the file system the connection is over.
+//!
+//! A `FuseDevTask` is a [`Session`] like the other transports' sessions:
+//! share it (`Arc<FuseDevTask>`), run it with [`FuseDevTask::run_shared`]
+//! on its runtime's thread, and [`Session::stop`] and [`Session::wait`] it
+//! from any other thread (`wait` blocks until the task and its siblings
+//! have ended, so it must not be called on a thread that runs one of them).
 
 use crate::backing::DevBackingFiles;
 use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountOptions};
 use crate::session::SessionError;
-use fuse_server::{AlignedBuf, Outcome, Server};
+use fuse_server::{AlignedBuf, Outcome, Server, Session};
 use std::io::{self};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{Notify, Semaphore};
 
@@ -37,11 +43,17 @@ pub struct TaskConfig {
     /// Largest number of requests handled at once (each holds a request
     /// and a reply buffer).
     pub max_in_flight: usize,
+    /// The runtime's name in [`Session::transport`] (`"tokio"` by default;
+    /// the task runs on whatever runtime it was created in).
+    pub runtime_name: String,
 }
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        Self { max_in_flight: 64 }
+        Self {
+            max_in_flight: 64,
+            runtime_name: "tokio".into(),
+        }
     }
 }
 
@@ -60,6 +72,38 @@ struct TaskState {
     tasks: AtomicUsize,
     /// Signalled once INIT is answered, for siblings waiting to start.
     init_done: Notify,
+    /// Tasks of this mount made so far (the first and its siblings).
+    started: AtomicUsize,
+    /// What [`Session::wait`] waits for, and the first error a task's run
+    /// ended with.
+    ended: Mutex<Ended>,
+    ended_changed: Condvar,
+}
+
+#[derive(Default)]
+struct Ended {
+    /// The first task (the one owning the mount) ran to its end, or was
+    /// dropped.
+    owner: bool,
+    error: Option<io::Error>,
+}
+
+impl TaskState {
+    fn new() -> Self {
+        TaskState {
+            stop: AtomicBool::new(false),
+            wake: Notify::new(),
+            tasks: AtomicUsize::new(1),
+            init_done: Notify::new(),
+            started: AtomicUsize::new(1),
+            ended: Mutex::new(Ended::default()),
+            ended_changed: Condvar::new(),
+        }
+    }
+
+    fn lock_ended(&self) -> std::sync::MutexGuard<'_, Ended> {
+        self.ended.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl TaskHandle {
@@ -93,7 +137,9 @@ pub struct FuseDevTask {
     sibling: bool,
     /// Still counted in `TaskState::tasks` (until `run` ends or the task
     /// is dropped unrun).
-    counted: bool,
+    counted: AtomicBool,
+    /// `run` was called.
+    running: AtomicBool,
 }
 
 /// A second (third, ...) task for the mount of a [`FuseDevTask`], not yet
@@ -116,6 +162,7 @@ impl FuseDevSibling {
     pub fn into_task(self) -> Result<FuseDevTask, SessionError> {
         let fd = register(self.fd)?;
         self.state.tasks.fetch_add(1, Ordering::AcqRel);
+        self.state.started.fetch_add(1, Ordering::AcqRel);
         Ok(FuseDevTask {
             server: self.server,
             mount: Mutex::new(None),
@@ -124,7 +171,8 @@ impl FuseDevSibling {
             config: self.config,
             state: self.state,
             sibling: true,
-            counted: true,
+            counted: AtomicBool::new(true),
+            running: AtomicBool::new(false),
         })
     }
 }
@@ -161,14 +209,10 @@ impl FuseDevTask {
             mount: Mutex::new(Some(mount)),
             fd,
             config,
-            state: Arc::new(TaskState {
-                stop: AtomicBool::new(false),
-                wake: Notify::new(),
-                tasks: AtomicUsize::new(1),
-                init_done: Notify::new(),
-            }),
+            state: Arc::new(TaskState::new()),
             sibling: false,
-            counted: true,
+            counted: AtomicBool::new(true),
+            running: AtomicBool::new(false),
         })
     }
 
@@ -222,7 +266,20 @@ impl FuseDevTask {
 
     /// Serves until the mount goes away or the task is stopped, then
     /// waits for the requests in flight and unmounts.
-    pub async fn run(mut self) -> io::Result<()> {
+    pub async fn run(self) -> io::Result<()> {
+        self.run_ref().await
+    }
+
+    /// [`FuseDevTask::run`] for a task shared as a [`Session`]: the same,
+    /// while other threads hold the task to stop it and wait for it.
+    pub async fn run_shared(self: Arc<Self>) -> io::Result<()> {
+        self.run_ref().await
+    }
+
+    async fn run_ref(&self) -> io::Result<()> {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Err(io::Error::other("FuseDevTask::run called twice"));
+        }
         let limit = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
         let pool: Arc<Mutex<Vec<(AlignedBuf, AlignedBuf)>>> = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = tokio::task::JoinSet::new();
@@ -240,18 +297,40 @@ impl FuseDevTask {
         if let Err(e) = self.unmount() {
             tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
         }
+        if let Err(e) = &result {
+            self.state
+                .lock_ended()
+                .error
+                .get_or_insert_with(|| io::Error::new(e.kind(), e.to_string()));
+        }
+        self.ended();
         result
     }
 
     /// This task no longer serves. When `finished` (its `run` ended, so
     /// the connection is over or stopped), the last of the mount's tasks
     /// to end tells the file system.
-    fn end_task(&mut self, finished: bool) {
-        let last = std::mem::take(&mut self.counted)
-            && self.state.tasks.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && finished {
-            self.server.finish();
+    fn end_task(&self, finished: bool) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            // Under the lock `Session::wait` checks the count with, so that
+            // it can't see the last task gone before the file system was
+            // told.
+            let _ended = self.state.lock_ended();
+            let last = self.state.tasks.fetch_sub(1, Ordering::AcqRel) == 1;
+            if last && finished {
+                self.server.finish();
+            }
         }
+        self.state.ended_changed.notify_all();
+    }
+
+    /// Tells [`Session::wait`] that this task is over (and, for the first
+    /// task, that its mount is unmounted).
+    fn ended(&self) {
+        if !self.sibling {
+            self.state.lock_ended().owner = true;
+        }
+        self.state.ended_changed.notify_all();
     }
 
     async fn serve(
@@ -432,6 +511,7 @@ impl Drop for FuseDevTask {
         // connection may live on for another daemon): it no longer counts,
         // and the file system is not told anything.
         self.end_task(false);
+        self.ended();
     }
 }
 
@@ -444,4 +524,49 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+impl Session for FuseDevTask {
+    fn transport(&self) -> String {
+        format!(
+            "/dev/fuse, a task on a {} runtime on each of {} threads",
+            self.config.runtime_name,
+            self.state.started.load(Ordering::Acquire)
+        )
+    }
+
+    fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// [`TaskHandle::stop`]: the tasks end once the requests they run are
+    /// answered, and the first one unmounts.
+    fn stop(&self) {
+        self.handle().stop();
+    }
+
+    /// Blocks until the first task and every sibling made from it have
+    /// ended (their `run` returned, or they were dropped), then returns
+    /// the first error a run ended with (once). Never call it on a thread
+    /// that runs one of the tasks; it waits forever for a task nobody runs.
+    fn wait(&self) -> io::Result<()> {
+        let mut ended = self.state.lock_ended();
+        while !(ended.owner && self.state.tasks.load(Ordering::Acquire) == 0) {
+            // Timed, as a safety net: every change notifies.
+            ended = self
+                .state
+                .ended_changed
+                .wait_timeout(ended, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        match ended.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }

@@ -179,3 +179,59 @@ fn a_sibling_on_another_thread_shares_the_mount_and_stops_with_it() {
         "the file system is told once, by the last task to end"
     );
 }
+
+/// A task held as an `Arc<dyn Session>` the way the daemons hold every
+/// transport: it runs (with a sibling) on threads of its own, serves,
+/// and `Session::stop` from here ends both, `Session::wait` returning
+/// once they have, with the mount gone.
+#[test]
+fn a_task_is_a_session_stopped_and_waited_for_from_another_thread() {
+    use fuse_server::Session;
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(Hello::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mountpoint = dir.path().to_path_buf();
+    let server = Server::new(fs.clone());
+    let first = std::thread::spawn(move || {
+        let local = tokio::task::LocalSet::new();
+        current_thread_runtime().block_on(local.run_until(async move {
+            let task = Arc::new(
+                FuseDevTask::mount(
+                    server,
+                    &mountpoint,
+                    &MountOptions::default(),
+                    TaskConfig::default(),
+                )
+                .unwrap(),
+            );
+            tx.send(task.clone()).unwrap();
+            task.run_shared().await
+        }))
+    });
+    let task = rx.recv().unwrap();
+    let sibling = task.sibling().unwrap();
+    let second = std::thread::spawn(move || {
+        let local = tokio::task::LocalSet::new();
+        current_thread_runtime()
+            .block_on(local.run_until(async move { sibling.into_task().unwrap().run().await }))
+    });
+    let session: Arc<dyn Session> = task;
+    assert_eq!(std::fs::read(dir.path().join("hello")).unwrap(), CONTENT);
+    // Wait for the sibling to be made (its thread runs on its own).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !session.transport().ends_with("2 threads") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        session.transport(),
+        "/dev/fuse, a task on a tokio runtime on each of 2 threads"
+    );
+    session.stop();
+    session.wait().unwrap();
+    assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
+    // The last task to end told the file system, once, before wait returned.
+    assert_eq!(fs.destroys.load(Ordering::Relaxed), 1);
+    first.join().unwrap().unwrap();
+    second.join().unwrap().unwrap();
+}

@@ -37,7 +37,7 @@ pub enum TargetKind {
         runtime: &'static str,
         /// `--thread-pool`.
         pool: bool,
-        /// `--kernel-passthrough`.
+        /// `--passthrough` (required to be on), else `--no-passthrough`.
         kpt: bool,
     },
     /// libfuse's passthrough_ll.
@@ -378,9 +378,17 @@ pub fn command_for(
             if *pool {
                 args.push("--thread-pool".into());
             }
-            if *kpt {
-                args.push("--kernel-passthrough".into());
-            }
+            // The daemon's default is kernel passthrough where available:
+            // without it, every READ and WRITE goes through the transport
+            // and runtime being measured.
+            args.push(
+                if *kpt {
+                    "--passthrough"
+                } else {
+                    "--no-passthrough"
+                }
+                .into(),
+            );
             if ms.writeback {
                 args.push("--writeback".into());
             }
@@ -865,7 +873,7 @@ mod tests {
         let (_, args) = command_for(find("ours:dev/sync+kpt"), &bins, &paths, &ms)
             .unwrap()
             .unwrap();
-        assert!(args.contains(&"--kernel-passthrough".to_string()));
+        assert!(args.contains(&"--passthrough".to_string()));
         assert!(!all.iter().any(|t| t.name.ends_with("sync+pool")));
         let (bin, args) = command_for(find("ours:uring/tokio+pool"), &bins, &paths, &ms)
             .unwrap()
@@ -873,7 +881,7 @@ mod tests {
         assert_eq!(
             display_command(&bin, &args),
             "fuse-bench-daemon --transport uring --runtime tokio --cache auto --thread-pool \
-             --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
+             --no-passthrough --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
         );
         let (bin, args) = command_for(find("libfuse"), &bins, &paths, &ms)
             .unwrap()

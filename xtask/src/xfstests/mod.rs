@@ -279,7 +279,7 @@ fn ensure_daemon(layout: &Layout) -> Result<()> {
     if std::env::var_os("XTASK_PASSTHROUGHFS").is_none() {
         crate::test::run_cmd(
             crate::test::cargo()
-                .args(["build", "--release", "-p", "fuse-backend-passthrough"])
+                .args(["build", "--release", "-p", "passthroughfs"])
                 .current_dir(&layout.root),
         )?;
     }

@@ -5,7 +5,7 @@
 //! fuse-bench-daemon [--transport dev|uring] [--runtime sync|tokio|uring]
 //!                   [--threads N] [--thread-pool] [--uring-bufs N]
 //!                   [--uring-entries N] [--cache never|auto|always]
-//!                   [--writeback] ... SOURCE MOUNTPOINT
+//!                   [--writeback] [--no-passthrough] ... SOURCE MOUNTPOINT
 //! ```
 //!
 //! Prints one `FUSE-BENCH-DAEMON READY transport=… runtime=… buffers=…`
@@ -19,13 +19,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    passthroughfs::init_logging("warn");
     match run(DaemonArgs::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

@@ -105,6 +105,7 @@ impl PassthroughFs {
     }
 
     /// The lock waits of this file system.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub(crate) fn waits(&self) -> &Arc<Waits> {
         &self.waits
     }

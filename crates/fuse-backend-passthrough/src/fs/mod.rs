@@ -27,6 +27,7 @@ use std::time::Duration;
 // The `AsyncFileSystem` implementation and its thread pool switch, and the
 // operations by concern: child modules, so they share this one's private
 // helpers and fields.
+#[cfg(feature = "async")]
 mod async_fs;
 mod attr;
 mod dir;
@@ -37,6 +38,7 @@ mod xattr;
 
 pub use attr::attr_from_statx;
 use attr::*;
+#[cfg(feature = "async")]
 use file::*;
 use lookup::*;
 
@@ -93,6 +95,7 @@ pub struct PassthroughFs {
     /// Kernel passthrough: backing ids per inode.
     pt: Passthrough,
     /// Async serving: the thread pool switch and the pool.
+    #[cfg(feature = "async")]
     asyncs: async_fs::AsyncServing,
 }
 
@@ -172,6 +175,7 @@ impl PassthroughFs {
             agreed: Agreed::default(),
             waits: Arc::new(Waits::new(interrupt_signal)),
             pt: Passthrough::new(passthrough),
+            #[cfg(feature = "async")]
             asyncs: async_fs::AsyncServing::new(),
         })
     }

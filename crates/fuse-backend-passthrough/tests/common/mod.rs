@@ -7,6 +7,7 @@ use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
 use std::ffi::CString;
+use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -413,4 +414,68 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Whether this process runs in the initial user namespace (where the
+/// kernel lets root register backing files).
+pub fn in_initial_user_namespace() -> bool {
+    fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+        .unwrap_or(false)
+}
+
+/// Fails (never passes silently) where passthrough can't work.
+pub fn require_passthrough_host() {
+    require_root();
+    assert!(
+        in_initial_user_namespace(),
+        "kernel passthrough needs CAP_SYS_ADMIN in the initial user namespace: this test needs \
+         real root (it is skipped by `cargo xtask test-in-userns`)"
+    );
+}
+
+/// An overlayfs mounted on `at` (a directory inside a passthrough's
+/// source): its files are one level stacked, so with `max_stack_depth` 1
+/// the kernel refuses them as backing files (ELOOP). Unmounted on drop.
+pub struct Overlay {
+    at: PathBuf,
+    _dirs: tempfile::TempDir,
+}
+
+impl Overlay {
+    pub fn mount(at: &Path) -> Self {
+        let dirs = tempfile::Builder::new()
+            .prefix("pt-ovl-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        for d in ["lower", "upper", "work"] {
+            fs::create_dir(dirs.path().join(d)).unwrap();
+        }
+        fs::write(dirs.path().join("lower/low"), b"from the lower layer").unwrap();
+        fs::create_dir_all(at).unwrap();
+        let opts = format!(
+            "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
+            dirs.path().display()
+        );
+        let status = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(at)
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting an overlayfs on {}",
+            at.display()
+        );
+        Self {
+            at: at.to_path_buf(),
+            _dirs: dirs,
+        }
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
 }

@@ -229,6 +229,19 @@ impl Mount {
         Ok(())
     }
 
+    /// Records that the file system is no longer mounted (the kernel said
+    /// so: `ENODEV` on the device), without touching the mountpoint's path.
+    pub(crate) fn forget_unmounted(&mut self) {
+        if self.mounted {
+            tracing::debug!(
+                mountpoint = %self.mountpoint.display(),
+                "unmounted from outside"
+            );
+        }
+        self.mounted = false;
+        self.reap_auto_unmount_helper();
+    }
+
     /// Closes the `auto_unmount` helper's socket and, once the file system is
     /// unmounted, waits for the helper to exit. While still mounted the helper
     /// opens the mountpoint before unmounting it, which needs a serving daemon,

@@ -16,6 +16,7 @@
 //! (mounted here if it isn't). Deadlines only catch hangs; they are far
 //! above what a loaded machine needs.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

@@ -15,6 +15,7 @@
 //! They need root (mounting); the io_uring run needs
 //! `/sys/module/fuse/parameters/enable_uring` = Y.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

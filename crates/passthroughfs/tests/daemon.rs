@@ -3,6 +3,7 @@
 //! and SIGHUP, and ending when unmounted from outside. The mounting tests
 //! need root (CI runs as root) and fail with the reason otherwise.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 
 use common::*;

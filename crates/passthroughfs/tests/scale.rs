@@ -25,6 +25,7 @@
 //! the initial user namespace), hence `needs_root` in the name. Timings
 //! are printed, never asserted.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

@@ -25,6 +25,7 @@
 //! `/sys/module/fuse/parameters/enable_uring` = Y. Both fail, never pass,
 //! without them.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

@@ -9,6 +9,7 @@
 //! Needs real root: inodes are held by file handle (`open_by_handle_at`
 //! needs `CAP_DAC_READ_SEARCH` in the initial user namespace).
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

@@ -21,6 +21,7 @@
 //! They need root (mounting); the second path needs
 //! `/sys/module/fuse/parameters/enable_uring` = Y.
 
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
 #[path = "support/daemon.rs"]
 mod daemon;

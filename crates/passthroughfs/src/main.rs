@@ -1,0 +1,289 @@
+//! `passthroughfs`: serves a directory through FUSE at a mountpoint.
+//!
+//! ```text
+//! passthroughfs [OPTIONS] SOURCE MOUNTPOINT
+//! ```
+//!
+//! Stays in the foreground until the file system is unmounted or the
+//! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0
+//! once the requests in progress are answered). Another of these signals
+//! while that stop is under way forces the exit: the mount is detached
+//! (lazy unmount), requests still in progress fail, and the process dies
+//! of that signal (a shell reports 128 + its number: 130 for Ctrl-C).
+//! `--runtime tokio|uring` serves the file system through its
+//! `AsyncFileSystem` on an `async-io` runtime (a `FuseDevTask`, or with
+//! `--uring` a runtime per ring thread); `--thread-pool` then moves
+//! requests that may block to the backend's thread pool.
+//! SIGUSR1 logs the transport's state (with `--uring`: its mode, the ring
+//! buffers' reserved and resident bytes, requests per queue) and the file
+//! system's (inodes the kernel knows, their lookup references, open
+//! handles, cached descriptors, backing ids) and goes on.
+//! Logs to standard error; `RUST_LOG` sets the level (default `info`).
+
+use clap::Parser;
+use fuse_backend_passthrough::PassthroughFs;
+use fuse_server::{Server, Session};
+use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
+use fuse_transport_uring::{UringConfig, UringSession};
+use passthroughfs::{
+    block_signals, check_source, log_fs_state, log_transport_state, session_config,
+    spawn_signal_thread, uring_config, Failure, FsArgs, Runtime,
+};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// What `--help` says about signals (after the options).
+const SIGNALS_HELP: &str = "\
+Signals:
+  SIGINT (Ctrl-C), SIGTERM, SIGHUP  unmount and exit 0 once the requests in
+                                    progress are answered
+  the same again while unmounting   force the exit: the mount is detached
+                                    (lazy unmount), requests still in progress
+                                    fail, and the process dies of the signal
+                                    (status 130 in a shell for Ctrl-C)
+  SIGUSR1                           log the transport's and the file system's
+                                    state";
+
+/// Serve the directory SOURCE through FUSE at MOUNTPOINT (in the foreground).
+#[derive(Debug, Parser)]
+#[command(name = "passthroughfs", version, about, after_help = SIGNALS_HELP)]
+struct Args {
+    /// The directory to serve.
+    source: PathBuf,
+
+    /// Where to mount it.
+    mountpoint: PathBuf,
+
+    /// Worker threads to start with (more start when all are busy;
+    /// `--runtime sync` over /dev/fuse), or, with `--runtime tokio|uring`
+    /// over /dev/fuse, runtime threads, each serving with its own task and
+    /// cloned fd.
+    #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
+    threads: usize,
+
+    #[command(flatten)]
+    fs: FsArgs,
+
+    /// Let users other than the mounting one use the mount (needs --default-permissions).
+    #[arg(long)]
+    allow_other: bool,
+
+    /// Let the kernel check permissions from file modes.
+    #[arg(long)]
+    default_permissions: bool,
+
+    /// Mount read-only.
+    #[arg(long)]
+    ro: bool,
+
+    /// The mount's source name (default: SOURCE).
+    #[arg(long, value_name = "NAME")]
+    fsname: Option<String>,
+
+    /// The mount's subtype (type fuse.NAME); an empty NAME mounts as plain
+    /// type fuse (what xfstests' FSTYP=fuse expects to find).
+    #[arg(long, value_name = "NAME", default_value = "passthroughfs")]
+    subtype: String,
+
+    /// Largest read request the kernel sends, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    max_read: Option<u32>,
+
+    /// Serve over FUSE-over-io_uring when the kernel offers it (falls back
+    /// to /dev/fuse, saying why, when it doesn't: then with --threads
+    /// workers, as without --uring).
+    #[arg(long)]
+    uring: bool,
+
+    /// io_uring: payload buffers per queue in the kernel's buffer pool
+    /// (Linux 7.3+); 0 gives every ring entry its own payload buffer.
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue, requires = "uring")]
+    uring_bufs: usize,
+
+    /// io_uring: ring entries per queue (requests a queue serves at once).
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue, requires = "uring")]
+    uring_entries: usize,
+
+    /// io_uring: ring threads serving the kernel's queues (it has one queue
+    /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "uring")]
+    uring_queues: usize,
+
+    /// What runs the request handlers: worker threads (sync), or one
+    /// async-io runtime (over /dev/fuse: one thread serving every request
+    /// as a task; with --uring: one per ring thread).
+    #[arg(long, value_enum, default_value_t = Runtime::Sync)]
+    runtime: Runtime,
+
+    /// If MOUNTPOINT is a dead FUSE mount (its daemon exited or was
+    /// killed: every access fails with ENOTCONN), unmount it lazily first
+    /// instead of refusing to start.
+    #[arg(long)]
+    unmount_dead: bool,
+}
+
+fn check_mountpoint(mountpoint: &Path, unmount_dead: bool) -> Result<(), Failure> {
+    // statfs always asks the daemon (a stat may be answered from the
+    // kernel's cache even on a dead mount): a live FUSE mount there is in
+    // use, one whose daemon is gone answers ENOTCONN.
+    match fuse_transport_dev::is_fuse_mount(mountpoint) {
+        Ok(true) => Err(Failure(format!(
+            "mountpoint {} is in use: a FUSE file system is already mounted there (unmount it first)",
+            mountpoint.display()
+        ))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) && unmount_dead => {
+            // Lazily: programs may still hold files of the dead mount.
+            fuse_transport_dev::unmount_path(mountpoint, true).map_err(|e| {
+                Failure(format!(
+                    "cannot unmount the dead FUSE mount at {}: {e}",
+                    mountpoint.display()
+                ))
+            })?;
+            tracing::warn!(
+                mountpoint = %mountpoint.display(),
+                "unmounted a dead FUSE mount (its daemon had exited) lazily"
+            );
+            check_mountpoint(mountpoint, false)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(Failure(format!(
+            "{}, or start passthroughfs with --unmount-dead to do that itself",
+            fuse_transport_dev::MountError::DeadMount {
+                path: mountpoint.to_path_buf(),
+            }
+        ))),
+        // Anything else (missing, not a directory, ...) is reported by the mount.
+        _ => Ok(()),
+    }
+}
+
+fn run(args: Args) -> Result<(), Failure> {
+    if args.allow_other && !args.default_permissions {
+        return Err(Failure(
+            "--allow-other needs --default-permissions: the daemon serves every user's requests \
+             with its own privileges (root's) for lookups, reads and writes, so without the \
+             kernel checking file modes any user could read, change or list files that the \
+             backing directory's permissions deny them"
+                .into(),
+        ));
+    }
+    check_source(&args.source)?;
+    check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+    passthroughfs::raise_nofile_limit();
+    let config = args.fs.passthrough_config()?;
+    let fs = PassthroughFs::new(&args.source, config).map_err(|e| Failure(e.to_string()))?;
+    let fs = Arc::new(fs);
+    args.fs.apply_thread_pool(&fs, args.runtime)?;
+    if !fs.uses_caller_credentials() {
+        tracing::warn!("not running as root: files are created with the daemon's owner");
+    }
+    let options = MountOptions {
+        fsname: Some(
+            args.fsname
+                .unwrap_or_else(|| args.source.to_string_lossy().into_owned()),
+        ),
+        subtype: (!args.subtype.is_empty()).then_some(args.subtype),
+        allow_other: args.allow_other,
+        default_permissions: args.default_permissions,
+        read_only: args.ro,
+        max_read: args.max_read,
+        ..MountOptions::default()
+    };
+    let session_config = session_config(args.threads)?;
+    let uring = if args.uring {
+        Some(uring_config(
+            args.uring_queues,
+            args.uring_entries,
+            args.uring_bufs,
+            args.runtime,
+            &session_config,
+        )?)
+    } else {
+        None
+    };
+
+    let signals = block_signals();
+    let runtime = args.runtime.async_type();
+    let server = match runtime {
+        None => Server::new(fs.clone()),
+        Some(_) => Server::new_async(fs.clone()),
+    };
+    let mut uring_session = None;
+    let session: Arc<dyn Session> = match (uring, runtime) {
+        (Some(config), _) => {
+            let uring = Arc::new(
+                UringSession::mount(server, &args.mountpoint, &options, config)
+                    .map_err(|e| Failure(e.to_string()))?,
+            );
+            uring_session = Some(uring.clone());
+            uring
+        }
+        // One runtime thread per --threads, each a task on its own cloned fd.
+        (None, Some(kind)) => passthroughfs::start_tasks(
+            kind,
+            args.threads,
+            server,
+            &args.mountpoint,
+            &options,
+            TaskConfig::default(),
+        )?,
+        (None, None) => Arc::new(
+            DevSession::mount(server, &args.mountpoint, &options, session_config)
+                .map_err(|e| Failure(e.to_string()))?,
+        ),
+    };
+    tracing::info!(
+        source = %args.source.display(),
+        mountpoint = %session.mountpoint().display(),
+        transport = %session.transport(),
+        "passthroughfs serving"
+    );
+    let (logger, stopper) = (session.clone(), session.clone());
+    spawn_signal_thread(
+        signals,
+        session.mountpoint().to_path_buf(),
+        move || {
+            log_transport_state(logger.as_ref(), uring_session.as_deref());
+            log_fs_state(&fs);
+        },
+        move || stopper.stop(),
+    )?;
+    let result = session.wait();
+    match result {
+        Ok(()) => {
+            tracing::info!("unmounted; exiting");
+            Ok(())
+        }
+        Err(e) => Err(Failure(format!("serving failed: {e}"))),
+    }
+}
+
+/// Memory that a large walk used goes back once the kernel forgot its
+/// inodes (glibc): one malloc arena for the whole process (worker threads
+/// otherwise get arenas of their own, and what they allocated stays
+/// resident in each, scattered; small allocations still go through each
+/// thread's cache without taking the arena's lock), and a fixed mmap
+/// threshold (the dynamic one rises after a large table is freed, and the
+/// next large tables then pin the heap).
+fn tune_malloc() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: called first in main, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 10);
+    }
+}
+
+fn main() -> ExitCode {
+    tune_malloc();
+    passthroughfs::init_logging("info");
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("passthroughfs: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
