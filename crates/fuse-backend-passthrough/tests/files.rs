@@ -735,6 +735,34 @@ fn fallocate_punch_hole_and_seek_data_hole() {
     assert_eq!(rm, rb);
 }
 
+/// A negative offset gets the backing file's answer for each whence (ENXIO
+/// for SEEK_DATA/SEEK_HOLE, EINVAL for SEEK_SET), not a blanket EINVAL
+/// (xfstests generic/448).
+#[test]
+fn lseek_to_a_negative_offset_answers_as_the_backing_file() {
+    let t = TestMount::new();
+    std::fs::write(t.s("f"), vec![7u8; 8192]).unwrap();
+    let f = File::open(t.m("f")).unwrap();
+    let b = File::open(t.s("f")).unwrap();
+    for whence in [
+        libc::SEEK_SET,
+        libc::SEEK_CUR,
+        libc::SEEK_DATA,
+        libc::SEEK_HOLE,
+    ] {
+        let answer = |file: &File| {
+            // SAFETY: a valid fd.
+            let r = unsafe { libc::lseek(file.as_raw_fd(), -4096, whence) };
+            if r < 0 {
+                -(last_errno() as i64)
+            } else {
+                r
+            }
+        };
+        assert_eq!(answer(&f), answer(&b), "whence {whence}");
+    }
+}
+
 #[test]
 fn copy_file_range_between_files() {
     let t = TestMount::new();

@@ -266,7 +266,10 @@ impl PassthroughFs {
     pub(super) fn lseek(&self, _ctx: &Context, ino: u64, args: &LseekArgs) -> io::Result<u64> {
         self.creds.root();
         let h = self.handle(ino, args.fh)?;
-        let offset = i64::try_from(args.offset).map_err(|_| errno(libc::EINVAL))?;
+        // The kernel's loff_t on the wire: a negative offset is the backing
+        // file system's to refuse (ENXIO for SEEK_DATA/SEEK_HOLE, EINVAL for
+        // SEEK_SET), as natively (xfstests generic/448).
+        let offset = args.offset as i64;
         let Some(stream) = &h.dir else {
             return sys::lseek(h.fd(), offset, args.whence as i32);
         };
