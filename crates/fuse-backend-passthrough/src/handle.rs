@@ -268,6 +268,11 @@ pub(crate) struct LockCtx {
     pub fd: OwnedFd,
     /// The pid the owner last locked with (reported by GETLK).
     pub pid: AtomicU32,
+    /// The open files (file handles) the owner locked through. An OFD
+    /// lock's owner is its open file, whose close sends no unlock and no
+    /// FLUSH owner of its own: the RELEASE of the last of these handles
+    /// ends the context and with it the locks.
+    pub fhs: std::sync::Mutex<Vec<u64>>,
 }
 
 #[cfg(test)]

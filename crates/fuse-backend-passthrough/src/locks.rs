@@ -380,6 +380,7 @@ mod tests {
             ctx: Arc::new(LockCtx {
                 fd,
                 pid: Default::default(),
+                fhs: Default::default(),
             }),
             lock,
         }

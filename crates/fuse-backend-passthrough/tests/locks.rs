@@ -284,6 +284,42 @@ fn closing_any_descriptor_releases_posix_locks() {
     drop(f1);
 }
 
+/// An OFD lock belongs to its open file: closing a duplicate keeps it,
+/// closing the open file's last descriptor releases it (the kernel sends
+/// no unlock for that, only the RELEASE). Before, the lock outlived the
+/// file and every later F_OFD_SETLKW on the range waited forever (xfstests
+/// generic/478 hung).
+#[test]
+fn closing_an_open_file_releases_its_ofd_locks() {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), b"x").unwrap();
+    let open_rw = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(t.m("f"))
+            .unwrap()
+    };
+    let f1 = open_rw();
+    let mut w = flock_struct(libc::F_WRLCK, 0, 10);
+    assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_OFD_SETLK, &mut w), 0);
+    // A duplicate's close leaves the lock: another open file conflicts.
+    drop(f1.try_clone().unwrap());
+    let f2 = open_rw();
+    let mut w2 = flock_struct(libc::F_WRLCK, 0, 10);
+    assert_eq!(
+        fcntl_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, &mut w2),
+        libc::EAGAIN
+    );
+    // The open file's last close releases it.
+    drop(f1);
+    assert!(wait_until(PATIENCE, || {
+        let mut w2 = flock_struct(libc::F_WRLCK, 0, 10);
+        fcntl_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, &mut w2) == 0
+    }));
+    assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
+}
+
 #[test]
 fn flock_contended_and_released() {
     let t = TestMount::new();

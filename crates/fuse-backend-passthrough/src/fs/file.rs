@@ -211,7 +211,7 @@ impl PassthroughFs {
         Ok(n)
     }
 
-    pub(super) fn release(&self, _ctx: &Context, _ino: u64, args: &ReleaseArgs) -> io::Result<()> {
+    pub(super) fn release(&self, _ctx: &Context, ino: u64, args: &ReleaseArgs) -> io::Result<()> {
         if args.fh == 0 {
             return Ok(());
         }
@@ -224,6 +224,9 @@ impl PassthroughFs {
         if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {
             // The descriptor may live on while a request still uses it.
             let _ = sys::flock(h.fd(), libc::LOCK_UN);
+        }
+        if let Ok(inode) = self.inodes.get(ino) {
+            self.release_lock_ctxs(&inode, args.fh);
         }
         Ok(())
     }

@@ -48,9 +48,15 @@ pub(super) fn from_flock(fl: &libc::flock64, pid: u32) -> FileLock {
 impl PassthroughFs {
     /// The lock context of `owner` on `inode`, made if needed: an open
     /// file description of its own that holds the owner's OFD locks.
-    pub(super) fn lock_ctx(&self, inode: &Inode, owner: u64) -> io::Result<Arc<LockCtx>> {
+    pub(super) fn lock_ctx(&self, inode: &Inode, owner: u64, fh: u64) -> io::Result<Arc<LockCtx>> {
         let mut locks = lock(&inode.locks);
         if let Some((_, ctx)) = locks.iter().find(|(o, _)| *o == owner) {
+            let mut fhs = lock(&ctx.fhs);
+            if !fhs.contains(&fh) {
+                fhs.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
+                fhs.push(fh);
+            }
+            drop(fhs);
             return Ok(ctx.clone());
         }
         let fd = if inode.is_dir() {
@@ -69,6 +75,7 @@ impl PassthroughFs {
         let ctx = Arc::new(LockCtx {
             fd,
             pid: Default::default(),
+            fhs: std::sync::Mutex::new(vec![fh]),
         });
         locks.push((owner, ctx.clone()));
         Ok(ctx)
@@ -97,7 +104,7 @@ impl PassthroughFs {
             };
             ctx
         } else {
-            let ctx = self.lock_ctx(&inode, args.owner)?;
+            let ctx = self.lock_ctx(&inode, args.owner, args.fh)?;
             ctx.pid.store(args.lock.pid, Ordering::Relaxed);
             ctx
         };
@@ -108,6 +115,32 @@ impl PassthroughFs {
     #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub(crate) fn waits(&self) -> &Arc<Waits> {
         &self.waits
+    }
+
+    /// File handle `fh` was released: the lock contexts used only through
+    /// it end (closing their descriptors releases their locks), as a
+    /// native close of an open file releases its OFD locks.
+    pub(super) fn release_lock_ctxs(&self, inode: &Inode, fh: u64) {
+        let ended: Vec<Arc<LockCtx>> = {
+            let mut locks = lock(&inode.locks);
+            let mut ended = Vec::new();
+            let mut i = 0;
+            while i < locks.len() {
+                let mut fhs = lock(&locks[i].1.fhs);
+                let used = fhs.contains(&fh);
+                fhs.retain(|&f| f != fh);
+                let done = used && fhs.is_empty();
+                drop(fhs);
+                if done {
+                    ended.push(locks.swap_remove(i).1);
+                } else {
+                    i += 1;
+                }
+            }
+            ended
+        };
+        // Closed outside the inode's lock list.
+        drop(ended);
     }
 
     pub(super) fn find_lock_ctx(&self, inode: &Inode, owner: u64) -> Option<Arc<LockCtx>> {
@@ -122,7 +155,7 @@ impl PassthroughFs {
     pub(super) fn getlk(&self, _ctx: &Context, ino: u64, args: &LockArgs) -> io::Result<FileLock> {
         self.creds.root();
         let inode = self.inodes.get(ino)?;
-        let ctx = self.lock_ctx(&inode, args.owner)?;
+        let ctx = self.lock_ctx(&inode, args.owner, args.fh)?;
         let mut fl = to_flock(&args.lock)?;
         sys::fcntl_lock(ctx.fd.as_fd(), libc::F_OFD_GETLK, &mut fl)?;
         if fl.l_type as i32 == libc::F_UNLCK {
