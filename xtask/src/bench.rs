@@ -102,7 +102,7 @@ pub struct BenchArgs {
     /// report with the current goals), e.g. to --compare two runs.
     #[arg(long, value_name = "RESULTS.json")]
     results: Option<PathBuf>,
-    /// Write into this directory instead of target/bench/<timestamp>.
+    /// Write into this directory instead of `target/bench/<timestamp>`.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Use the binaries already built instead of building.

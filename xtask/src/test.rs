@@ -85,7 +85,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "build",
-        about: "build the workspace (release binaries, test binaries, the sync-only passthrough)",
+        about: "build the workspace (release binaries, test binaries, the sync-only passthrough, the docs with -D warnings)",
         run: step_build,
     },
     Step {
@@ -595,6 +595,14 @@ fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(
         cargo()
             .args(["test", "--workspace", "--no-run"])
+            .current_dir(&ctx.root),
+    )?;
+    // Every public item's docs build without a warning (broken links,
+    // unescaped HTML), fuse-server's with every item documented.
+    run_cmd(
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "-q"])
+            .env("RUSTDOCFLAGS", "-D warnings")
             .current_dir(&ctx.root),
     )?;
     // The passthrough without its async path (no tokio, no io_uring), as a

@@ -144,7 +144,7 @@ pub enum Plan {
         /// Serve over `/dev/fuse` if io_uring can't be used.
         allow_fallback: bool,
     },
-    /// `/dev/fuse` read by a task on an `async-io` runtime ([`FuseDevTask`]).
+    /// `/dev/fuse` read by a task on an `async-io` runtime ([`fuse_transport_dev::FuseDevTask`]).
     DevAsync {
         /// Which runtime.
         runtime: async_io::RuntimeType,
