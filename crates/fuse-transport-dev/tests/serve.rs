@@ -57,15 +57,7 @@ fn serves_a_mount_through_the_kernel() {
 fn external_unmount_ends_the_workers() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::new(Arc::new(Hello::default()));
-    let session = DevSession::mount(
-        server,
-        dir.path(),
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
-    std::fs::metadata(session.mountpoint().join("hello")).unwrap();
+    let session = mount_hello(dir.path());
     fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
     session.wait().unwrap();
     assert_eq!(session.worker_count(), 0);
@@ -79,15 +71,7 @@ fn external_unmount_ends_the_workers() {
 fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::new(Arc::new(Hello::default()));
-    let session = DevSession::mount(
-        server,
-        dir.path(),
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
-    std::fs::metadata(session.mountpoint().join("hello")).unwrap();
+    let session = mount_hello(dir.path());
     fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
     let status = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "newcomer"])
@@ -105,6 +89,20 @@ fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
         Some("tmpfs"),
         "the tmpfs mounted after the external unmount is gone"
     );
+}
+
+/// [`Hello`] mounted on `dir` with default options, serving.
+fn mount_hello(dir: &std::path::Path) -> DevSession {
+    let server = Server::new(Arc::new(Hello::default()));
+    let session = DevSession::mount(
+        server,
+        dir,
+        &MountOptions::default(),
+        SessionConfig::default(),
+    )
+    .unwrap();
+    std::fs::metadata(session.mountpoint().join("hello")).unwrap();
+    session
 }
 
 /// The file system type of the topmost mount on `path`, from mountinfo.

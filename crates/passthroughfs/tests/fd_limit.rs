@@ -53,24 +53,6 @@ fn walk(mnt: &Path, entries: usize, what: &str) {
     assert_eq!(lines, entries, "{what}: find listed every entry");
 }
 
-/// `s` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn walks_within_a_hard_limit(limit: u64) {
     require_root();
     let files = 5000;

@@ -69,24 +69,6 @@ fn fd_count(pid: i32) -> usize {
         .count()
 }
 
-/// `s` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The `key=number` fields of a log line.
 fn fields(line: &str) -> BTreeMap<String, u64> {
     line.split_whitespace()

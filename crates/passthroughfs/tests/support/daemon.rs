@@ -299,3 +299,21 @@ pub fn with_timeout<T: Send + 'static>(
     });
     rx.recv_timeout(timeout).ok()
 }
+
+/// `s` without terminal colour sequences (`ESC [ ... m`).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
