@@ -4,15 +4,14 @@ use std::fmt;
 
 /// How a [`crate::UringSession`] serves.
 ///
-/// Start from [`UringConfig::default`]: the struct may gain fields, so a
-/// struct literal must end with `..Default::default()`:
+/// Start from [`UringConfig::default`] and change it with the setters (the
+/// struct is `#[non_exhaustive]`: it may gain fields, so it has no struct
+/// literal outside this crate):
 ///
 /// ```
 /// use fuse_transport_uring::UringConfig;
-/// let config = UringConfig {
-///     bufs_per_queue: 0, // one payload buffer per entry, no pools
-///     ..Default::default()
-/// };
+/// // one payload buffer per entry, no pools
+/// let config = UringConfig::default().bufs_per_queue(0);
 /// # let _ = config;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +110,96 @@ impl Default for UringConfig {
             #[cfg(feature = "async")]
             runtime: None,
         }
+    }
+}
+
+/// Builder-style setters, one per field: start from [`UringConfig::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl UringConfig {
+    /// Sets the number of ring threads (`threads`; 0: one per queue).
+    #[must_use]
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+
+    /// Sets the ring entries registered per queue (`entries_per_queue`).
+    #[must_use]
+    pub fn entries_per_queue(mut self, n: usize) -> Self {
+        self.entries_per_queue = n;
+        self
+    }
+
+    /// Sets the payload buffers per queue in the kernel's pool
+    /// (`bufs_per_queue`; 0 turns pools off).
+    #[must_use]
+    pub fn bufs_per_queue(mut self, n: usize) -> Self {
+        self.bufs_per_queue = n;
+        self
+    }
+
+    /// Sets whether ring threads are pinned to their queues' CPUs
+    /// (`pin_threads`).
+    #[must_use]
+    pub fn pin_threads(mut self, on: bool) -> Self {
+        self.pin_threads = on;
+        self
+    }
+
+    /// Sets whether rings ask for `IORING_SETUP_DEFER_TASKRUN`
+    /// (`defer_taskrun`).
+    #[must_use]
+    pub fn defer_taskrun(mut self, on: bool) -> Self {
+        self.defer_taskrun = on;
+        self
+    }
+
+    /// Sets the `/dev/fuse` worker threads beside the rings (`dev_threads`).
+    #[must_use]
+    pub fn dev_threads(mut self, n: usize) -> Self {
+        self.dev_threads = n;
+        self
+    }
+
+    /// Sets the `/dev/fuse` worker threads of the fallback mode
+    /// (`fallback_threads`).
+    #[must_use]
+    pub fn fallback_threads(mut self, n: usize) -> Self {
+        self.fallback_threads = n;
+        self
+    }
+
+    /// Sets the largest number of `/dev/fuse` worker threads
+    /// (`dev_max_threads`).
+    #[must_use]
+    pub fn dev_max_threads(mut self, n: usize) -> Self {
+        self.dev_max_threads = n;
+        self
+    }
+
+    /// Sets whether to ask for FUSE over io_uring at all (`enabled`).
+    #[must_use]
+    pub fn enabled(mut self, on: bool) -> Self {
+        self.enabled = on;
+        self
+    }
+
+    /// Sets the fault to inject (the transport's own tests only).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn fault(mut self, fault: impl Into<Option<UringFault>>) -> Self {
+        self.fault = fault.into();
+        self
+    }
+
+    /// Sets the `async-io` runtime of the ring threads (`runtime`, feature
+    /// `async`; `None`: the synchronous loop).
+    #[cfg(feature = "async")]
+    #[must_use]
+    pub fn runtime(mut self, runtime: impl Into<Option<async_io::RuntimeType>>) -> Self {
+        self.runtime = runtime.into();
+        self
     }
 }
 
