@@ -53,6 +53,7 @@ impl std::str::FromStr for CachePolicy {
 /// passthrough: [`CachePolicy::Auto`], xattrs and readdirplus on, no
 /// writeback cache, opens answered normally, no kernel passthrough.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PassthroughConfig {
     /// Cache policy: open flags and the default timeouts.
     pub cache: CachePolicy,

@@ -59,6 +59,7 @@ impl KernelInit {
 /// [`InitConfig::default`]; the file system's `init` and the transport
 /// adjust it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InitConfig {
     /// Flags asked for; only those the kernel offers are kept.
     pub flags: InitFlags,

@@ -20,6 +20,7 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 
 /// How a [`DevSession`] serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionConfig {
     /// Worker threads started at mount, each reading its own cloned fd.
     pub threads: usize,

@@ -39,6 +39,7 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 
 /// How a [`FuseDevTask`] serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaskConfig {
     /// Largest number of requests handled at once (each holds a request
     /// and a reply buffer).

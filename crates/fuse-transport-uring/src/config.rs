@@ -15,6 +15,7 @@ use std::fmt;
 /// # let _ = config;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UringConfig {
     /// Ring threads, each with its own io_uring. The kernel has one queue
     /// per possible CPU (a request goes to the queue of the CPU it was

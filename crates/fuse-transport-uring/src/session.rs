@@ -149,15 +149,13 @@ impl UringSession {
         let dev = DevSession::from_mount(
             server,
             mount,
-            SessionConfig {
-                threads: if want_uring {
+            SessionConfig::default()
+                .threads(if want_uring {
                     config.dev_threads.max(1)
                 } else {
                     fallback_threads
-                },
-                max_threads: config.dev_max_threads.max(1),
-                ..SessionConfig::default()
-            },
+                })
+                .max_threads(config.dev_max_threads.max(1)),
         )?;
         let server = dev.server().clone();
         let mountpoint = dev.mountpoint().to_path_buf();

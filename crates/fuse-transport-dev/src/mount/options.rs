@@ -16,6 +16,7 @@ use super::{sys, MountError};
 /// - `subtype` and every `extra` entry must be non-empty and contain neither
 ///   `,` nor NUL (they are rejected with [`MountError::InvalidOption`]).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MountOptions {
     /// Source of the mount (first field of `mount`'s output); `None` uses the
     /// subtype, or `"fuse"` without one.
