@@ -737,7 +737,7 @@ mod tests {
             ]))
             .unwrap()
             {
-                Plan::UringSync { config, .. } => assert_eq!(config.runtime, Some(want)),
+                Plan::UringSync { config, .. } => assert_eq!(config.runtime, Some(want.into())),
                 other => panic!("unexpected plan {other:?}"),
             }
             let e = plan(&args(&[

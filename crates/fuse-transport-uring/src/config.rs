@@ -80,8 +80,63 @@ pub struct UringConfig {
     /// (an io_uring read of a backing file, a thread pool job) doesn't hold
     /// the others up. `None` (the default): the synchronous loop, one
     /// request at a time per thread, with `Server::handle`.
-    #[cfg(feature = "async")]
-    pub runtime: Option<async_io::RuntimeType>,
+    ///
+    /// The field exists whatever the features, so that the struct has one
+    /// shape; built without `async`, a session asked for a runtime is
+    /// refused ([`crate::UringError::Config`]) rather than quietly served
+    /// the synchronous way.
+    pub runtime: Option<UringRuntime>,
+}
+
+/// The runtime of the ring threads in async mode ([`UringConfig::runtime`]).
+///
+/// The same choice as `async_io::RuntimeType` (the two convert into each
+/// other with feature `async`), defined here so that the configuration
+/// needs no `async-io` without that feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UringRuntime {
+    /// A current-thread tokio runtime (file IO is blocking syscalls).
+    Tokio,
+    /// A current-thread tokio runtime whose reactor also drives a
+    /// per-thread io_uring for file IO.
+    IoUring,
+}
+
+impl UringRuntime {
+    /// The runtime's name, as `async_io::RuntimeType` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UringRuntime::Tokio => "tokio",
+            UringRuntime::IoUring => "io_uring",
+        }
+    }
+}
+
+impl fmt::Display for UringRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(feature = "async")]
+impl From<async_io::RuntimeType> for UringRuntime {
+    fn from(runtime: async_io::RuntimeType) -> Self {
+        match runtime {
+            async_io::RuntimeType::Tokio => UringRuntime::Tokio,
+            async_io::RuntimeType::IoUring => UringRuntime::IoUring,
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl From<UringRuntime> for async_io::RuntimeType {
+    fn from(runtime: UringRuntime) -> Self {
+        match runtime {
+            UringRuntime::Tokio => async_io::RuntimeType::Tokio,
+            UringRuntime::IoUring => async_io::RuntimeType::IoUring,
+        }
+    }
 }
 
 /// Faults the transport's tests inject to exercise the fallback chain
@@ -108,7 +163,6 @@ impl Default for UringConfig {
             dev_max_threads: 64,
             enabled: true,
             fault: None,
-            #[cfg(feature = "async")]
             runtime: None,
         }
     }
@@ -194,11 +248,11 @@ impl UringConfig {
         self
     }
 
-    /// Sets the `async-io` runtime of the ring threads (`runtime`, feature
-    /// `async`; `None`: the synchronous loop).
-    #[cfg(feature = "async")]
+    /// Sets the runtime of the ring threads (`runtime`; `None`: the
+    /// synchronous loop). Needs feature `async` to serve: without it, a
+    /// session with a runtime set is refused.
     #[must_use]
-    pub fn runtime(mut self, runtime: impl Into<Option<async_io::RuntimeType>>) -> Self {
+    pub fn runtime(mut self, runtime: impl Into<Option<UringRuntime>>) -> Self {
         self.runtime = runtime.into();
         self
     }

@@ -95,6 +95,6 @@ mod queue;
 mod session;
 mod sys;
 
-pub use config::{UringConfig, UringFault, UringMode};
+pub use config::{UringConfig, UringFault, UringMode, UringRuntime};
 pub use session::{UringError, UringSession};
 pub use stats::{TransportMemory, UringStats};

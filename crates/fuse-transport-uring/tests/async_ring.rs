@@ -11,7 +11,7 @@ use async_io::RuntimeType;
 use common::*;
 use fuse_abi::{Attr, FopenFlags, Opcode, ROOT_ID};
 use fuse_server::*;
-use fuse_transport_uring::{UringConfig, UringMode, UringSession};
+use fuse_transport_uring::{UringConfig, UringMode, UringRuntime, UringSession};
 use std::ffi::CStr;
 use std::future::Future;
 use std::io;
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 const MIB: usize = 1 << 20;
 
 fn async_config(runtime: RuntimeType) -> UringConfig {
-    UringConfig::default().runtime(runtime)
+    UringConfig::default().runtime(UringRuntime::from(runtime))
 }
 
 fn end(session: UringSession, mnt: &Path) {

@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};
-use fuse_transport_uring::{UringConfig, UringSession};
+use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -247,7 +247,7 @@ pub fn uring_config(
         .bufs_per_queue(bufs)
         .dev_max_threads(dev.max_threads)
         .fallback_threads(dev.threads)
-        .runtime(runtime.async_type()))
+        .runtime(runtime.async_type().map(UringRuntime::from)))
 }
 
 /// Fails unless `source` is a directory.
