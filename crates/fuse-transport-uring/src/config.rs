@@ -1,5 +1,6 @@
 //! How a [`crate::UringSession`] serves, and which way it ended up serving.
 
+use crate::fault::UringFault;
 use std::fmt;
 
 /// How a [`crate::UringSession`] serves.
@@ -68,10 +69,10 @@ pub struct UringConfig {
     /// Ask for FUSE over io_uring at all. `false` serves over `/dev/fuse`
     /// only (mode [`UringMode::DevFuse`]). Default `true`.
     pub enabled: bool,
-    /// Fault injection for the transport's own tests; `None` (the default)
-    /// in any real use.
-    #[doc(hidden)]
-    pub fault: Option<UringFault>,
+    /// Fault injection for the transport's own tests (set only through
+    /// the hidden setter of feature `fault-injection`); `None` in any real
+    /// use. Private, so the struct's public shape doesn't depend on it.
+    pub(crate) fault: Option<UringFault>,
     /// Async handlers (feature `async`): each ring thread runs an
     /// `async-io` runtime of this type and serves every request of its
     /// queues as a task calling `Server::handle_async`, so a queue's
@@ -137,17 +138,6 @@ impl From<UringRuntime> for async_io::RuntimeType {
             UringRuntime::IoUring => async_io::RuntimeType::IoUring,
         }
     }
-}
-
-/// Faults the transport's tests inject to exercise the fallback chain
-/// against a real kernel. Not part of the supported API.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UringFault {
-    /// Ring entries register with a payload iovec the kernel must refuse.
-    RefuseRegister,
-    /// Ring threads fail their setup before registering anything.
-    FailThreadSetup,
 }
 
 impl Default for UringConfig {
@@ -240,7 +230,9 @@ impl UringConfig {
         self
     }
 
-    /// Sets the fault to inject (the transport's own tests only).
+    /// Sets the fault to inject (the transport's own tests only; feature
+    /// `fault-injection`, not part of the supported API).
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     #[must_use]
     pub fn fault(mut self, fault: impl Into<Option<UringFault>>) -> Self {
