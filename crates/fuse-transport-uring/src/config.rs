@@ -105,11 +105,12 @@ pub enum UringRuntime {
 }
 
 impl UringRuntime {
-    /// The runtime's name, as `async_io::RuntimeType` spells it.
+    /// The runtime's name, as `async_io::RuntimeType` spells it (`"tokio"`,
+    /// `"uring"`).
     pub fn as_str(self) -> &'static str {
         match self {
             UringRuntime::Tokio => "tokio",
-            UringRuntime::IoUring => "io_uring",
+            UringRuntime::IoUring => "uring",
         }
     }
 }
@@ -283,6 +284,20 @@ impl fmt::Display for UringMode {
             }
             UringMode::PerEntry => f.write_str("io_uring with a payload buffer per entry"),
             UringMode::DevFuse => f.write_str("/dev/fuse"),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "async"))]
+mod tests {
+    use super::UringRuntime;
+
+    #[test]
+    fn uring_runtime_matches_async_io_runtime_type() {
+        for rt in async_io::RuntimeType::ALL {
+            let ours = UringRuntime::from(rt);
+            assert_eq!(ours.as_str(), rt.as_str());
+            assert_eq!(async_io::RuntimeType::from(ours), rt);
         }
     }
 }
