@@ -78,17 +78,15 @@ pub fn default_init() -> Vec<u8> {
 
 /// Which passthrough options an input runs with, from its first byte.
 fn config_for(pick: u8) -> PassthroughConfig {
-    PassthroughConfig {
-        attr_timeout: Some(Duration::ZERO),
-        entry_timeout: Some(Duration::ZERO),
-        no_open: pick & 1 != 0,
-        no_opendir: pick & 2 != 0,
-        writeback: pick & 4 != 0,
-        killpriv_v2: pick & 8 != 0,
-        readdirplus: pick & 16 == 0,
-        file_handles: pick & 32 == 0,
-        ..PassthroughConfig::default()
-    }
+    PassthroughConfig::default()
+        .attr_timeout(Duration::ZERO)
+        .entry_timeout(Duration::ZERO)
+        .no_open(pick & 1 != 0)
+        .no_opendir(pick & 2 != 0)
+        .writeback(pick & 4 != 0)
+        .killpriv_v2(pick & 8 != 0)
+        .readdirplus(pick & 16 == 0)
+        .file_handles(pick & 32 == 0)
 }
 
 /// Runs one input: the first byte picks the passthrough's options

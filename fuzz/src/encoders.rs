@@ -52,18 +52,17 @@ pub fn init_negotiation(input: &InitInput) {
     };
     let mut kernel = KernelInit::from_init_in(&init);
     kernel.max_pages_limit = input.max_pages_limit;
-    let wanted = InitConfig {
-        flags: InitFlags::from_bits_retain(input.wanted_flags),
-        max_write: input.max_write,
-        max_readahead: input.wanted_readahead,
-        max_background: input.max_background,
-        congestion_threshold: input.congestion_threshold,
-        time_gran: input.time_gran,
-        max_pages: input.max_pages,
-        map_alignment: input.map_alignment,
-        max_stack_depth: input.max_stack_depth,
-        request_timeout: input.request_timeout,
-    };
+    let wanted = InitConfig::default()
+        .flags(InitFlags::from_bits_retain(input.wanted_flags))
+        .max_write(input.max_write)
+        .max_readahead(input.wanted_readahead)
+        .max_background(input.max_background)
+        .congestion_threshold(input.congestion_threshold)
+        .time_gran(input.time_gran)
+        .max_pages(input.max_pages)
+        .map_alignment(input.map_alignment)
+        .max_stack_depth(input.max_stack_depth)
+        .request_timeout(input.request_timeout);
     match negotiate(&kernel, &wanted) {
         InitOutcome::Agreed {
             negotiated: n,

@@ -252,12 +252,10 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                 .async_type()
                 .unwrap_or(async_io::RuntimeType::Tokio);
             let default = TaskConfig::default();
+            let max_in_flight = args.max_in_flight.unwrap_or(default.max_in_flight);
             Ok(Plan::DevAsync {
                 runtime,
-                config: TaskConfig {
-                    max_in_flight: args.max_in_flight.unwrap_or(default.max_in_flight),
-                    ..default
-                },
+                config: default.max_in_flight(max_in_flight),
                 threads: args.threads.unwrap_or(default_threads()),
             })
         }
@@ -280,12 +278,10 @@ pub fn passthrough_config(args: &DaemonArgs) -> Result<PassthroughConfig, PlanEr
 
 /// The mount options for `args`.
 pub fn mount_options(args: &DaemonArgs) -> MountOptions {
-    MountOptions {
-        fsname: Some(format!("fuse-bench:{}", args.source.display())),
-        subtype: Some("fuse-bench".into()),
-        default_permissions: args.default_permissions,
-        ..MountOptions::default()
-    }
+    MountOptions::default()
+        .fsname(format!("fuse-bench:{}", args.source.display()))
+        .subtype("fuse-bench")
+        .default_permissions(args.default_permissions)
 }
 
 /// The one line the daemon prints on standard output once its mount is
@@ -741,7 +737,7 @@ mod tests {
             ]))
             .unwrap()
             {
-                Plan::UringSync { config, .. } => assert_eq!(config.runtime, Some(want)),
+                Plan::UringSync { config, .. } => assert_eq!(config.runtime, Some(want.into())),
                 other => panic!("unexpected plan {other:?}"),
             }
             let e = plan(&args(&[

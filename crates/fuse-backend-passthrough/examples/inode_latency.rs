@@ -47,10 +47,7 @@ fn main() {
     for handles in [false, true] {
         let fs = PassthroughFs::new(
             dir.path(),
-            PassthroughConfig {
-                file_handles: handles,
-                ..PassthroughConfig::default()
-            },
+            PassthroughConfig::default().file_handles(handles),
         )
         .unwrap();
         assert_eq!(

@@ -53,6 +53,7 @@ impl std::str::FromStr for CachePolicy {
 /// passthrough: [`CachePolicy::Auto`], xattrs and readdirplus on, no
 /// writeback cache, opens answered normally, no kernel passthrough.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PassthroughConfig {
     /// Cache policy: open flags and the default timeouts.
     pub cache: CachePolicy,
@@ -176,15 +177,132 @@ impl Default for PassthroughConfig {
     }
 }
 
+/// Builder-style setters, one per field: start from [`PassthroughConfig::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl PassthroughConfig {
+    /// Sets the cache policy (`cache`).
+    #[must_use]
+    pub fn cache(mut self, cache: CachePolicy) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// Sets whether to use the kernel's writeback cache (`writeback`).
+    #[must_use]
+    pub fn writeback(mut self, on: bool) -> Self {
+        self.writeback = on;
+        self
+    }
+
+    /// Sets how long the kernel may cache attributes (`attr_timeout`;
+    /// `None`: the cache policy's default). The timeout in force is
+    /// [`PassthroughConfig::attr_timeout_in_force`].
+    #[must_use]
+    pub fn attr_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.attr_timeout = timeout.into();
+        self
+    }
+
+    /// Sets how long the kernel may cache names (`entry_timeout`; `None`:
+    /// the cache policy's default). The timeout in force is
+    /// [`PassthroughConfig::entry_timeout_in_force`].
+    #[must_use]
+    pub fn entry_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.entry_timeout = timeout.into();
+        self
+    }
+
+    /// Sets whether to serve extended attributes (`xattr`).
+    #[must_use]
+    pub fn xattr(mut self, on: bool) -> Self {
+        self.xattr = on;
+        self
+    }
+
+    /// Sets whether to offer READDIRPLUS (`readdirplus`).
+    #[must_use]
+    pub fn readdirplus(mut self, on: bool) -> Self {
+        self.readdirplus = on;
+        self
+    }
+
+    /// Sets zero-message opens (`no_open`).
+    #[must_use]
+    pub fn no_open(mut self, on: bool) -> Self {
+        self.no_open = on;
+        self
+    }
+
+    /// Sets zero-message directory opens (`no_opendir`).
+    #[must_use]
+    pub fn no_opendir(mut self, on: bool) -> Self {
+        self.no_opendir = on;
+        self
+    }
+
+    /// Sets whether listings answer with no entries (`no_readdir`).
+    #[must_use]
+    pub fn no_readdir(mut self, on: bool) -> Self {
+        self.no_readdir = on;
+        self
+    }
+
+    /// Sets `FUSE_HANDLE_KILLPRIV_V2` (`killpriv_v2`).
+    #[must_use]
+    pub fn killpriv_v2(mut self, on: bool) -> Self {
+        self.killpriv_v2 = on;
+        self
+    }
+
+    /// Sets whether operations run with the caller's credentials
+    /// (`caller_credentials`).
+    #[must_use]
+    pub fn caller_credentials(mut self, on: bool) -> Self {
+        self.caller_credentials = on;
+        self
+    }
+
+    /// Sets kernel passthrough (`passthrough`).
+    #[must_use]
+    pub fn passthrough(mut self, on: bool) -> Self {
+        self.passthrough = on;
+        self
+    }
+
+    /// Sets the signal that ends lock waits (`interrupt_signal`; `None`:
+    /// `SIGRTMIN() + 5`; read that field's documentation before changing it).
+    #[must_use]
+    pub fn interrupt_signal(mut self, signal: impl Into<Option<i32>>) -> Self {
+        self.interrupt_signal = signal.into();
+        self
+    }
+
+    /// Sets whether inodes are held by file handle (`file_handles`).
+    #[must_use]
+    pub fn file_handles(mut self, on: bool) -> Self {
+        self.file_handles = on;
+        self
+    }
+
+    /// Sets the descriptor cache size of inodes held by file handle
+    /// (`fd_cache_size`; `None`: half the open file limit).
+    #[must_use]
+    pub fn fd_cache_size(mut self, size: impl Into<Option<usize>>) -> Self {
+        self.fd_cache_size = size.into();
+        self
+    }
+}
+
 impl PassthroughConfig {
     /// The attribute timeout in force.
-    pub fn attr_timeout(&self) -> Duration {
+    pub fn attr_timeout_in_force(&self) -> Duration {
         self.attr_timeout
             .unwrap_or_else(|| self.cache.default_timeout())
     }
 
     /// The entry timeout in force.
-    pub fn entry_timeout(&self) -> Duration {
+    pub fn entry_timeout_in_force(&self) -> Duration {
         self.entry_timeout
             .unwrap_or_else(|| self.cache.default_timeout())
     }

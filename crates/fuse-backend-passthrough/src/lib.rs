@@ -15,11 +15,9 @@
 //! use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
 //!
 //! let fs = Arc::new(PassthroughFs::new("/srv/data", PassthroughConfig::default())?);
-//! let options = MountOptions {
-//!     allow_other: true,
-//!     default_permissions: true,
-//!     ..MountOptions::default()
-//! };
+//! let options = MountOptions::default()
+//!     .allow_other(true)
+//!     .default_permissions(true);
 //! let session = DevSession::mount(Server::new(fs), "/mnt/data".as_ref(), &options, SessionConfig::default())?;
 //! session.wait()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

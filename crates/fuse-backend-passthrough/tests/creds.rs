@@ -199,18 +199,12 @@ fn setuid_cleared_on_write_needs_root() {
 
 #[test]
 fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
-    setuid_cleared_on_write(PassthroughConfig {
-        killpriv_v2: true,
-        ..uncached()
-    });
+    setuid_cleared_on_write(uncached().killpriv_v2(true));
 }
 
 #[test]
 fn writeback_write_only_files_of_other_users_needs_root() {
-    let config = PassthroughConfig {
-        writeback: true,
-        ..PassthroughConfig::default()
-    };
+    let config = PassthroughConfig::default().writeback(true);
     let t = TestMount::with(config, test_options());
     fs::create_dir(t.m("d")).unwrap();
     chmod(&t.s("d"), 0o777);
@@ -284,11 +278,7 @@ fn ftruncate_of_new_mode_0_file_needs_root() {
 
 #[test]
 fn ftruncate_of_new_mode_0_file_zero_message_opens_needs_root() {
-    ftruncate_of_new_mode_0_file(PassthroughConfig {
-        no_open: true,
-        no_opendir: true,
-        ..uncached()
-    });
+    ftruncate_of_new_mode_0_file(uncached().no_open(true).no_opendir(true));
 }
 
 /// A user who may write a set-user-ID and set-group-ID file but doesn't
@@ -335,8 +325,5 @@ fn setid_cleared_on_truncate_by_non_owner_needs_root() {
 
 #[test]
 fn setid_cleared_on_truncate_by_non_owner_with_killpriv_v2_needs_root() {
-    setid_cleared_on_truncate_by_non_owner(PassthroughConfig {
-        killpriv_v2: true,
-        ..uncached()
-    });
+    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(true));
 }

@@ -454,10 +454,7 @@ fn mount_over(t: &Tree) -> Mounted {
         fuse_server::Server::new(fs),
         &mnt,
         &test_options(),
-        fuse_transport_dev::SessionConfig {
-            threads: 2,
-            ..Default::default()
-        },
+        fuse_transport_dev::SessionConfig::default().threads(2),
     )
     .expect("mounting");
     Mounted {

@@ -7,20 +7,13 @@
 mod common;
 
 use common::*;
-use fuse_backend_passthrough::PassthroughConfig;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
 #[test]
 fn o_trunc_refused_with_etxtbsy_leaves_a_running_executable_intact() {
     for passthrough in [false, true] {
-        let t = TestMount::with(
-            PassthroughConfig {
-                passthrough,
-                ..uncached()
-            },
-            test_options(),
-        );
+        let t = TestMount::with(uncached().passthrough(passthrough), test_options());
         let original = std::fs::read("/bin/sleep").expect("/bin/sleep");
         std::fs::write(t.m("exe"), &original).unwrap();
         std::fs::set_permissions(t.m("exe"), std::fs::Permissions::from_mode(0o755)).unwrap();

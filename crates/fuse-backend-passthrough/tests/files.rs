@@ -596,10 +596,7 @@ fn trusted_xattrs_on_files_and_symlinks_needs_root() {
 
 #[test]
 fn xattrs_disabled() {
-    let config = fuse_backend_passthrough::PassthroughConfig {
-        xattr: false,
-        ..uncached()
-    };
+    let config = uncached().xattr(false);
     let t = TestMount::with(config, test_options());
     fs::write(t.m("f"), b"").unwrap();
     assert_eq!(
@@ -810,10 +807,7 @@ fn o_direct_reads_and_writes() {
         fuse_backend_passthrough::CachePolicy::Auto,
         fuse_backend_passthrough::CachePolicy::Never,
     ] {
-        let config = fuse_backend_passthrough::PassthroughConfig {
-            cache,
-            ..uncached()
-        };
+        let config = uncached().cache(cache);
         let t = TestMount::with(config, test_options());
         let f = OpenOptions::new()
             .read(true)
@@ -953,10 +947,7 @@ fn mmap_read_and_write() {
         fuse_backend_passthrough::CachePolicy::Auto,
         fuse_backend_passthrough::CachePolicy::Never,
     ] {
-        let config = fuse_backend_passthrough::PassthroughConfig {
-            cache,
-            ..uncached()
-        };
+        let config = uncached().cache(cache);
         let t = TestMount::with(config, test_options());
         let len = 64 * 1024;
         fs::write(t.s("m"), pattern(len, 9)).unwrap();

@@ -86,13 +86,11 @@ fn open_path(path: &Path) -> OwnedFd {
 /// nodes); every GETATTR reaches the daemon; the descriptor cache holds
 /// one descriptor, so the daemon holds no removed file open.
 fn config(file_handles: bool) -> PassthroughConfig {
-    PassthroughConfig {
-        entry_timeout: Some(Duration::from_secs(60)),
-        attr_timeout: Some(Duration::ZERO),
-        file_handles,
-        fd_cache_size: Some(1),
-        ..PassthroughConfig::default()
-    }
+    PassthroughConfig::default()
+        .entry_timeout(Duration::from_secs(60))
+        .attr_timeout(Duration::ZERO)
+        .file_handles(file_handles)
+        .fd_cache_size(1)
 }
 
 /// How the backing file system treats a freed inode number.

@@ -95,11 +95,7 @@ fn two_mounts_at_once() {
 
 #[test]
 fn zero_message_opens() {
-    let config = PassthroughConfig {
-        no_open: true,
-        no_opendir: true,
-        ..uncached()
-    };
+    let config = uncached().no_open(true).no_opendir(true);
     let t = TestMount::with(config, test_options());
     fs::write(t.m("f"), b"first").unwrap();
     for i in 0..5 {
@@ -143,10 +139,7 @@ fn zero_message_opens() {
 
 #[test]
 fn writeback_cache() {
-    let config = PassthroughConfig {
-        writeback: true,
-        ..PassthroughConfig::default()
-    };
+    let config = PassthroughConfig::default().writeback(true);
     let t = TestMount::with(config, test_options());
     // Write-only opens, partial pages, appends.
     let mut f = OpenOptions::new()
@@ -179,10 +172,7 @@ fn writeback_cache() {
 #[test]
 fn cache_policies() {
     for cache in [CachePolicy::Never, CachePolicy::Auto, CachePolicy::Always] {
-        let config = PassthroughConfig {
-            cache,
-            ..PassthroughConfig::default()
-        };
+        let config = PassthroughConfig::default().cache(cache);
         let t = TestMount::with(config, test_options());
         fs::write(t.m("f"), b"abc").unwrap();
         assert_eq!(fs::read(t.m("f")).unwrap(), b"abc");

@@ -26,10 +26,7 @@ use std::time::Duration;
 
 /// Uncached attributes, kernel passthrough on.
 fn pt_config() -> PassthroughConfig {
-    PassthroughConfig {
-        passthrough: true,
-        ..uncached()
-    }
+    uncached().passthrough(true)
 }
 
 /// A passthrough mount with uncached attributes and passthrough on.
@@ -154,11 +151,7 @@ fn every_cache_policy_opens_in_passthrough_needs_root() {
     // kernel fail the open with EIO; FOPEN_DIRECT_IO (cache=never) would
     // send READ/WRITE to the daemon. The passthrough reply carries neither.
     for cache in [CachePolicy::Never, CachePolicy::Auto, CachePolicy::Always] {
-        let t = mount_with(PassthroughConfig {
-            cache,
-            passthrough: true,
-            ..PassthroughConfig::default()
-        });
+        let t = mount_with(PassthroughConfig::default().cache(cache).passthrough(true));
         fs::write(t.m("f"), b"0123456789").unwrap();
         for _ in 0..2 {
             assert_eq!(fs::read(t.m("f")).unwrap(), b"0123456789", "{cache:?}");
@@ -430,10 +423,7 @@ fn the_io_mode_follows_the_inode_while_it_is_open_needs_root() {
     // The kernel fails an open (EIO) that doesn't match the io mode of the
     // inode's files already open: the daemon keeps each inode in one mode
     // until its last release.
-    let t = mount_with(PassthroughConfig {
-        killpriv_v2: true,
-        ..pt_config()
-    });
+    let t = mount_with(pt_config().killpriv_v2(true));
     fs::write(t.m("p"), b"data").unwrap();
     let first = rw(&t.m("p"));
     // With FUSE_HANDLE_KILLPRIV_V2 set-user-ID files are served by the

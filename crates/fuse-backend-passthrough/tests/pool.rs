@@ -279,10 +279,7 @@ impl Lower {
             Server::new(fs.clone()),
             &mnt,
             &options("lower"),
-            SessionConfig {
-                threads: 4,
-                ..SessionConfig::default()
-            },
+            SessionConfig::default().threads(4),
         )
         .expect("mounting the slow file system");
         Self {
@@ -336,10 +333,7 @@ impl Drop for Lower {
 /// The upper passthrough's config: no caching, inodes by descriptor (the
 /// slow file system has no file handles).
 fn config() -> PassthroughConfig {
-    PassthroughConfig {
-        file_handles: false,
-        ..uncached()
-    }
+    uncached().file_handles(false)
 }
 
 /// Starts reading `slow` through the mount on a thread; returns once the
@@ -456,13 +450,7 @@ fn lseek_does_not_wait_for_a_pooled_read_of_the_same_file() {
 fn zero_message_opens_use_one_handle_for_the_inline_try_and_the_pool() {
     let lower = Lower::new();
     lower.fs.read_gate.open();
-    let upper = lower.upper(
-        true,
-        PassthroughConfig {
-            no_open: true,
-            ..config()
-        },
-    );
+    let upper = lower.upper(true, config().no_open(true));
     for _ in 0..3 {
         let f = File::open(upper.m("slow")).unwrap();
         let mut buf = vec![0u8; 8192];
@@ -500,11 +488,9 @@ impl Droppable {
         std::fs::create_dir(&mnt).unwrap();
         // Names and attributes cached: each operation below is one request
         // (no revalidating LOOKUPs of the directories on the way).
-        let config = PassthroughConfig {
-            entry_timeout: Some(Duration::from_secs(600)),
-            attr_timeout: Some(Duration::from_secs(600)),
-            ..config()
-        };
+        let config = config()
+            .entry_timeout(Duration::from_secs(600))
+            .attr_timeout(Duration::from_secs(600));
         let fs = Arc::new(PassthroughFs::new(&lower.mnt, config).unwrap());
         fs.set_async_thread_pool_size(pool_threads);
         fs.enable_async_thread_pool(true);

@@ -48,10 +48,7 @@ fn list_and_stat(dir: &Path, stat: bool) -> Vec<(String, u64, u8)> {
 }
 
 fn readdir_config(plus: bool) -> PassthroughConfig {
-    PassthroughConfig {
-        readdirplus: plus,
-        ..PassthroughConfig::default()
-    }
+    PassthroughConfig::default().readdirplus(plus)
 }
 
 fn large_directory(plus: bool) {

@@ -59,6 +59,7 @@ impl KernelInit {
 /// [`InitConfig::default`]; the file system's `init` and the transport
 /// adjust it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InitConfig {
     /// Flags asked for; only those the kernel offers are kept.
     pub flags: InitFlags,
@@ -106,6 +107,81 @@ impl Default for InitConfig {
             max_stack_depth: 0,
             request_timeout: 0,
         }
+    }
+}
+
+/// Builder-style setters, one per field: start from [`InitConfig::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl InitConfig {
+    /// Sets the flags asked for (`flags`).
+    #[must_use]
+    pub fn flags(mut self, flags: InitFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Sets the largest WRITE payload (`max_write`).
+    #[must_use]
+    pub fn max_write(mut self, n: u32) -> Self {
+        self.max_write = n;
+        self
+    }
+
+    /// Sets the largest readahead (`max_readahead`).
+    #[must_use]
+    pub fn max_readahead(mut self, n: u32) -> Self {
+        self.max_readahead = n;
+        self
+    }
+
+    /// Sets the largest number of background requests (`max_background`).
+    #[must_use]
+    pub fn max_background(mut self, n: u16) -> Self {
+        self.max_background = n;
+        self
+    }
+
+    /// Sets the congestion threshold (`congestion_threshold`).
+    #[must_use]
+    pub fn congestion_threshold(mut self, n: u16) -> Self {
+        self.congestion_threshold = n;
+        self
+    }
+
+    /// Sets the timestamp granularity in nanoseconds (`time_gran`).
+    #[must_use]
+    pub fn time_gran(mut self, nanoseconds: u32) -> Self {
+        self.time_gran = nanoseconds;
+        self
+    }
+
+    /// Sets the largest number of pages per request (`max_pages`).
+    #[must_use]
+    pub fn max_pages(mut self, n: u16) -> Self {
+        self.max_pages = n;
+        self
+    }
+
+    /// Sets the log2 of the DAX mapping alignment (`map_alignment`).
+    #[must_use]
+    pub fn map_alignment(mut self, log2: u16) -> Self {
+        self.map_alignment = log2;
+        self
+    }
+
+    /// Sets the largest passthrough stacking depth (`max_stack_depth`).
+    #[must_use]
+    pub fn max_stack_depth(mut self, depth: u32) -> Self {
+        self.max_stack_depth = depth;
+        self
+    }
+
+    /// Sets the request timeout in seconds (`request_timeout`; 0: none).
+    #[must_use]
+    pub fn request_timeout(mut self, seconds: u16) -> Self {
+        self.request_timeout = seconds;
+        self
     }
 }
 

@@ -147,13 +147,11 @@ impl FileSystem for HelloFs {
 
 /// Mounts `HelloFs` read-only at `mountpoint` and starts serving it.
 pub fn mount(mountpoint: &Path) -> Result<DevSession, SessionError> {
-    let options = MountOptions {
-        fsname: Some("hello".into()),
-        subtype: Some("hello".into()),
+    let options = MountOptions::default()
+        .fsname("hello")
+        .subtype("hello")
         // The kernel refuses writes (EROFS) before they reach us.
-        read_only: true,
-        ..MountOptions::default()
-    };
+        .read_only(true);
     let server = Server::new(Arc::new(HelloFs::new()));
     DevSession::mount(server, mountpoint, &options, SessionConfig::default())
 }

@@ -941,15 +941,13 @@ impl FileSystem for MemFs {
 
 /// Mounts `fs` at `mountpoint` and starts serving it.
 pub fn mount(fs: Arc<MemFs>, mountpoint: &Path) -> Result<DevSession, SessionError> {
-    let options = MountOptions {
-        fsname: Some("memfs".into()),
-        subtype: Some("memfs".into()),
+    let options = MountOptions::default()
+        .fsname("memfs")
+        .subtype("memfs")
         // The kernel checks permissions from our modes and owners.
-        default_permissions: true,
+        .default_permissions(true)
         // Other users may use the mount (pjdfstest switches users).
-        allow_other: true,
-        ..MountOptions::default()
-    };
+        .allow_other(true);
     DevSession::mount(
         Server::new(fs),
         mountpoint,

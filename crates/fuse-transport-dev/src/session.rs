@@ -20,6 +20,7 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 
 /// How a [`DevSession`] serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionConfig {
     /// Worker threads started at mount, each reading its own cloned fd.
     pub threads: usize,
@@ -61,6 +62,40 @@ impl Default for SessionConfig {
             clone_fd: true,
             wake_signal: libc::SIGRTMIN() + 4,
         }
+    }
+}
+
+/// Builder-style setters, one per field: start from [`SessionConfig::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl SessionConfig {
+    /// Sets the worker threads started at mount (`threads`).
+    #[must_use]
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+
+    /// Sets the largest number of workers (`max_threads`).
+    #[must_use]
+    pub fn max_threads(mut self, n: usize) -> Self {
+        self.max_threads = n;
+        self
+    }
+
+    /// Sets whether each worker gets its own cloned fd (`clone_fd`).
+    #[must_use]
+    pub fn clone_fd(mut self, on: bool) -> Self {
+        self.clone_fd = on;
+        self
+    }
+
+    /// Sets the signal that wakes blocked workers on a stop (`wake_signal`;
+    /// read that field's documentation before changing it).
+    #[must_use]
+    pub fn wake_signal(mut self, signal: i32) -> Self {
+        self.wake_signal = signal;
+        self
     }
 }
 

@@ -39,6 +39,7 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 
 /// How a [`FuseDevTask`] serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaskConfig {
     /// Largest number of requests handled at once (each holds a request
     /// and a reply buffer).
@@ -54,6 +55,25 @@ impl Default for TaskConfig {
             max_in_flight: 64,
             runtime_name: "tokio".into(),
         }
+    }
+}
+
+/// Builder-style setters, one per field: start from [`TaskConfig::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl TaskConfig {
+    /// Sets the largest number of requests handled at once (`max_in_flight`).
+    #[must_use]
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// Sets the runtime's name reported by the session (`runtime_name`).
+    #[must_use]
+    pub fn runtime_name(mut self, name: impl Into<String>) -> Self {
+        self.runtime_name = name.into();
+        self
     }
 }
 

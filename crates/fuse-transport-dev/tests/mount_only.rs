@@ -279,15 +279,13 @@ fn make_dead_mount(path: &Path) {
 fn syscall_mount_appears_in_mountinfo_with_options() {
     require_root();
     let dir = TestDir::new();
-    let options = MountOptions {
-        fsname: Some("mount-only-test".into()),
-        subtype: Some("mountonly".into()),
-        allow_other: true,
-        default_permissions: true,
-        read_only: true,
-        max_read: Some(65536),
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default()
+        .fsname("mount-only-test")
+        .subtype("mountonly")
+        .allow_other(true)
+        .default_permissions(true)
+        .read_only(true)
+        .max_read(65536);
     let mut mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Syscall)
         .expect("mount with mount(2)");
     assert_eq!(mount.method(), MountMethod::Syscall);
@@ -356,11 +354,9 @@ fn relative_mountpoint_is_canonicalized() {
 fn extra_flag_options_become_mount_flags() {
     require_root();
     let dir = TestDir::new();
-    let options = MountOptions {
-        nosuid: false,
-        extra: vec!["noexec".into(), "noatime".into(), "nonempty".into()],
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default()
+        .nosuid(false)
+        .extra(["noexec", "noatime", "nonempty"]);
     let _mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Syscall)
         .expect("mount with extra flags");
     let info = only_mount(&dir.mnt);
@@ -374,10 +370,7 @@ fn extra_flag_options_become_mount_flags() {
 fn fsname_with_comma_and_backslash_syscall() {
     require_root();
     let dir = TestDir::new();
-    let options = MountOptions {
-        fsname: Some(r"a,b\c d".into()),
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default().fsname(r"a,b\c d");
     let _mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Syscall).expect("mount");
     assert_eq!(only_mount(&dir.mnt).source, r"a,b\c d");
 }
@@ -516,10 +509,7 @@ fn invalid_options_are_rejected() {
         }
         assert!(err.to_string().starts_with("invalid mount option"), "{err}");
     };
-    let extra = |e: &str| MountOptions {
-        extra: vec![e.to_owned()],
-        ..MountOptions::default()
-    };
+    let extra = |e: &str| MountOptions::default().extra([e]);
     check(
         extra("noatime,suid"),
         "noatime,suid",
@@ -531,21 +521,11 @@ fn invalid_options_are_rejected() {
     check(extra("fsname=x"), "fsname=x", "MountOptions::fsname");
     check(extra("blkdev"), "blkdev", "not supported");
     check(
-        MountOptions {
-            subtype: Some("a,b".into()),
-            ..MountOptions::default()
-        },
+        MountOptions::default().subtype("a,b"),
         "subtype=a,b",
         "must not contain ','",
     );
-    check(
-        MountOptions {
-            fsname: Some("a\0b".into()),
-            ..MountOptions::default()
-        },
-        "fsname=a\0b",
-        "NUL",
-    );
+    check(MountOptions::default().fsname("a\0b"), "fsname=a\0b", "NUL");
     assert!(mountinfo_for(&dir.mnt).is_empty());
 }
 
@@ -564,13 +544,11 @@ fn default_options_are_nosuid_nodev() {
 fn fusermount_mount_and_unmount() {
     require_fusermount3();
     let dir = TestDir::new();
-    let options = MountOptions {
-        fsname: Some(r"fm,name\x".into()),
-        subtype: Some("fmtest".into()),
-        default_permissions: true,
-        max_read: Some(32768),
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default()
+        .fsname(r"fm,name\x")
+        .subtype("fmtest")
+        .default_permissions(true)
+        .max_read(32768);
     let mut mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Fusermount)
         .expect("mount with fusermount3");
     assert_eq!(mount.method(), MountMethod::Fusermount);
@@ -616,10 +594,7 @@ fn fusermount_unmount_after_external_unmount() {
 fn fusermount_auto_unmount() {
     require_fusermount3();
     let dir = TestDir::new();
-    let options = MountOptions {
-        extra: vec!["auto_unmount".into()],
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default().extra(["auto_unmount"]);
     let mount = Mount::new(&dir.mnt, &options).expect("mount with auto_unmount");
     assert_eq!(mount.method(), MountMethod::Fusermount);
     only_mount(&dir.mnt);
@@ -635,10 +610,7 @@ fn fusermount_errors_are_reported() {
     require_fusermount3();
     let dir = TestDir::new();
     // fusermount3 rejects an unknown option; the kernel would too.
-    let options = MountOptions {
-        extra: vec!["no_such_option".into()],
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default().extra(["no_such_option"]);
     let err = Mount::new_with_method(&dir.mnt, &options, MountMethod::Fusermount).unwrap_err();
     match &err {
         MountError::FusermountFailed { stderr, .. } => {

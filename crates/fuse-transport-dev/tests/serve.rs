@@ -17,10 +17,7 @@ fn serves_a_mount_through_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(Hello::default());
     let server = Server::new(fs.clone());
-    let config = SessionConfig {
-        threads: 2,
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().threads(2);
     let session = DevSession::mount(server, dir.path(), &MountOptions::default(), config).unwrap();
     let mnt = session.mountpoint().to_path_buf();
 
@@ -123,10 +120,7 @@ fn stop_ends_workers_even_when_the_mount_is_busy() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::new(Arc::new(Hello::default()));
-    let config = SessionConfig {
-        threads: 3,
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().threads(3);
     let session = DevSession::mount(server, dir.path(), &MountOptions::default(), config).unwrap();
     // An open file keeps the mount busy: the unmount is lazy and the
     // connection stays up, so only the wake signal ends the workers.

@@ -91,10 +91,14 @@ pub mod config;
 pub mod stats;
 
 mod cmd;
+mod fault;
 mod queue;
 mod session;
 mod sys;
 
-pub use config::{UringConfig, UringFault, UringMode};
+pub use config::{UringConfig, UringMode, UringRuntime};
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use fault::UringFault;
 pub use session::{UringError, UringSession};
 pub use stats::{TransportMemory, UringStats};

@@ -45,7 +45,7 @@
 mod async_queue;
 
 use crate::cmd;
-use crate::config::UringFault;
+use crate::fault::UringFault;
 use crate::session::Shared;
 use crate::sys::{self, EventFd, Mapping};
 use fuse_abi::uring::{EntFlags, UringEntInOut, UringReqHeader, IN_OUT_HEADER_SZ, OP_IN_OUT_SZ};

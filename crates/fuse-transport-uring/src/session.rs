@@ -2,7 +2,7 @@
 //! fallback chain pools → per-entry buffers → `/dev/fuse`.
 
 use crate::cmd;
-use crate::config::{UringConfig, UringMode};
+use crate::config::{UringConfig, UringMode, UringRuntime};
 use crate::queue::{self, Handshake, PoolSlice, QueuePlan, Ring, ThreadPlan};
 use crate::stats::{Counters, TransportMemory, UringStats};
 use crate::sys::{self, EventFd, Mapping};
@@ -29,6 +29,10 @@ pub enum UringError {
     /// either (the mount would hang; it was given up).
     #[error("setting up FUSE over io_uring: {0}")]
     Setup(String),
+    /// The configuration asks for what this build cannot do (an async
+    /// runtime without feature `async`); nothing was mounted or answered.
+    #[error("unsupported configuration: {0}")]
+    Config(String),
 }
 
 impl From<MountError> for UringError {
@@ -107,6 +111,18 @@ struct Layout {
     async_runtime: Option<&'static str>,
 }
 
+/// Refuses what this build cannot serve.
+fn check_config(config: &UringConfig) -> Result<(), UringError> {
+    if cfg!(not(feature = "async")) {
+        if let Some(runtime) = config.runtime {
+            return Err(UringError::Config(format!(
+                "UringConfig::runtime ({runtime}) needs feature `async` of fuse-transport-uring"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl UringSession {
     /// Mounts `mountpoint` and serves it (see the type's documentation).
     pub fn mount(
@@ -115,6 +131,7 @@ impl UringSession {
         options: &MountOptions,
         config: UringConfig,
     ) -> Result<Self, UringError> {
+        check_config(&config)?;
         let mount = Mount::new(mountpoint, options)?;
         Self::from_mount(server, mount, config)
     }
@@ -125,6 +142,7 @@ impl UringSession {
         mount: Mount,
         config: UringConfig,
     ) -> Result<Self, UringError> {
+        check_config(&config)?;
         let mut server = server;
         let mut reason = None;
         let want_uring = if !config.enabled {
@@ -149,15 +167,13 @@ impl UringSession {
         let dev = DevSession::from_mount(
             server,
             mount,
-            SessionConfig {
-                threads: if want_uring {
+            SessionConfig::default()
+                .threads(if want_uring {
                     config.dev_threads.max(1)
                 } else {
                     fallback_threads
-                },
-                max_threads: config.dev_max_threads.max(1),
-                ..SessionConfig::default()
-            },
+                })
+                .max_threads(config.dev_max_threads.max(1)),
         )?;
         let server = dev.server().clone();
         let mountpoint = dev.mountpoint().to_path_buf();
@@ -296,7 +312,7 @@ impl UringSession {
                 wake,
                 fault: config.fault,
                 #[cfg(feature = "async")]
-                runtime: config.runtime,
+                runtime: config.runtime.map(Into::into),
             });
         }
         for (qid, pool) in pools.into_iter().enumerate() {
@@ -316,10 +332,7 @@ impl UringSession {
             threads,
             entries_per_queue: config.entries_per_queue.max(1),
             pooled_queues,
-            #[cfg(feature = "async")]
-            async_runtime: config.runtime.map(|r| r.as_str()),
-            #[cfg(not(feature = "async"))]
-            async_runtime: None,
+            async_runtime: config.runtime.map(UringRuntime::as_str),
         };
 
         let (report_tx, report_rx) = mpsc::channel();

@@ -11,7 +11,7 @@ use async_io::RuntimeType;
 use common::*;
 use fuse_abi::{Attr, FopenFlags, Opcode, ROOT_ID};
 use fuse_server::*;
-use fuse_transport_uring::{UringConfig, UringMode, UringSession};
+use fuse_transport_uring::{UringConfig, UringMode, UringRuntime, UringSession};
 use std::ffi::CStr;
 use std::future::Future;
 use std::io;
@@ -26,10 +26,7 @@ use std::time::{Duration, Instant};
 const MIB: usize = 1 << 20;
 
 fn async_config(runtime: RuntimeType) -> UringConfig {
-    UringConfig {
-        runtime: Some(runtime),
-        ..UringConfig::default()
-    }
+    UringConfig::default().runtime(UringRuntime::from(runtime))
 }
 
 fn end(session: UringSession, mnt: &Path) {
@@ -262,10 +259,7 @@ fn one_queue_serves_its_entries_concurrently(runtime: RuntimeType) {
         Server::new_async(fs.clone()),
         dir.path(),
         &fuse_transport_dev::MountOptions::default(),
-        UringConfig {
-            entries_per_queue: 8,
-            ..async_config(runtime)
-        },
+        async_config(runtime).entries_per_queue(8),
     )
     .expect("mounting");
     assert!(
@@ -400,10 +394,7 @@ fn async_stop_while_four_writers_run_neither_hangs_nor_crashes() {
 fn vm_async_pools_serve_four_writers() {
     require_root_and_uring();
     for runtime in RuntimeType::ALL {
-        let m = mount(UringConfig {
-            bufs_per_queue: 4,
-            ..async_config(runtime)
-        });
+        let m = mount(async_config(runtime).bufs_per_queue(4));
         assert!(
             matches!(m.session.mode(), UringMode::Pools { .. }),
             "no buffer pools: {:?} ({:?}); this test needs Linux 7.3 (cargo xtask test-in-vm)",

@@ -144,11 +144,9 @@ fn mode_follows_the_kernels_offer() {
 #[test]
 fn zero_pool_buffers_means_a_payload_buffer_per_entry() {
     require_root_and_uring();
-    let config = UringConfig {
-        bufs_per_queue: 0,
-        entries_per_queue: 3,
-        ..Default::default()
-    };
+    let config = UringConfig::default()
+        .bufs_per_queue(0)
+        .entries_per_queue(3);
     let m = mount(config);
     assert_eq!(m.session.mode(), UringMode::PerEntry);
     assert_eq!(m.session.fallback_reason(), None, "no fallback: asked for");
@@ -167,12 +165,10 @@ fn zero_pool_buffers_means_a_payload_buffer_per_entry() {
 #[test]
 fn one_thread_can_serve_every_queue() {
     require_root_and_uring();
-    let config = UringConfig {
-        threads: 1,
-        pin_threads: false,
-        defer_taskrun: false,
-        ..Default::default()
-    };
+    let config = UringConfig::default()
+        .threads(1)
+        .pin_threads(false)
+        .defer_taskrun(false);
     let m = mount(config);
     assert_uring(&m.session);
     parallel_write_and_verify(&m.mnt, 4, 2 * MIB, 1);
@@ -184,10 +180,7 @@ fn one_thread_can_serve_every_queue() {
 #[test]
 fn turned_off_serves_over_dev_fuse_and_says_why() {
     require_root_and_uring();
-    let m = mount(UringConfig {
-        enabled: false,
-        ..Default::default()
-    });
+    let m = mount(UringConfig::default().enabled(false));
     assert_eq!(m.session.mode(), UringMode::DevFuse);
     assert!(m
         .session
@@ -205,10 +198,7 @@ fn turned_off_serves_over_dev_fuse_and_says_why() {
 /// `/dev/fuse` or the mount hangs.
 fn falls_back_after_init(fault: UringFault, reason: &'static str) {
     require_root_and_uring();
-    let m = mount(UringConfig {
-        fault: Some(fault),
-        ..Default::default()
-    });
+    let m = mount(UringConfig::default().fault(fault));
     assert_eq!(m.session.mode(), UringMode::DevFuse);
     let why = m.session.fallback_reason().unwrap_or_default().to_string();
     assert!(why.contains(reason), "fallback reason: {why}");
@@ -366,10 +356,7 @@ fn helper_daemon_process() {
         server,
         Path::new(&dir),
         &fuse_transport_dev::MountOptions::default(),
-        UringConfig {
-            bufs_per_queue: bufs,
-            ..Default::default()
-        },
+        UringConfig::default().bufs_per_queue(bufs),
     )
     .expect("daemon: mount");
     println!("\n{DAEMON_READY}{:?}", session.mode());
@@ -502,10 +489,7 @@ fn mount_needing_pools(config: UringConfig) -> Mounted {
 }
 
 fn pooled_writers(bufs: usize) {
-    let m = mount_needing_pools(UringConfig {
-        bufs_per_queue: bufs,
-        ..Default::default()
-    });
+    let m = mount_needing_pools(UringConfig::default().bufs_per_queue(bufs));
     let expected = if bufs == 0 {
         UringMode::PerEntry
     } else {
@@ -549,11 +533,11 @@ fn vm_pools_with_4_buffers_per_queue_serve_four_writers() {
 
 #[test]
 fn vm_pools_are_really_used() {
-    let m = mount_needing_pools(UringConfig {
-        bufs_per_queue: 4,
-        entries_per_queue: 8,
-        ..Default::default()
-    });
+    let m = mount_needing_pools(
+        UringConfig::default()
+            .bufs_per_queue(4)
+            .entries_per_queue(8),
+    );
     assert_eq!(m.session.mode(), UringMode::Pools { bufs_per_queue: 4 });
     parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);
     assert_io_went_through_the_ring(&m.session);
@@ -582,10 +566,7 @@ fn vm_pools_are_really_used() {
 
 #[test]
 fn vm_stop_while_four_writers_run_with_pools() {
-    let m = mount_needing_pools(UringConfig {
-        bufs_per_queue: 1,
-        ..Default::default()
-    });
+    let m = mount_needing_pools(UringConfig::default().bufs_per_queue(1));
     let writers = start_writers(&m.mnt, 4, 4);
     assert_all_writing(&writers);
     end(m);
@@ -595,11 +576,11 @@ fn vm_stop_while_four_writers_run_with_pools() {
 #[test]
 fn vm_pooled_memory_is_a_fraction_of_per_entry_memory() {
     let run = |bufs: usize| {
-        let m = mount_needing_pools(UringConfig {
-            bufs_per_queue: bufs,
-            entries_per_queue: 8,
-            ..Default::default()
-        });
+        let m = mount_needing_pools(
+            UringConfig::default()
+                .bufs_per_queue(bufs)
+                .entries_per_queue(8),
+        );
         parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);
         let mem = m.session.memory();
         end(m);

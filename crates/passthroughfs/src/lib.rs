@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};
-use fuse_transport_uring::{UringConfig, UringSession};
+use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,20 +167,18 @@ pub struct FsArgs {
 impl FsArgs {
     /// The backend's configuration.
     pub fn passthrough_config(&self) -> Result<PassthroughConfig, Failure> {
-        Ok(PassthroughConfig {
-            cache: self.cache.into(),
-            writeback: self.writeback,
-            attr_timeout: seconds("attr-timeout", self.attr_timeout)?,
-            entry_timeout: seconds("entry-timeout", self.entry_timeout)?,
-            xattr: !self.no_xattr,
-            readdirplus: !self.no_readdirplus,
-            no_open: self.no_open,
-            no_opendir: self.no_opendir,
-            killpriv_v2: self.killpriv_v2,
-            passthrough: !self.no_passthrough,
-            file_handles: !self.no_file_handles,
-            ..PassthroughConfig::default()
-        })
+        Ok(PassthroughConfig::default()
+            .cache(self.cache.into())
+            .writeback(self.writeback)
+            .attr_timeout(seconds("attr-timeout", self.attr_timeout)?)
+            .entry_timeout(seconds("entry-timeout", self.entry_timeout)?)
+            .xattr(!self.no_xattr)
+            .readdirplus(!self.no_readdirplus)
+            .no_open(self.no_open)
+            .no_opendir(self.no_opendir)
+            .killpriv_v2(self.killpriv_v2)
+            .passthrough(!self.no_passthrough)
+            .file_handles(!self.no_file_handles))
     }
 
     /// Turns on the backend's thread pool if asked for; it serves the
@@ -226,11 +224,8 @@ pub fn session_config(threads: usize) -> Result<SessionConfig, Failure> {
         return Err(Failure("--threads must be at least 1".into()));
     }
     let default = SessionConfig::default();
-    Ok(SessionConfig {
-        threads,
-        max_threads: default.max_threads.max(threads),
-        ..default
-    })
+    let max_threads = default.max_threads.max(threads);
+    Ok(default.threads(threads).max_threads(max_threads))
 }
 
 /// FUSE over io_uring: `queues` ring threads (0: one per kernel queue),
@@ -246,15 +241,13 @@ pub fn uring_config(
     if entries == 0 {
         return Err(Failure("--uring-entries must be at least 1".into()));
     }
-    Ok(UringConfig {
-        threads: queues,
-        entries_per_queue: entries,
-        bufs_per_queue: bufs,
-        dev_max_threads: dev.max_threads,
-        fallback_threads: dev.threads,
-        runtime: runtime.async_type(),
-        ..UringConfig::default()
-    })
+    Ok(UringConfig::default()
+        .threads(queues)
+        .entries_per_queue(entries)
+        .bufs_per_queue(bufs)
+        .dev_max_threads(dev.max_threads)
+        .fallback_threads(dev.threads)
+        .runtime(runtime.async_type().map(UringRuntime::from)))
 }
 
 /// Fails unless `source` is a directory.
@@ -312,10 +305,7 @@ pub fn start_tasks(
     options: &MountOptions,
     config: TaskConfig,
 ) -> Result<Arc<FuseDevTask>, Failure> {
-    let config = TaskConfig {
-        runtime_name: kind.to_string(),
-        ..config
-    };
+    let config = config.runtime_name(kind.to_string());
     let (tx, rx) = std::sync::mpsc::channel();
     let (mountpoint, options) = (mountpoint.to_path_buf(), options.clone());
     std::thread::Builder::new()

@@ -177,18 +177,18 @@ fn run(args: Args) -> Result<(), Failure> {
     if !fs.uses_caller_credentials() {
         tracing::warn!("not running as root: files are created with the daemon's owner");
     }
-    let options = MountOptions {
-        fsname: Some(
+    let mut options = MountOptions::default()
+        .fsname(
             args.fsname
                 .unwrap_or_else(|| args.source.to_string_lossy().into_owned()),
-        ),
-        subtype: (!args.subtype.is_empty()).then_some(args.subtype),
-        allow_other: args.allow_other,
-        default_permissions: args.default_permissions,
-        read_only: args.ro,
-        max_read: args.max_read,
-        ..MountOptions::default()
-    };
+        )
+        .allow_other(args.allow_other)
+        .default_permissions(args.default_permissions)
+        .read_only(args.ro)
+        .max_read(args.max_read);
+    if !args.subtype.is_empty() {
+        options = options.subtype(args.subtype);
+    }
     let session_config = session_config(args.threads)?;
     let uring = if args.uring {
         Some(uring_config(

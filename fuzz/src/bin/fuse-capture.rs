@@ -63,17 +63,12 @@ fn main() {
     std::fs::create_dir_all(dir.join("outside")).unwrap();
     std::fs::write(dir.join("outside/secret"), b"capture\n").unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
-    let config = PassthroughConfig {
-        attr_timeout: Some(std::time::Duration::ZERO),
-        entry_timeout: Some(std::time::Duration::ZERO),
-        ..PassthroughConfig::default()
-    };
+    let config = PassthroughConfig::default()
+        .attr_timeout(std::time::Duration::ZERO)
+        .entry_timeout(std::time::Duration::ZERO);
     let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs"));
     let server = Arc::new(Server::new(fs));
-    let options = MountOptions {
-        fsname: Some("fuse-capture".into()),
-        ..MountOptions::default()
-    };
+    let options = MountOptions::default().fsname("fuse-capture");
     let mut mount = Mount::new(&mnt, &options).expect("mounting (needs root)");
     let fd = mount.dev_fd().try_clone_to_owned().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));

@@ -164,8 +164,8 @@ impl PassthroughFs {
             .interrupt_signal
             .unwrap_or_else(|| libc::SIGRTMIN() + 5);
         Ok(Self {
-            attr_timeout: config.attr_timeout(),
-            entry_timeout: config.entry_timeout(),
+            attr_timeout: config.attr_timeout_in_force(),
+            entry_timeout: config.entry_timeout_in_force(),
             creds: Creds::new(config.caller_credentials),
             cfg: config,
             source,

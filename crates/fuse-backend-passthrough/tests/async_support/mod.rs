@@ -68,23 +68,19 @@ pub fn require_runtime(runtime: RuntimeType) {
 
 /// Mount options of the tests (`allow_other`, `default_permissions`).
 pub fn options(fsname: &str) -> MountOptions {
-    MountOptions {
-        fsname: Some(format!("pt-test-async-{fsname}-{}", std::process::id())),
-        subtype: Some("passthroughfs".into()),
-        allow_other: true,
-        default_permissions: true,
-        nodev: false,
-        ..MountOptions::default()
-    }
+    MountOptions::default()
+        .fsname(format!("pt-test-async-{fsname}-{}", std::process::id()))
+        .subtype("passthroughfs")
+        .allow_other(true)
+        .default_permissions(true)
+        .nodev(false)
 }
 
 /// Attributes and names not cached: every stat reaches the daemon.
 pub fn uncached() -> PassthroughConfig {
-    PassthroughConfig {
-        attr_timeout: Some(Duration::ZERO),
-        entry_timeout: Some(Duration::ZERO),
-        ..PassthroughConfig::default()
-    }
+    PassthroughConfig::default()
+        .attr_timeout(Duration::ZERO)
+        .entry_timeout(Duration::ZERO)
 }
 
 /// A `FuseDevTask` serving `server` at `mnt` on a new thread with a

@@ -62,24 +62,20 @@ pub fn process_mark() -> String {
 /// Mount options of the tests: like pjdfstest's (`allow_other`,
 /// `default_permissions`), with an fsname naming the process that mounted.
 pub fn test_options() -> MountOptions {
-    MountOptions {
-        fsname: Some(format!("{FSNAME_PREFIX}-{}", process_mark())),
-        subtype: Some("passthroughfs".into()),
-        allow_other: true,
-        default_permissions: true,
-        nodev: false,
-        ..MountOptions::default()
-    }
+    MountOptions::default()
+        .fsname(format!("{FSNAME_PREFIX}-{}", process_mark()))
+        .subtype("passthroughfs")
+        .allow_other(true)
+        .default_permissions(true)
+        .nodev(false)
 }
 
 /// The config of most tests: attributes and names not cached, so every
 /// stat through the mount reaches the backing file.
 pub fn uncached() -> PassthroughConfig {
-    PassthroughConfig {
-        attr_timeout: Some(Duration::ZERO),
-        entry_timeout: Some(Duration::ZERO),
-        ..PassthroughConfig::default()
-    }
+    PassthroughConfig::default()
+        .attr_timeout(Duration::ZERO)
+        .entry_timeout(Duration::ZERO)
 }
 
 impl TestMount {
@@ -140,16 +136,9 @@ impl TestMount {
     ) -> Self {
         let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs::new"));
         let server = Server::new(fs.clone());
-        let session = DevSession::mount(
-            server,
-            &mnt,
-            &options,
-            SessionConfig {
-                threads: 2,
-                ..SessionConfig::default()
-            },
-        )
-        .expect("mounting the passthrough");
+        let session =
+            DevSession::mount(server, &mnt, &options, SessionConfig::default().threads(2))
+                .expect("mounting the passthrough");
         let mnt = session.mountpoint().to_path_buf();
         Self {
             fs,

@@ -16,6 +16,7 @@ use super::{sys, MountError};
 /// - `subtype` and every `extra` entry must be non-empty and contain neither
 ///   `,` nor NUL (they are rejected with [`MountError::InvalidOption`]).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MountOptions {
     /// Source of the mount (first field of `mount`'s output); `None` uses the
     /// subtype, or `"fuse"` without one.
@@ -61,6 +62,76 @@ impl Default for MountOptions {
             nodev: true,
             extra: Vec::new(),
         }
+    }
+}
+
+/// Builder-style setters, one per field: start from [`MountOptions::default`]
+/// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
+/// literal outside its crate).
+impl MountOptions {
+    /// Sets the mount's source (`fsname`).
+    #[must_use]
+    pub fn fsname(mut self, name: impl Into<String>) -> Self {
+        self.fsname = Some(name.into());
+        self
+    }
+
+    /// Sets the file system subtype (`subtype`): the type becomes
+    /// `fuse.<subtype>`.
+    #[must_use]
+    pub fn subtype(mut self, subtype: impl Into<String>) -> Self {
+        self.subtype = Some(subtype.into());
+        self
+    }
+
+    /// Sets `allow_other`.
+    #[must_use]
+    pub fn allow_other(mut self, on: bool) -> Self {
+        self.allow_other = on;
+        self
+    }
+
+    /// Sets `default_permissions` (the kernel checks permissions).
+    #[must_use]
+    pub fn default_permissions(mut self, on: bool) -> Self {
+        self.default_permissions = on;
+        self
+    }
+
+    /// Sets whether to mount read-only (`read_only`).
+    #[must_use]
+    pub fn read_only(mut self, on: bool) -> Self {
+        self.read_only = on;
+        self
+    }
+
+    /// Sets the largest read request (`max_read`; `None`: the kernel's).
+    #[must_use]
+    pub fn max_read(mut self, max: impl Into<Option<u32>>) -> Self {
+        self.max_read = max.into();
+        self
+    }
+
+    /// Sets `nosuid` (default `true`).
+    #[must_use]
+    pub fn nosuid(mut self, on: bool) -> Self {
+        self.nosuid = on;
+        self
+    }
+
+    /// Sets `nodev` (default `true`).
+    #[must_use]
+    pub fn nodev(mut self, on: bool) -> Self {
+        self.nodev = on;
+        self
+    }
+
+    /// Replaces the raw options passed through (`extra`; see that field for
+    /// which are accepted).
+    #[must_use]
+    pub fn extra(mut self, options: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.extra = options.into_iter().map(Into::into).collect();
+        self
     }
 }
 
