@@ -1,0 +1,690 @@
+//! `cargo xtask test`: the whole test suite, exactly as CI runs it.
+//!
+//! The suite is a list of named steps ([`STEPS`]), run in order, each printed
+//! as a `==> step` heading and timed. The first failing step ends the run with
+//! a one-line reason and a non-zero exit; with `--keep-going` every step runs
+//! anyway and the run ends with every failure's reason and a non-zero exit. A
+//! summary table (step, result, seconds) is printed at the end either way,
+//! followed by one line with the test counts (`tests: N passed, N failed, N
+//! skipped`).
+//!
+//! The suite needs real root: it installs packages, mounts FUSE file systems
+//! and switches users. Without root, `cargo xtask test-in-userns` runs the
+//! workspace's tests in a user namespace instead.
+//!
+//! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
+//! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
+
+use anyhow::{bail, Context, Result};
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod abi;
+mod pjdfstest;
+mod setup;
+
+pub(crate) use abi::*;
+use pjdfstest::*;
+pub(crate) use setup::*;
+
+/// Arguments of `cargo xtask test`.
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Skip the setup step (package installs, pjdfstest, io_uring switch).
+    #[arg(long)]
+    no_setup: bool,
+    /// Skip a step (repeatable): setup, build, abi-check, cargo-test,
+    /// pjdfstest, xfstests, stress, vm, bench.
+    #[arg(long, value_name = "STEP")]
+    skip: Vec<String>,
+    /// Run only these steps (repeatable), in the suite's order.
+    #[arg(long, value_name = "STEP")]
+    only: Vec<String>,
+    /// Run every step even after one failed (a step that needs an earlier
+    /// one then fails with its own reason); report all failures at the end.
+    #[arg(long)]
+    keep_going: bool,
+    /// Passed to the test binaries of `cargo test` as `--test-threads N`.
+    #[arg(long, value_name = "N")]
+    test_threads: Option<usize>,
+    /// Run pjdfstest on a plain directory of the host's file system instead
+    /// of the passthrough and memfs mounts (a reference run; also
+    /// `XTASK_PJDFSTEST_NATIVE=1`).
+    #[arg(long)]
+    native: bool,
+    /// Extra arguments for `cargo test` (after `--`), e.g.
+    /// `cargo xtask test --only cargo-test -- -p fuse-abi -- --nocapture`.
+    #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
+    cargo_test_args: Vec<String>,
+}
+
+/// What a step reports when it did not fail.
+pub enum Outcome {
+    /// The step ran and succeeded.
+    Done,
+    /// The step decided not to run; the reason is printed and tabulated.
+    Skipped(String),
+}
+
+/// One step of the suite.
+struct Step {
+    /// Name used in headings, the summary table, `--skip` and `--only`.
+    name: &'static str,
+    /// One line saying what the step does.
+    about: &'static str,
+    /// The step itself.
+    run: fn(&mut Ctx) -> Result<Outcome>,
+}
+
+/// The suite, in the order it runs.
+const STEPS: &[Step] = &[
+    Step {
+        name: "setup",
+        about: "install missing packages and pjdfstest, enable FUSE over io_uring, mount fusectl",
+        run: step_setup,
+    },
+    Step {
+        name: "build",
+        about: "build the workspace (release binaries, test binaries, the sync-only passthrough, the docs with -D warnings)",
+        run: step_build,
+    },
+    Step {
+        name: "abi-check",
+        about: "compare fuse-abi's layouts with the Linux 7.3 fuse.h",
+        run: step_abi_check,
+    },
+    Step {
+        name: "cargo-test",
+        about: "cargo test --workspace (tests mount for real as root)",
+        run: step_cargo_test,
+    },
+    Step {
+        name: "pjdfstest",
+        about: "POSIX conformance (pjdfstest 0.2.2) on passthroughfs and memfs mounts",
+        run: step_pjdfstest,
+    },
+    Step {
+        name: "xfstests",
+        about: "xfstests' curated generic lists on passthroughfs, in 3 modes (xtask/xfstests/curated.txt)",
+        run: step_xfstests,
+    },
+    Step {
+        name: "stress",
+        about: "fsstress and fsx on passthroughfs in 3 modes, then diff -r against the backing tree",
+        run: step_stress,
+    },
+    Step {
+        name: "vm",
+        about: "the suite on a real Linux 7.3 kernel under qemu (cargo xtask test-in-vm)",
+        run: step_vm,
+    },
+    Step {
+        name: "bench",
+        about: "benchmark smoke run (cargo xtask bench --quick)",
+        run: step_bench,
+    },
+];
+
+/// State shared by the steps of one run.
+pub struct Ctx<'a> {
+    /// The command line.
+    args: &'a TestArgs,
+    /// The workspace root.
+    root: PathBuf,
+    /// Test counts gathered so far (cargo test, pjdfstest).
+    counts: Counts,
+}
+
+/// Passed/failed/skipped test counts.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    /// Tests that passed.
+    passed: u64,
+    /// Tests that failed.
+    failed: u64,
+    /// Tests skipped or ignored.
+    skipped: u64,
+    /// Whether any runner reported counts at all.
+    seen: bool,
+}
+
+impl Counts {
+    /// Adds another runner's counts.
+    fn add(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+        self.seen |= other.seen;
+    }
+}
+
+/// How a step ended, for the summary table.
+enum RowResult {
+    /// Succeeded.
+    Ok,
+    /// Failed (the run stops unless `--keep-going`).
+    Failed,
+    /// Not run, with the reason.
+    Skipped(String),
+    /// Not reached because an earlier step failed (without `--keep-going`).
+    NotRun,
+}
+
+/// Runs the suite.
+pub fn run(args: &TestArgs) -> Result<()> {
+    for name in args.skip.iter().chain(&args.only) {
+        if !STEPS.iter().any(|s| s.name == name) {
+            let names: Vec<_> = STEPS.iter().map(|s| s.name).collect();
+            eprintln!("error: unknown step `{name}` (steps: {})", names.join(", "));
+            std::process::exit(2);
+        }
+    }
+    let mut ctx = Ctx {
+        args,
+        root: crate::workspace_root(),
+        counts: Counts::default(),
+    };
+    let started = Instant::now();
+    let (rows, failures) = run_steps(STEPS, &mut ctx);
+
+    print_summary(&rows, started.elapsed().as_secs_f64());
+    if ctx.counts.seen {
+        let c = ctx.counts;
+        println!(
+            "tests: {} passed, {} failed, {} skipped",
+            c.passed, c.failed, c.skipped
+        );
+    }
+    if !failures.is_empty() {
+        // Printed here rather than returned: an `anyhow` error returned from
+        // main would add a backtrace when RUST_BACKTRACE is set.
+        for (name, reason) in &failures {
+            eprintln!("error: step `{name}` failed: {reason}");
+        }
+        if failures.len() > 1 {
+            let names: Vec<_> = failures.iter().map(|(n, _)| *n).collect();
+            eprintln!(
+                "error: {} steps failed: {}",
+                failures.len(),
+                names.join(", ")
+            );
+        }
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// A row of the summary table: step, result, seconds (if it ran).
+type Row<'s> = (&'s str, RowResult, Option<f64>);
+
+/// Runs `steps` in order: after a failure the rest are not run, unless
+/// `--keep-going`. Returns the summary rows and every failure (step name
+/// and one-line reason) in the order they happened.
+fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s str, String)>) {
+    let args = ctx.args;
+    let mut rows: Vec<Row<'s>> = Vec::new();
+    let mut failures: Vec<(&'s str, String)> = Vec::new();
+    for step in steps {
+        if let Some(reason) = deselected(args, step.name) {
+            println!("\n==> {}: skipped ({reason})", step.name);
+            rows.push((step.name, RowResult::Skipped(reason), None));
+            continue;
+        }
+        if !failures.is_empty() && !args.keep_going {
+            rows.push((step.name, RowResult::NotRun, None));
+            continue;
+        }
+        println!("\n==> {}: {}", step.name, step.about);
+        let t = Instant::now();
+        let result = (step.run)(ctx);
+        let secs = t.elapsed().as_secs_f64();
+        match result {
+            Ok(Outcome::Done) => {
+                println!("<== {}: ok ({secs:.1} s)", step.name);
+                rows.push((step.name, RowResult::Ok, Some(secs)));
+            }
+            Ok(Outcome::Skipped(reason)) => {
+                println!("<== {}: skipped: {reason} ({secs:.1} s)", step.name);
+                rows.push((step.name, RowResult::Skipped(reason), Some(secs)));
+            }
+            Err(e) => {
+                let reason = one_line(&e);
+                println!("<== {}: FAILED ({secs:.1} s): {reason}", step.name);
+                rows.push((step.name, RowResult::Failed, Some(secs)));
+                failures.push((step.name, reason));
+            }
+        }
+    }
+    (rows, failures)
+}
+
+/// Why `--no-setup`, `--skip` or `--only` leave a step out, if they do.
+fn deselected(args: &TestArgs, name: &str) -> Option<String> {
+    if name == "setup" && args.no_setup {
+        return Some("--no-setup".into());
+    }
+    if args.skip.iter().any(|s| s == name) {
+        return Some("--skip".into());
+    }
+    if !args.only.is_empty() && !args.only.iter().any(|s| s == name) {
+        return Some("not in --only".into());
+    }
+    None
+}
+
+/// Prints the table of steps, results and durations.
+fn print_summary(rows: &[(&str, RowResult, Option<f64>)], total: f64) {
+    println!("\n==> summary");
+    println!("{:<12} {:<52} {:>8}", "step", "result", "seconds");
+    for (name, result, secs) in rows {
+        let result = match result {
+            RowResult::Ok => "ok".to_string(),
+            RowResult::Failed => "FAILED".to_string(),
+            RowResult::Skipped(reason) => format!("skipped ({reason})"),
+            RowResult::NotRun => "not run (an earlier step failed)".to_string(),
+        };
+        let secs = secs.map_or_else(|| "-".to_string(), |s| format!("{s:.1}"));
+        println!("{name:<12} {result:<52} {secs:>8}");
+    }
+    println!("{:<12} {:<52} {:>8.1}", "total", "", total);
+}
+
+/// An error with its causes, on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers for running commands.
+
+/// The `cargo` that runs this xtask (so a `sudo` without PATH still works).
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// A command line as a string, for logs and error messages.
+pub(crate) fn display(cmd: &Command) -> String {
+    let program = cmd.get_program();
+    let mut s = if std::env::var_os("CARGO").as_deref() == Some(program) {
+        "cargo".to_string()
+    } else {
+        program.to_string_lossy().into_owned()
+    };
+    for a in cmd.get_args() {
+        let a = a.to_string_lossy();
+        if a.is_empty() || a.contains(char::is_whitespace) {
+            let _ = write!(s, " '{a}'");
+        } else {
+            let _ = write!(s, " {a}");
+        }
+    }
+    s
+}
+
+/// Runs a command with inherited stdio; fails unless it exits with 0.
+pub(crate) fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let line = display(cmd);
+    println!("$ {line}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout; fails unless it exits with 0.
+fn output(cmd: &mut Command) -> Result<String> {
+    let line = display(cmd);
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !out.status.success() {
+        bail!("`{line}` failed ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether this process runs with effective uid 0.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Cargo's target directory (`CARGO_TARGET_DIR` or `<root>/target`).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => crate::workspace_root().join(dir),
+        None => crate::workspace_root().join("target"),
+    }
+}
+
+/// Searches PATH, then `$CARGO_HOME/bin` (`~/.cargo/bin`), for a program.
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(cargo_home().map(|h| h.join("bin")))
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// `$CARGO_HOME`, or `~/.cargo`.
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+}
+
+// ---------------------------------------------------------------------------
+// Step: build.
+
+/// Builds the release binaries, the test binaries, and the sync-only
+/// passthrough.
+fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
+    run_cmd(
+        cargo()
+            .args(["build", "--release", "--workspace"])
+            .current_dir(&ctx.root),
+    )?;
+    run_cmd(
+        cargo()
+            .args(["test", "--workspace", "--no-run"])
+            .current_dir(&ctx.root),
+    )?;
+    // Every public item's docs build without a warning (broken links,
+    // unescaped HTML), fuse-server's with every item documented.
+    run_cmd(
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "-q"])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .current_dir(&ctx.root),
+    )?;
+    // The passthrough without its async path (no tokio, no io_uring), as a
+    // sync-only user builds it.
+    run_cmd(
+        cargo()
+            .args([
+                "build",
+                "-p",
+                "fuse-backend-passthrough",
+                "--no-default-features",
+            ])
+            .current_dir(&ctx.root),
+    )?;
+    Ok(Outcome::Done)
+}
+
+// ---------------------------------------------------------------------------
+// Step: cargo-test.
+
+/// `cargo test --workspace`, forwarding `--test-threads` and the extra args.
+fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
+    let extra = &ctx.args.cargo_test_args;
+    let split = extra.iter().position(|a| a == "--");
+    let (cargo_args, harness_args) = match split {
+        Some(i) => (&extra[..i], &extra[i + 1..]),
+        None => (&extra[..], &extra[extra.len()..]),
+    };
+    let mut cmd = cargo();
+    cmd.arg("test").current_dir(&ctx.root);
+    // fuse-abi's layout test compares with the 7.3 header: the one the
+    // abi-check step used (cached by then), wherever it came from.
+    if std::env::var_os("FUSE_ABI_REFERENCE_H").is_none() {
+        match kernel_7_3_fuse_h(&ctx.root) {
+            Ok(header) => {
+                cmd.env("FUSE_ABI_REFERENCE_H", header);
+            }
+            Err(e) => println!(
+                "no Linux 7.3 fuse.h for fuse-abi's layout test ({}); it will fail",
+                one_line(&e)
+            ),
+        }
+    }
+    // `--workspace` would override a package selection given after `--`.
+    let selects = cargo_args
+        .iter()
+        .any(|a| a.starts_with("-p") || a.starts_with("--package"));
+    if !selects {
+        cmd.arg("--workspace");
+    }
+    cmd.args(cargo_args);
+    // Tests named `vm_` need the Linux 7.3 kernel: the vm step runs them in
+    // its guest.
+    cmd.args(["--", "--skip", "vm_"]);
+    if let Some(n) = ctx.args.test_threads {
+        cmd.arg(format!("--test-threads={n}"));
+    }
+    cmd.args(harness_args);
+    let (status, counts) = run_counting(&mut cmd)?;
+    ctx.counts.add(counts);
+    println!(
+        "cargo test: {} passed, {} failed, {} ignored",
+        counts.passed, counts.failed, counts.skipped
+    );
+    if !status.success() {
+        bail!(
+            "cargo test failed ({status}; {} tests failed)",
+            counts.failed
+        );
+    }
+    Ok(Outcome::Done)
+}
+
+/// Runs `cargo test`, echoing its stdout, and sums its `test result:` lines.
+fn run_counting(cmd: &mut Command) -> Result<(ExitStatus, Counts)> {
+    let line = display(cmd);
+    println!("$ {line}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    let mut counts = Counts::default();
+    let stdout = child.stdout.take().expect("piped stdout");
+    for l in BufReader::new(stdout).lines() {
+        let l = l.context("reading cargo test's output")?;
+        println!("{l}");
+        if let Some(c) = parse_libtest_result(&l) {
+            counts.add(c);
+        }
+    }
+    Ok((child.wait()?, counts))
+}
+
+/// Parses libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; ...`.
+fn parse_libtest_result(line: &str) -> Option<Counts> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let mut c = Counts {
+        seen: true,
+        ..Counts::default()
+    };
+    for part in rest.split(';') {
+        let mut words = part.split_whitespace().rev();
+        let (Some(what), Some(n)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => c.passed += n,
+            "failed" => c.failed += n,
+            "ignored" => c.skipped += n,
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+// ---------------------------------------------------------------------------
+// Steps: xfstests and stress (see xtask/src/xfstests/).
+
+/// The curated xfstests lists in each mode (`cargo xtask xfstests --no-stress`).
+fn step_xfstests(ctx: &mut Ctx) -> Result<Outcome> {
+    crate::xfstests::test_step(&ctx.root)?;
+    Ok(Outcome::Done)
+}
+
+/// fsstress and fsx in each mode (`cargo xtask xfstests --stress`).
+fn step_stress(ctx: &mut Ctx) -> Result<Outcome> {
+    crate::xfstests::stress_step(&ctx.root)?;
+    Ok(Outcome::Done)
+}
+
+// ---------------------------------------------------------------------------
+// Steps that run other xtask subcommands.
+
+/// The suite on a real Linux 7.3 kernel (buffer pools, protocol 7.46) under
+/// qemu: `cargo xtask test-in-vm`. The VM runner gets the kernel with
+/// [`debian_experimental_package`].
+fn step_vm(ctx: &mut Ctx) -> Result<Outcome> {
+    run_cmd(cargo().args(["xtask", "test-in-vm"]).current_dir(&ctx.root))?;
+    Ok(Outcome::Done)
+}
+
+/// A quick benchmark run, to catch a broken benchmark setup (not to judge
+/// speed): `cargo xtask bench --quick`.
+fn step_bench(ctx: &mut Ctx) -> Result<Outcome> {
+    run_cmd(
+        cargo()
+            .args(["xtask", "bench", "--quick"])
+            .current_dir(&ctx.root),
+    )?;
+    Ok(Outcome::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_libtest_result() {
+        let c = parse_libtest_result(
+            "test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured; 2 filtered out; finished in 0.01s",
+        )
+        .unwrap();
+        assert_eq!((c.passed, c.failed, c.skipped), (12, 1, 3));
+        assert!(parse_libtest_result("running 3 tests").is_none());
+    }
+
+    #[test]
+    fn parses_pjdfstest_summary() {
+        let c = parse_pjdfstest_summary(
+            "Summary: 2 failed, 15 skipped, 381 passed, 0 expected failures, 398 total",
+        )
+        .unwrap();
+        assert_eq!((c.passed, c.failed, c.skipped), (381, 2, 15));
+        let c = parse_pjdfstest_summary(
+            "Summary: 0 failed, 16 skipped, 380 passed, 2 expected failures, 398 total",
+        )
+        .unwrap();
+        assert_eq!((c.passed, c.failed, c.skipped), (380, 0, 18));
+    }
+
+    #[test]
+    fn strips_ansi() {
+        assert_eq!(strip_ansi("\u{1b}[1;31mFAILED\u{1b}[0m x"), "FAILED x");
+    }
+
+    #[test]
+    fn unescapes_mountinfo() {
+        assert_eq!(unescape_mountinfo(r"/tmp/a\040b"), "/tmp/a b");
+        assert_eq!(unescape_mountinfo(r"/x\"), r"/x\");
+    }
+
+    /// A step that fails.
+    fn failing_step(_: &mut Ctx) -> Result<Outcome> {
+        bail!("broken on purpose")
+    }
+
+    /// A step that succeeds and counts that it ran.
+    fn counting_step(ctx: &mut Ctx) -> Result<Outcome> {
+        ctx.counts.passed += 1;
+        Ok(Outcome::Done)
+    }
+
+    const FAKE_STEPS: &[Step] = &[
+        Step {
+            name: "first",
+            about: "fails",
+            run: failing_step,
+        },
+        Step {
+            name: "second",
+            about: "succeeds",
+            run: counting_step,
+        },
+        Step {
+            name: "third",
+            about: "fails too",
+            run: failing_step,
+        },
+    ];
+
+    /// The fake suite with or without `--keep-going`: the rows' results,
+    /// the failed steps and how many steps ran.
+    fn run_fake(keep_going: bool) -> (Vec<&'static str>, Vec<&'static str>, u64) {
+        let args = TestArgs {
+            no_setup: false,
+            skip: Vec::new(),
+            only: Vec::new(),
+            keep_going,
+            test_threads: None,
+            native: false,
+            cargo_test_args: Vec::new(),
+        };
+        let mut ctx = Ctx {
+            args: &args,
+            root: PathBuf::from("/nonexistent"),
+            counts: Counts::default(),
+        };
+        let (rows, failures) = run_steps(FAKE_STEPS, &mut ctx);
+        let results = rows
+            .iter()
+            .map(|(_, r, _)| match r {
+                RowResult::Ok => "ok",
+                RowResult::Failed => "failed",
+                RowResult::Skipped(_) => "skipped",
+                RowResult::NotRun => "not run",
+            })
+            .collect();
+        for (_, reason) in &failures {
+            assert_eq!(reason, "broken on purpose");
+        }
+        let failed = failures.iter().map(|(n, _)| *n).collect();
+        (results, failed, ctx.counts.passed)
+    }
+
+    #[test]
+    fn a_failure_stops_the_run() {
+        assert_eq!(
+            run_fake(false),
+            (vec!["failed", "not run", "not run"], vec!["first"], 0)
+        );
+    }
+
+    #[test]
+    fn keep_going_runs_every_step_and_reports_every_failure() {
+        assert_eq!(
+            run_fake(true),
+            (vec!["failed", "ok", "failed"], vec!["first", "third"], 1)
+        );
+    }
+
+    #[test]
+    fn step_names_are_unique() {
+        for (i, a) in STEPS.iter().enumerate() {
+            assert!(STEPS[i + 1..].iter().all(|b| b.name != a.name));
+        }
+    }
+}
