@@ -1,0 +1,855 @@
+//! `cargo xtask test-in-vm`: the tests that need a real Linux 7.3 kernel
+//! (FUSE protocol 7.46, FUSE over io_uring with kernel buffer pools), run in
+//! a qemu guest booted from Debian's 7.3 cloud kernel.
+//!
+//! The run, each phase timed:
+//!
+//! 1. **kernel**: the newest `linux-binary-X.Y-cloud-amd64` (X.Y >= 7.3) from
+//!    Debian's `experimental` suite, through
+//!    [`debian_experimental_package`] and cached under
+//!    `target/kernel-7.3/PACKAGE/`. Once a kernel is cached, later runs use
+//!    the newest cached one without any network access (`--refresh-kernel`
+//!    looks for a newer one; `--kernel PATH` boots a given `vmlinuz`).
+//! 2. **build**: `cargo test --no-run` for the chosen packages, statically
+//!    linked (`-C target-feature=+crt-static`, `--target
+//!    x86_64-unknown-linux-gnu`) in `target/vm` so the host's build is left
+//!    alone. The executables come from cargo's JSON messages.
+//! 3. **initramfs**: busybox-static, `/init` (`xtask/vm-init.sh`), a plan
+//!    that `/init` sources, `/etc/passwd` with root and nobody, the FUSE INIT
+//!    probe (`xtask/vm-probe.c`, built with `gcc -static`) and the test
+//!    executables, each at the same absolute path as on the host (so
+//!    `CARGO_BIN_EXE_*` paths baked into tests still work), with the tested
+//!    packages' directories (fixtures a test reads through
+//!    `CARGO_MANIFEST_DIR`) and whatever `--include` names. Packed with
+//!    `cpio -H newc` and `gzip` into `target/vm/run/initrd.gz`. A second
+//!    `test-in-vm` in the same tree waits for the first (a lock file).
+//! 4. **boot** and **run**: `qemu-system-x86_64 -accel tcg` (the host's KVM
+//!    vCPU lacks BMI2, which this kernel needs) with `fuse.enable_uring=1`.
+//!    The guest's console is streamed to the terminal and saved in
+//!    `target/vm/run/console.log`. The guest runs the probe first (it prints
+//!    the kernel's FUSE version and whether INIT offers bits 41,
+//!    `FUSE_OVER_IO_URING`, and 43, `FUSE_HAS_IO_URING_BUFPOOL`), then every
+//!    test executable with the filter, and powers off.
+//!
+//! The host parses the sentinel lines `/init` prints (`XTASK-VM-BOOTED`,
+//! `XTASK-VM-START`, `XTASK-VM-RESULT <name> <status>`, `XTASK-VM-DONE`) and
+//! libtest's `test result:` lines, prints a summary, and fails if the probe
+//! does not show 7.46 with both bits, if any executable fails, if a result is
+//! missing (the guest died) or if the run exceeds `--timeout`. A package whose
+//! tests all miss the filter is reported loudly as "0 tests matched", which
+//! is not a failure.
+//!
+//! `--measure-memory` replaces the tests with a measurement (the probe still
+//! runs first): the `passthroughfs` daemon and the `direct_read_load`
+//! example of fuse-transport-uring are built (`--release`, static) instead,
+//! and the guest runs `xtask/vm-memory.sh`, which serves a tmpfs directory
+//! with `passthroughfs --uring` once per `--measure-bufs` value and round,
+//! alternating, under random 1 MiB `O_DIRECT` reads, and prints one
+//! `XTASK-MEMORY:` line per run (daemon RSS and VmSize, the ring memory's
+//! reserved and resident bytes, throughput). The host prints them as a
+//! table with the medians and writes it to `target/vm/run/memory.md`.
+//! `docs/fuse-uring-performance.md` has the numbers. CI never passes the
+//! flag.
+
+use crate::test::{debian_experimental_package, ensure_apt_packages, target_dir, ExperimentalApt};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod boot;
+mod build;
+mod initramfs;
+mod kernel;
+
+use boot::*;
+use build::*;
+use initramfs::*;
+use kernel::*;
+
+/// Arguments of `cargo xtask test-in-vm`.
+#[derive(clap::Args)]
+pub struct VmArgs {
+    /// Package whose tests run in the VM (repeatable)
+    /// [default: fuse-transport-uring].
+    #[arg(short = 'p', long = "package", value_name = "NAME")]
+    packages: Vec<String>,
+    /// Test name filter given to every test executable; '' runs all tests.
+    #[arg(long, value_name = "STR", default_value = "vm_")]
+    filter: String,
+    /// Passed to the test executables as `--test-threads N`.
+    #[arg(long, value_name = "N")]
+    test_threads: Option<usize>,
+    /// Passed to the test executables as `--nocapture`.
+    #[arg(long)]
+    nocapture: bool,
+    /// Build the test executables with `--release`.
+    #[arg(long)]
+    release: bool,
+    /// Seconds the VM may run (boot to power-off) before qemu is killed.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    timeout: u64,
+    /// Guest memory in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    memory: u32,
+    /// Guest CPUs.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    cpus: u32,
+    /// Boot this kernel image (a bzImage/vmlinuz) instead of Debian's 7.3.
+    #[arg(long, value_name = "PATH")]
+    kernel: Option<PathBuf>,
+    /// Ask Debian experimental for the newest 7.3+ kernel even when one is
+    /// cached (re-downloads it).
+    #[arg(long)]
+    refresh_kernel: bool,
+    /// Appended to the kernel command line.
+    #[arg(long, value_name = "STR")]
+    extra_append: Option<String>,
+    /// Copy this host file or directory into the guest at the same absolute
+    /// path (repeatable), e.g. data a test reads. The tested packages'
+    /// directories are always copied.
+    #[arg(long, value_name = "PATH")]
+    include: Vec<PathBuf>,
+    /// Keep the initramfs staging directory (`target/vm/run/initramfs/`).
+    #[arg(long)]
+    keep: bool,
+    /// Don't stream the guest console; print its last lines on failure.
+    #[arg(long)]
+    quiet: bool,
+    /// Extra arguments for every test executable (after `--`).
+    #[arg(last = true, value_name = "TEST_ARGS")]
+    test_args: Vec<String>,
+    /// Instead of the tests, measure the memory and throughput of
+    /// `passthroughfs --uring` under random 1 MiB O_DIRECT reads, per-entry
+    /// buffers against buffer pools (docs/fuse-uring-performance.md).
+    #[arg(long)]
+    measure_memory: bool,
+    /// --measure-memory: buffers per queue to compare (0: a payload buffer
+    /// per entry), comma-separated.
+    #[arg(long, value_name = "N,N", value_delimiter = ',', default_values_t = [0, 4], requires = "measure_memory")]
+    measure_bufs: Vec<usize>,
+    /// --measure-memory: ring entries per queue.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "measure_memory"
+    )]
+    measure_entries: usize,
+    /// --measure-memory: rounds (each runs every --measure-bufs value once,
+    /// alternating).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        requires = "measure_memory"
+    )]
+    measure_rounds: usize,
+    /// --measure-memory: seconds of load per run.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        requires = "measure_memory"
+    )]
+    measure_seconds: u32,
+    /// --measure-memory: reader threads per guest CPU.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "measure_memory"
+    )]
+    measure_readers: usize,
+    /// --measure-memory: size of the file the readers read, in MiB.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 256,
+        requires = "measure_memory"
+    )]
+    measure_file_mib: usize,
+}
+
+/// The package tested when no `--package` is given.
+const DEFAULT_PACKAGE: &str = "fuse-transport-uring";
+
+/// The target the guest's executables are built for (statically linked).
+const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// Debian's kernel image packages are `linux-binary-X.Y-cloud-amd64`.
+const KERNEL_PACKAGE_PREFIX: &str = "linux-binary-";
+/// See [`KERNEL_PACKAGE_PREFIX`].
+const KERNEL_PACKAGE_SUFFIX: &str = "-cloud-amd64";
+/// The oldest kernel series that has buffer pools.
+const MIN_SERIES: (u32, u32) = (7, 3);
+/// [`MIN_SERIES`] as a Debian version.
+const MIN_VERSION: &str = "7.3~";
+
+/// The FUSE minor version the 7.3 kernel speaks.
+const WANTED_MINOR: u32 = 46;
+
+/// The kernel command line before `--extra-append`.
+const BASE_APPEND: &str = "console=ttyS0 fuse.enable_uring=1 panic=-1 quiet";
+
+/// Host packages the run needs.
+const HOST_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "gcc",
+    "libc6-dev",
+];
+
+/// busybox-static's binary.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// The guest's `/init`.
+const INIT_SCRIPT: &str = include_str!("../../vm-init.sh");
+/// The FUSE INIT probe's C source.
+const PROBE_SOURCE: &str = include_str!("../../vm-probe.c");
+/// The probe's name in the plan and the summary.
+const PROBE_NAME: &str = "fuse-init-probe";
+
+/// The memory measurement's guest script (`--measure-memory`).
+const MEASURE_SCRIPT: &str = include_str!("../../vm-memory.sh");
+/// The measurement's name in the plan and the summary.
+const MEASURE_NAME: &str = "memory-measurement";
+/// What `--measure-memory` builds: the daemon, and the load generator.
+const MEASURE_DAEMON: (&str, &str) = ("passthroughfs", "passthroughfs");
+/// See [`MEASURE_DAEMON`].
+const MEASURE_LOAD: (&str, &str) = ("fuse-transport-uring", "direct_read_load");
+
+/// Environment variables passed on from the host to the guest's tests.
+const PASSED_ENV: &[&str] = &[
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "RUST_LIB_BACKTRACE",
+    "RUST_MIN_STACK",
+    "RUST_TEST_THREADS",
+];
+
+/// Console lines kept for `--quiet`'s tail on failure.
+const TAIL_LINES: usize = 80;
+
+/// Boots the 7.3 kernel and runs the tests that need it.
+///
+/// Errors are printed here and end the process with status 1 (an error
+/// returned from `main` would add a backtrace when `RUST_BACKTRACE` is set).
+pub fn run(args: &VmArgs) -> Result<()> {
+    if let Err(e) = run_vm(args) {
+        eprintln!("error: test-in-vm: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// [`run`], returning its errors.
+fn run_vm(args: &VmArgs) -> Result<()> {
+    let started = Instant::now();
+    let mut timings: Vec<(&str, f64)> = Vec::new();
+    let vm_dir = target_dir().join("vm");
+    let run_dir = vm_dir.join("run");
+    fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    let _lock = lock(&run_dir.join(".lock"))?;
+
+    ensure_apt_packages(HOST_PACKAGES)?;
+
+    println!("\n--> kernel");
+    let t = Instant::now();
+    let kernel = find_kernel(args)?;
+    println!("kernel: {} ({})", kernel.vmlinuz.display(), kernel.about);
+    timings.push(("kernel", t.elapsed().as_secs_f64()));
+
+    println!("\n--> build");
+    let t = Instant::now();
+    let packages = if args.packages.is_empty() {
+        vec![DEFAULT_PACKAGE.to_string()]
+    } else {
+        args.packages.clone()
+    };
+    let built = if args.measure_memory {
+        build_measurement(&vm_dir)?
+    } else {
+        build_tests(args, &packages, &vm_dir)?
+    };
+    for b in &built.tests {
+        println!("test executable: {} ({})", b.name, b.exe.display());
+    }
+    let probe = build_probe(&run_dir)?;
+    timings.push(("build", t.elapsed().as_secs_f64()));
+
+    println!("\n--> initramfs");
+    let t = Instant::now();
+    let initrd = build_initramfs(args, &run_dir, &probe, &built)?;
+    timings.push(("initramfs", t.elapsed().as_secs_f64()));
+
+    println!("\n--> boot");
+    let mut planned = vec![PROBE_NAME.to_string()];
+    planned.extend(built.tests.iter().map(|b| b.name.clone()));
+    if built.measure.is_some() {
+        planned.push(MEASURE_NAME.to_string());
+    }
+    let log = run_dir.join("console.log");
+    let mut vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
+    // TCG now and then crashes the guest kernel while it boots (seen: an
+    // `int3` Oops in `sched_clock_cpu` during boot-time code patching,
+    // 1 boot in dozens), before any test ran. That says nothing about our
+    // code: boot again, at most twice, and say so.
+    for attempt in 2..=3 {
+        if vm.booted.is_some() || vm.panic.is_none() {
+            break;
+        }
+        let why = vm.panic.clone().unwrap_or_default();
+        let kept = run_dir.join(format!("console-boot-{}.log", attempt - 1));
+        let _ = fs::rename(&log, &kept);
+        println!(
+            "the guest kernel died while booting ({why}), before any test ran; its console \
+             is in {}; booting again (attempt {attempt} of 3)",
+            kept.display()
+        );
+        vm = boot(args, &kernel.vmlinuz, &initrd, &log)?;
+    }
+    timings.extend(vm.timings());
+
+    let total = started.elapsed().as_secs_f64();
+    let problems = report(&kernel, &packages, &built, &planned, &vm, args);
+    if args.measure_memory && !vm.memory.is_empty() {
+        let table = memory_table(&vm.memory, args, &kernel);
+        println!(
+            "\n==> memory (also in {})\n{table}",
+            run_dir.join("memory.md").display()
+        );
+        fs::write(run_dir.join("memory.md"), &table)?;
+    }
+    print_timings(&timings, total);
+    if !problems.is_empty() {
+        if args.quiet {
+            print_tail(&vm.console);
+        }
+        println!("console log: {}", log.display());
+        bail!("{}", problems.join("; "));
+    }
+    println!("test-in-vm: ok");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers.
+
+/// The `cargo` that runs this xtask.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// A command line as a string, for logs and error messages.
+fn display(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        let a = a.to_string_lossy();
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'') {
+            let _ = write!(s, " {}", sh_quote(&a));
+        } else {
+            let _ = write!(s, " {a}");
+        }
+    }
+    s
+}
+
+/// Runs a command with inherited stdio; fails unless it exits with 0.
+fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let line = display(cmd);
+    println!("$ {line}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Takes an exclusive `flock` on `path` (waiting for it if another
+/// `test-in-vm` in the same tree holds it); released when the file closes.
+fn lock(path: &Path) -> Result<fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let flock = |op| {
+        // SAFETY: flock has no memory-safety preconditions; the fd is open.
+        unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
+    };
+    if !flock(libc::LOCK_EX | libc::LOCK_NB) {
+        println!(
+            "waiting for another `cargo xtask test-in-vm` ({})",
+            path.display()
+        );
+        if !flock(libc::LOCK_EX) {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    Ok(file)
+}
+
+/// A string as one single-quoted `sh` word.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A path as UTF-8 (the plan is a shell script), or an error.
+fn utf8(path: &Path) -> Result<&str> {
+    path.to_str()
+        .with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
+// ---------------------------------------------------------------------------
+// Summary.
+
+/// Prints the summary; returns the reasons the run failed (empty: passed).
+fn report(
+    kernel: &Kernel,
+    packages: &[String],
+    built: &Built,
+    planned: &[String],
+    vm: &VmRun,
+    args: &VmArgs,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut not_run = 0;
+    println!("\n==> test-in-vm summary");
+    println!("kernel:  {} ({})", kernel.vmlinuz.display(), kernel.about);
+    if let Some(b) = &vm.booted_line {
+        println!("guest:   uptime/release/enable_uring: {b}");
+    }
+    match (&vm.probe, &vm.probe_failure) {
+        (Some(p), _) => {
+            println!("probe:   {}", p.line);
+            let mut missing = Vec::new();
+            if (p.major, p.minor) < (7, WANTED_MINOR) {
+                missing.push(format!("protocol 7.{WANTED_MINOR}"));
+            }
+            if !p.over_io_uring {
+                missing.push("FUSE_OVER_IO_URING (bit 41)".to_string());
+            }
+            if !p.bufpool {
+                missing.push("FUSE_HAS_IO_URING_BUFPOOL (bit 43)".to_string());
+            }
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "the guest kernel's FUSE INIT lacks {} (is it a 7.3+ kernel booted \
+                     with fuse.enable_uring=1?)",
+                    missing.join(", ")
+                ));
+            }
+        }
+        (None, Some(f)) => {
+            println!("probe:   {f}");
+            problems.push(format!("the FUSE INIT probe failed: {f}"));
+        }
+        (None, None) => {
+            println!("probe:   no report");
+            problems.push("the FUSE INIT probe printed nothing".to_string());
+        }
+    }
+
+    println!(
+        "\n{:<52} {:>8} {:>6} {:>6} {:>7} {:>8} {:>7}",
+        "executable", "result", "passed", "failed", "ignored", "filtered", "seconds"
+    );
+    for name in planned {
+        let run = vm.exes.iter().find(|e| &e.name == name);
+        let (result, counts, secs) = match run {
+            None => ("not run".to_string(), None, None),
+            Some(e) => match e.status {
+                None => ("no exit".to_string(), e.counts, None),
+                Some(0) => ("ok".to_string(), e.counts, Some(e.secs)),
+                Some(s) if s > 128 => (format!("signal {}", s - 128), e.counts, Some(e.secs)),
+                Some(s) => (format!("exit {s}"), e.counts, Some(e.secs)),
+            },
+        };
+        let n =
+            |f: fn(&Counts) -> u64| counts.map_or_else(|| "-".to_string(), |c| f(&c).to_string());
+        println!(
+            "{name:<52} {result:>8} {:>6} {:>6} {:>7} {:>8} {:>7}",
+            n(|c| c.passed),
+            n(|c| c.failed),
+            n(|c| c.ignored),
+            n(|c| c.filtered),
+            secs.map_or_else(|| "-".to_string(), |s| format!("{s:.1}"))
+        );
+        match run.map(|e| e.status) {
+            Some(Some(0)) => {}
+            Some(Some(s)) => problems.push(format!("{name} exited with {s}")),
+            Some(None) => problems.push(format!("{name} never reported an exit status")),
+            None => not_run += 1,
+        }
+    }
+
+    // Tests per package, and the loud note for a package whose tests all
+    // miss the filter.
+    let mut total = Counts::default();
+    let mut zero_matched = Vec::new();
+    let tested: BTreeSet<&str> = built.tests.iter().map(|t| t.package.as_str()).collect();
+    for package in packages.iter().filter(|_| !args.measure_memory) {
+        let mut c = Counts::default();
+        // Whether every executable of the package printed its counts (one
+        // that crashed did not, and then "0 matched" would be a guess).
+        let mut all_counted = true;
+        for t in built.tests.iter().filter(|t| &t.package == package) {
+            match vm
+                .exes
+                .iter()
+                .find(|e| e.name == t.name)
+                .and_then(|e| e.counts)
+            {
+                Some(ec) => {
+                    c.passed += ec.passed;
+                    c.failed += ec.failed;
+                    c.ignored += ec.ignored;
+                    c.filtered += ec.filtered;
+                }
+                None => all_counted = false,
+            }
+        }
+        total.passed += c.passed;
+        total.failed += c.failed;
+        total.ignored += c.ignored;
+        total.filtered += c.filtered;
+        if !tested.contains(package.as_str()) {
+            zero_matched.push(format!("{package}: no test executables"));
+        } else if c.matched() == 0 && all_counted {
+            zero_matched.push(format!(
+                "{package}: 0 tests matched filter `{}` ({} filtered out)",
+                args.filter, c.filtered
+            ));
+        }
+    }
+    println!(
+        "\ntests: {} passed, {} failed, {} ignored, {} filtered out (filter `{}`)",
+        total.passed, total.failed, total.ignored, total.filtered, args.filter
+    );
+    for z in &zero_matched {
+        println!("!!!");
+        println!("!!! {z}");
+        println!("!!!");
+    }
+
+    if let Some(k) = &vm.killed {
+        problems.insert(0, k.clone());
+    } else if vm.done.is_none() {
+        let status = vm.qemu_status.as_deref().unwrap_or("?");
+        let why = match &vm.panic {
+            Some(p) => format!("kernel panic: {p}"),
+            None if vm.booted.is_none() => "the guest never reached /init".to_string(),
+            None => "did /init die?".to_string(),
+        };
+        problems.insert(
+            0,
+            format!("the guest ended without XTASK-VM-DONE ({why}; qemu: {status})"),
+        );
+    }
+    if not_run > 0 {
+        problems.push(format!("{not_run} executable(s) did not run"));
+    }
+    if args.measure_memory {
+        let want = args.measure_rounds * args.measure_bufs.len();
+        if vm.memory.len() != want {
+            problems.push(format!(
+                "the memory measurement reported {} of {want} runs",
+                vm.memory.len()
+            ));
+        }
+    }
+    problems
+}
+
+/// One `XTASK-MEMORY:` line as key/value pairs.
+fn memory_fields(line: &str) -> std::collections::BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect()
+}
+
+/// The median of `values` (the upper one of an even count); 0 if empty.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `--measure-memory`'s results as Markdown: every run, then the medians
+/// per configuration and the pooled/per-entry ratios.
+fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
+    const KIB: f64 = 1024.0;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let rows: Vec<_> = lines.iter().map(|l| memory_fields(l)).collect();
+    let num = |r: &std::collections::BTreeMap<&str, &str>, k: &str| -> f64 {
+        r.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    };
+    let first = rows.first();
+    let get = |k: &str| first.and_then(|r| r.get(k).copied()).unwrap_or("?");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kernel {}; qemu -accel tcg -smp {} -m {}; {} CPUs online (possible {}), \
+         {} entries per queue; {} readers ({} per CPU), random {} KiB O_DIRECT reads \
+         of a {} MiB file on tmpfs, {} s per run, {} rounds alternating; transparent \
+         hugepages: {}.\n",
+        kernel.about,
+        args.cpus,
+        args.memory,
+        get("cpus"),
+        get("possible"),
+        get("entries"),
+        get("threads"),
+        args.measure_readers,
+        get("block").parse::<f64>().map_or(f64::NAN, |b| b / KIB),
+        get("file_mib"),
+        get("seconds"),
+        args.measure_rounds,
+        get("thp"),
+    );
+    let _ = writeln!(
+        out,
+        "| bufs/queue | round | MiB/s | RSS mounted MiB | RSS peak MiB | RSS steady MiB | VmSize MiB | ring reserved MiB | ring resident at mount MiB | ring resident after MiB | AnonHugePages MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            r.get("bufs").unwrap_or(&"?"),
+            r.get("round").unwrap_or(&"?"),
+            num(r, "mib_s"),
+            num(r, "rss_mounted_kib") / KIB,
+            num(r, "rss_peak_kib") / KIB,
+            num(r, "rss_steady_kib") / KIB,
+            num(r, "vmsize_kib") / KIB,
+            num(r, "reserved") / MIB,
+            num(r, "resident_idle") / MIB,
+            num(r, "resident") / MIB,
+            num(r, "anon_huge_kib") / KIB,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMedians:\n\n| bufs/queue | MiB/s | RSS peak MiB | RSS steady MiB | VmSize MiB | reserved MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let mut medians = Vec::new();
+    for bufs in &args.measure_bufs {
+        let of = |k: &str, scale: f64| {
+            median(
+                rows.iter()
+                    .filter(|r| r.get("bufs") == Some(&bufs.to_string().as_str()))
+                    .map(|r| num(r, k) / scale)
+                    .collect(),
+            )
+        };
+        let m = (
+            *bufs,
+            of("mib_s", 1.0),
+            of("rss_peak_kib", KIB),
+            of("rss_steady_kib", KIB),
+            of("vmsize_kib", KIB),
+            of("reserved", MIB),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            m.0, m.1, m.2, m.3, m.4, m.5
+        );
+        medians.push(m);
+    }
+    if let Some(per_entry) = medians.iter().find(|m| m.0 == 0) {
+        out.push('\n');
+        for m in medians.iter().filter(|m| m.0 != 0) {
+            // Throughput drifts with the host's load: also the median of
+            // the ratios within each round (runs next to each other).
+            let in_round = |bufs: usize, round: &str| {
+                rows.iter()
+                    .find(|r| {
+                        r.get("bufs") == Some(&bufs.to_string().as_str())
+                            && r.get("round") == Some(&round)
+                    })
+                    .map(|r| num(r, "mib_s"))
+            };
+            let paired = median(
+                rows.iter()
+                    .filter(|r| r.get("bufs") == Some(&m.0.to_string().as_str()))
+                    .filter_map(|r| {
+                        let round = r.get("round")?;
+                        Some(num(r, "mib_s") / in_round(0, round)?)
+                    })
+                    .collect(),
+            );
+            let _ = writeln!(
+                out,
+                "{} bufs/queue vs per-entry: RSS steady {:.2}x, RSS peak {:.2}x, reserved {:.2}x, \
+                 throughput {:.2}x (median of the per-round ratios {paired:.2}x); \
+                 target RSS <= 1/3 of per-entry: {}",
+                m.0,
+                m.3 / per_entry.3,
+                m.2 / per_entry.2,
+                m.5 / per_entry.5,
+                m.1 / per_entry.1,
+                if m.3 * 3.0 <= per_entry.3 && m.2 * 3.0 <= per_entry.2 {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+    }
+    out
+}
+
+/// Prints the phase timings.
+fn print_timings(timings: &[(&str, f64)], total: f64) {
+    let mut line = String::from("timings:");
+    for (name, secs) in timings {
+        let _ = write!(line, " {name} {secs:.1} s,");
+    }
+    let _ = write!(line, " total {total:.1} s");
+    println!("{line}");
+}
+
+/// Prints the last console lines (for `--quiet` runs that failed).
+fn print_tail(console: &[String]) {
+    let from = console.len().saturating_sub(TAIL_LINES);
+    println!("---- last {} console lines ----", console.len() - from);
+    for l in &console[from..] {
+        println!("vm| {l}");
+    }
+    println!("---- end ----");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_package_names() {
+        assert_eq!(kernel_series("linux-binary-7.3-cloud-amd64"), Some((7, 3)));
+        assert_eq!(
+            kernel_series("linux-binary-7.12-cloud-amd64"),
+            Some((7, 12))
+        );
+        assert_eq!(kernel_series("linux-binary-unsigned-7.3-cloud-amd64"), None);
+        assert_eq!(kernel_series("linux-binary-7.3-rt-amd64"), None);
+        let names = [
+            "linux-binary-6.19-cloud-amd64",
+            "linux-binary-7.3-cloud-amd64",
+            "linux-binary-7.10-cloud-amd64",
+            "linux-binary-7.4-amd64",
+        ]
+        .map(String::from);
+        assert_eq!(
+            newest_kernel_package(names).as_deref(),
+            Some("linux-binary-7.10-cloud-amd64")
+        );
+        assert_eq!(
+            newest_kernel_package(["linux-binary-7.2-cloud-amd64".to_string()]),
+            None
+        );
+    }
+
+    #[test]
+    fn package_ids() {
+        assert_eq!(
+            package_name("path+file:///work/main/crates/fuse-abi#0.1.0").as_deref(),
+            Some("fuse-abi")
+        );
+        assert_eq!(
+            package_name("path+file:///work/main/crates/abi#fuse-abi@0.1.0").as_deref(),
+            Some("fuse-abi")
+        );
+        assert_eq!(
+            package_name("fuse-abi 0.1.0 (path+file:///work/main/crates/fuse-abi)").as_deref(),
+            Some("fuse-abi")
+        );
+    }
+
+    #[test]
+    fn test_result_line() {
+        let c = parse_test_result(
+            "test result: FAILED. 12 passed; 1 failed; 3 ignored; 0 measured; 2 filtered out; \
+             finished in 0.01s",
+        )
+        .unwrap();
+        assert_eq!((c.passed, c.failed, c.ignored, c.filtered), (12, 1, 3, 2));
+        assert!(parse_test_result("running 3 tests").is_none());
+    }
+
+    #[test]
+    fn probe_line() {
+        let p =
+            parse_probe("kernel FUSE 7.46, over_io_uring=1, bufpool=0 (flags=0x1, release 7.3.0)")
+                .unwrap();
+        assert_eq!(
+            (p.major, p.minor, p.over_io_uring, p.bufpool),
+            (7, 46, true, false)
+        );
+        assert!(parse_probe("FAILED: open /dev/fuse").is_none());
+    }
+
+    #[test]
+    fn console_lines() {
+        let mut vm = VmRun::default();
+        for l in [
+            "XTASK-VM-BOOTED: 1.5 7.3 enable_uring=Y",
+            "XTASK-VM-START: a/lib",
+            "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 5 filtered out",
+            "partial outputXTASK-VM-RESULT: a/lib 0",
+            "XTASK-VM-START: b/lib",
+        ] {
+            vm.line(l);
+        }
+        assert_eq!(vm.exes[0].status, Some(0));
+        assert_eq!(vm.exes[0].counts.unwrap().filtered, 5);
+        assert_eq!(vm.unfinished(), Some("b/lib"));
+        assert_eq!(clean(b"\x1b[2J\x1bcSeaBIOS\r\n"), "SeaBIOS");
+    }
+
+    #[test]
+    fn memory_lines() {
+        let mut vm = VmRun::default();
+        vm.line("vm| XTASK-MEMORY: cpus=2 bufs=0 round=1 mib_s=100.0 rss_peak_kib=37888 rss_steady_kib=37888 reserved=33570816");
+        vm.line("XTASK-MEMORY: cpus=2 bufs=4 round=1 mib_s=98.0 rss_peak_kib=10240 rss_steady_kib=10240 reserved=8404992");
+        assert_eq!(vm.memory.len(), 2);
+        assert_eq!(memory_fields(&vm.memory[1])["reserved"], "8404992");
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(Vec::new()), 0.0);
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            vm: VmArgs,
+        }
+        use clap::Parser as _;
+        let args = Cli::try_parse_from(["vm", "--measure-memory", "--measure-rounds", "1"])
+            .unwrap()
+            .vm;
+        let kernel = Kernel {
+            vmlinuz: PathBuf::from("vmlinuz"),
+            about: "test".into(),
+        };
+        let table = memory_table(&vm.memory, &args, &kernel);
+        assert!(table.contains("| 4 | 98.0 | 10.0 | 10.0 |"), "{table}");
+        assert!(table.contains("reserved 0.25x"), "{table}");
+        assert!(table.contains("per-round ratios 0.98x"), "{table}");
+        assert!(table.contains("1/3 of per-entry: met"), "{table}");
+        // The measurement's settings need the flag.
+        assert!(Cli::try_parse_from(["vm", "--measure-rounds", "1"]).is_err());
+        assert!(!Cli::try_parse_from(["vm"]).unwrap().vm.measure_memory);
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}
