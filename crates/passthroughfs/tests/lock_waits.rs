@@ -136,6 +136,39 @@ fn waiter(path: &Path, posix: bool) -> Child {
         .unwrap()
 }
 
+/// The lock holder of a test: this process's `flock(LOCK_EX)`, or a child
+/// process holding a POSIX write lock (POSIX locks are per process).
+struct Holder {
+    file: Option<File>,
+    process: Option<Child>,
+}
+
+impl Holder {
+    fn take(path: &Path, posix: bool) -> Self {
+        if posix {
+            return Self {
+                file: None,
+                process: Some(posix_holder(path)),
+            };
+        }
+        let h = File::open(path).unwrap();
+        flock(&h, libc::LOCK_EX).unwrap();
+        Self {
+            file: Some(h),
+            process: None,
+        }
+    }
+
+    /// Lets go: closes the file, or kills the holding process and reaps it.
+    fn release(&mut self, what: &str) {
+        self.file.take();
+        if let Some(p) = self.process.as_mut() {
+            p.kill().unwrap();
+            reap(p, &format!("{what}: the lock holder"));
+        }
+    }
+}
+
 /// A child process holding a POSIX write lock on `path` until killed.
 fn posix_holder(path: &Path) -> Child {
     let mut child = Command::new("perl")
@@ -281,13 +314,7 @@ fn sigterm_with_lock_waiters_pending_ends_the_daemon_and_the_waits() {
             let conn = connection_dir(&d.mnt);
             let f = d.mnt.join("f");
             let base = waiting(&conn);
-            let (holder_file, mut holder_proc) = if posix {
-                (None, Some(posix_holder(&f)))
-            } else {
-                let h = File::open(&f).unwrap();
-                flock(&h, libc::LOCK_EX).unwrap();
-                (Some(h), None)
-            };
+            let mut holder = Holder::take(&f, posix);
             let mut waiters: Vec<Child> = (0..4).map(|_| waiter(&f, posix)).collect();
             wait_for_waiting(&conn, base + 4, &what);
 
@@ -301,11 +328,7 @@ fn sigterm_with_lock_waiters_pending_ends_the_daemon_and_the_waits() {
                 &format!("{what}: waiters after the daemon stopped"),
                 String::new,
             );
-            drop(holder_file);
-            if let Some(p) = holder_proc.as_mut() {
-                let _ = p.kill();
-                reap(p, &format!("{what}: the lock holder"));
-            }
+            holder.release(&what);
         }
     }
 }
@@ -320,13 +343,7 @@ fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
             let conn = connection_dir(&d.mnt);
             let f = d.mnt.join("f");
             let base = waiting(&conn);
-            let (holder_file, mut holder_proc) = if posix {
-                (None, Some(posix_holder(&f)))
-            } else {
-                let h = File::open(&f).unwrap();
-                flock(&h, libc::LOCK_EX).unwrap();
-                (Some(h), None)
-            };
+            let mut holder = Holder::take(&f, posix);
             let mut w = waiter(&f, posix);
             wait_for_waiting(&conn, base + 1, &what);
             // A fatal signal: the process can only die once the daemon
@@ -335,11 +352,7 @@ fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
             reap(&mut w, &format!("{what}: the killed waiter"));
             // The holder lets go: the lock must be free now (the
             // interrupted wait must not have taken it afterwards).
-            drop(holder_file);
-            if let Some(p) = holder_proc.as_mut() {
-                p.kill().unwrap();
-                reap(p, &format!("{what}: the lock holder"));
-            }
+            holder.release(&what);
             let probe = File::open(&f).unwrap();
             let start = Instant::now();
             loop {
