@@ -146,12 +146,14 @@ pub struct PassthroughConfig {
     pub file_handles: bool,
     /// Inodes held by file handle keep the descriptors of the inodes in
     /// use in a cache of at most this many, so a hot inode needs no
-    /// `open_by_handle_at`; `None` sizes it to half the open file limit in
-    /// force when the file system is made (`RLIMIT_NOFILE`, which a daemon
-    /// raises to its hard limit first: see [`crate::raise_nofile_limit`]),
-    /// leaving the other half for open files, directories and locks. When
-    /// the process runs out of descriptors anyway (`EMFILE`), the cache
-    /// gives its descriptors back and the call is tried again.
+    /// `open_by_handle_at`: a working set that fits keeps its descriptors,
+    /// past it the least recently used are closed first. `None` sizes it to
+    /// three quarters of the open file limit in force when the file system
+    /// is made (`RLIMIT_NOFILE`, which a daemon raises to its hard limit
+    /// first: see [`crate::raise_nofile_limit`]), leaving a quarter for
+    /// open files, directories and locks. When the process runs out of
+    /// descriptors anyway (`EMFILE`), the cache gives its descriptors back
+    /// and the call is tried again.
     pub fd_cache_size: Option<usize>,
 }
 
@@ -286,7 +288,7 @@ impl PassthroughConfig {
     }
 
     /// Sets the descriptor cache size of inodes held by file handle
-    /// (`fd_cache_size`; `None`: half the open file limit).
+    /// (`fd_cache_size`; `None`: three quarters of the open file limit).
     #[must_use]
     pub fn fd_cache_size(mut self, size: impl Into<Option<usize>>) -> Self {
         self.fd_cache_size = size.into();

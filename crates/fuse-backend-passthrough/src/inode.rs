@@ -96,72 +96,134 @@ impl PathFd<'_> {
     }
 }
 
-/// A small direct-mapped cache of `O_PATH` descriptors of inodes held by
-/// file handle: the inodes in use (a directory being listed or looked up
-/// in, a file being opened or stat'ed) keep a descriptor, so a request
-/// rarely pays an `open_by_handle_at`. Each slot holds one inode's
-/// descriptor; a new one replaces whatever shared its slot. The cache
-/// holds at most its size in descriptors, whatever the number of inodes.
+/// The descriptors of inodes held by file handle that are in use: the
+/// working set (a directory being listed or looked up in, a file being
+/// opened or stat'ed) keeps a descriptor, so a request on a hot inode pays
+/// no `open_by_handle_at`. It holds at most its capacity in descriptors,
+/// whatever the number of inodes; past it, the least recently used are
+/// closed first (the CLOCK approximation: an entry used since the hand
+/// last passed gets another round). Sharded by id, so threads serving
+/// different inodes rarely meet on one lock.
 struct FdCache {
-    slots: Box<[Mutex<Slot>]>,
-    mask: usize,
+    shards: Box<[Mutex<Shard>]>,
+    capacity: usize,
 }
 
-impl FdCache {
-    /// A cache of at most `size` descriptors (rounded down to a power of
-    /// two, at least 1).
-    fn new(size: usize) -> Self {
-        let size = if size <= 1 {
-            1
-        } else {
-            1 << (usize::BITS - 1 - size.leading_zeros())
-        };
-        Self {
-            slots: (0..size).map(|_| Mutex::new(None)).collect(),
-            mask: size - 1,
+/// One shard of the [`FdCache`].
+#[derive(Default)]
+struct Shard {
+    /// Each cached inode's descriptor, and whether it was used since the
+    /// CLOCK hand last passed.
+    fds: IdMap<(Arc<OwnedFd>, bool)>,
+    /// The CLOCK: ids in the order they were cached. Removed ids stay
+    /// until the hand reaches them (or a compaction drops them).
+    clock: std::collections::VecDeque<u64>,
+    /// The most descriptors this shard holds.
+    capacity: usize,
+}
+
+impl Shard {
+    /// Makes room for one more descriptor: evicts entries not used since
+    /// the hand last passed, returning them to be closed outside the lock.
+    fn make_room(&mut self, evicted: &mut Vec<Arc<OwnedFd>>) {
+        while self.fds.len() >= self.capacity {
+            let Some(id) = self.clock.pop_front() else {
+                return;
+            };
+            match self.fds.get_mut(&id) {
+                // Removed meanwhile: the hand just drops it.
+                None => {}
+                Some((_, used)) if *used => {
+                    *used = false;
+                    self.clock.push_back(id);
+                }
+                Some(_) => {
+                    if let Some((fd, _)) = self.fds.remove(&id) {
+                        evicted.push(fd);
+                    }
+                }
+            }
         }
     }
 
-    fn slot(&self, id: u64) -> MutexGuard<'_, Slot> {
-        let i = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.mask;
-        self.slots[i].lock().unwrap_or_else(|e| e.into_inner())
+    /// Drops ids of removed entries from the clock once they outnumber
+    /// the live ones, so that the clock's size stays bounded.
+    fn compact(&mut self) {
+        if self.clock.len() > 2 * self.fds.len() + 64 {
+            let fds = &self.fds;
+            let mut seen = IdMap::default();
+            self.clock
+                .retain(|id| fds.contains_key(id) && seen.insert(*id, ()).is_none());
+        }
+    }
+}
+
+/// Number of [`FdCache`] shards (a power of two).
+const FD_CACHE_SHARDS: usize = 16;
+
+impl FdCache {
+    /// A cache of at most `capacity` descriptors (at least one per shard).
+    fn new(capacity: usize) -> Self {
+        let per_shard = capacity.div_ceil(FD_CACHE_SHARDS).max(1);
+        Self {
+            shards: (0..FD_CACHE_SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        capacity: per_shard,
+                        ..Shard::default()
+                    })
+                })
+                .collect(),
+            capacity: per_shard * FD_CACHE_SHARDS,
+        }
+    }
+
+    fn shard(&self, id: u64) -> MutexGuard<'_, Shard> {
+        let i = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize & (FD_CACHE_SHARDS - 1);
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn get(&self, id: u64) -> Option<Arc<OwnedFd>> {
-        match &*self.slot(id) {
-            Some((k, fd)) if *k == id => Some(fd.clone()),
-            _ => None,
-        }
+        let mut shard = self.shard(id);
+        let (fd, used) = shard.fds.get_mut(&id)?;
+        *used = true;
+        Some(fd.clone())
     }
 
     fn put(&self, id: u64, fd: Arc<OwnedFd>) {
-        let old = self.slot(id).replace((id, fd));
-        // The replaced descriptor closes here, outside the slot's lock
-        // (or later, when its last user is done).
-        drop(old);
+        // Descriptors replaced or evicted close here, outside the shard's
+        // lock (or later, when their last user is done).
+        let mut closing = Vec::new();
+        {
+            let mut shard = self.shard(id);
+            if let Some((old, used)) = shard.fds.get_mut(&id) {
+                closing.push(std::mem::replace(old, fd));
+                *used = true;
+                return;
+            }
+            shard.make_room(&mut closing);
+            shard.fds.insert(id, (fd, false));
+            shard.clock.push_back(id);
+            shard.compact();
+        }
+        drop(closing);
     }
 
     fn remove(&self, id: u64) {
-        let old = {
-            let mut slot = self.slot(id);
-            match &*slot {
-                Some((k, _)) if *k == id => slot.take(),
-                _ => None,
-            }
-        };
+        let old = self.shard(id).fds.remove(&id);
         drop(old);
     }
 
     fn len(&self) -> usize {
-        self.slots
+        self.shards
             .iter()
-            .filter(|s| s.lock().unwrap_or_else(|e| e.into_inner()).is_some())
-            .count()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).fds.len())
+            .sum()
     }
 
     /// The number of descriptors it holds at most.
     fn capacity(&self) -> usize {
-        self.slots.len()
+        self.capacity
     }
 }
 
@@ -169,22 +231,23 @@ impl sys::SpareFds for FdCache {
     /// Empties the cache. A descriptor still in use by a request closes
     /// when that request is done with it.
     fn give_back(&self) -> usize {
-        self.slots
+        self.shards
             .iter()
-            .filter_map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take())
-            .count()
+            .map(|s| {
+                let mut shard = s.lock().unwrap_or_else(|e| e.into_inner());
+                shard.clock.clear();
+                std::mem::take(&mut shard.fds).len()
+            })
+            .sum()
     }
 }
 
-/// One slot of the [`FdCache`]: an inode's cache key and its descriptor.
-type Slot = Option<(u64, Arc<OwnedFd>)>;
-
 /// The size of the cache of inodes in use when the configuration leaves it
-/// open: half the open file limit in force (the rest is for open files,
-/// directories, locks and the transport), within bounds.
+/// open: three quarters of the open file limit in force (the rest is for
+/// open files, directories, locks and the transport), within bounds.
 pub(crate) fn default_fd_cache_size() -> usize {
     let soft = sys::nofile_limits().map_or(1024, |(soft, _)| soft);
-    (soft / 2).clamp(16, 1 << 20) as usize
+    (soft / 4 * 3).clamp(16, 1 << 20) as usize
 }
 
 /// What inodes held by file handle share: the source's mount (the
@@ -210,7 +273,7 @@ impl InodeFiles {
     /// by file handle if `want_handles` and a probe (`name_to_handle_at`
     /// then `open_by_handle_at` of the root) works, else by descriptor.
     /// Inodes held by handle keep the descriptors of up to `cache_size`
-    /// inodes in use (rounded down to a power of two).
+    /// inodes in use (rounded up to a multiple of the cache's shard count).
     pub(crate) fn new(root: BorrowedFd<'_>, want_handles: bool, cache_size: usize) -> Self {
         if !want_handles {
             return Self::fds("file handles turned off in the configuration".into());
@@ -800,5 +863,81 @@ impl InodeStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some_fd() -> Arc<OwnedFd> {
+        Arc::new(OwnedFd::from(std::fs::File::open("/").unwrap()))
+    }
+
+    #[test]
+    fn a_working_set_within_capacity_stays_cached() {
+        let cache = FdCache::new(64);
+        assert_eq!(cache.capacity(), 64);
+        let ids: Vec<u64> = (1..=40).collect();
+        for &id in &ids {
+            cache.put(id, some_fd());
+        }
+        // Sequential ids spread evenly over the shards (Fibonacci
+        // hashing): none of them is full.
+        for _ in 0..3 {
+            for &id in &ids {
+                assert!(cache.get(id).is_some(), "id {id} was evicted");
+            }
+        }
+        assert_eq!(cache.len(), 40);
+    }
+
+    #[test]
+    fn past_capacity_the_least_recently_used_go_first() {
+        let cache = FdCache::new(FD_CACHE_SHARDS); // one per shard
+        let mut kept = 0;
+        for id in 1..=1000 {
+            cache.put(id, some_fd());
+            assert!(cache.len() <= cache.capacity());
+        }
+        for id in 1..=1000 {
+            kept += cache.get(id).is_some() as usize;
+        }
+        assert_eq!(kept, cache.len());
+        assert!(kept <= FD_CACHE_SHARDS);
+        // A used entry survives one pass of the hand; a new one in the
+        // same shard replaces the unused ones first.
+        let mut shard = Shard {
+            capacity: 2,
+            ..Shard::default()
+        };
+        let mut closed = Vec::new();
+        for id in [1, 2] {
+            shard.fds.insert(id, (some_fd(), false));
+            shard.clock.push_back(id);
+        }
+        shard.fds.get_mut(&1).unwrap().1 = true;
+        shard.make_room(&mut closed);
+        assert_eq!(closed.len(), 1);
+        assert!(shard.fds.contains_key(&1) && !shard.fds.contains_key(&2));
+    }
+
+    #[test]
+    fn removed_ids_leave_the_clock_bounded() {
+        let cache = FdCache::new(1024);
+        for round in 0..100u64 {
+            for id in 0..50 {
+                cache.put(round * 50 + id, some_fd());
+            }
+            for id in 0..50 {
+                cache.remove(round * 50 + id);
+            }
+        }
+        assert_eq!(cache.len(), 0);
+        for s in cache.shards.iter() {
+            let s = s.lock().unwrap();
+            assert!(s.clock.len() <= 2 * s.fds.len() + 64 + 1);
+        }
+        assert_eq!(sys::SpareFds::give_back(&cache), 0);
     }
 }
