@@ -10,6 +10,7 @@ mod abi_check;
 mod bench;
 mod test;
 mod userns;
+mod vendor;
 mod vm;
 mod xfstests;
 

@@ -10,16 +10,16 @@
 
 use super::Layout;
 use crate::test::{display, run_cmd};
+use crate::vendor::{self, Source};
 use anyhow::{bail, Context, Result};
 use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The xfstests commit the lists in `xtask/xfstests/` are for.
 pub const COMMIT: &str = "63a29724a85f1999e49bf0a9bf0d22643b6116e5";
 
-/// The tarball's name in `../shared/vendor/`.
+/// The tarball's name in `../shared/vendor/` ([`vendor::VENDOR_DIR`]).
 const TARBALL: &str = "xfstests-63a29724.tar.gz";
 
 /// Upstream repositories, tried in order when there is no tarball.
@@ -28,45 +28,9 @@ const UPSTREAMS: &[&str] = &[
     "https://github.com/kdave/xfstests.git",
 ];
 
-/// Where the sources come from.
-enum Source {
-    /// A `.tar.gz` holding `xfstests/`.
-    Tarball(PathBuf),
-    /// A source tree, built in place.
-    Tree(PathBuf),
-    /// A clone of upstream at [`COMMIT`].
-    Clone,
-}
-
 /// `XFSTESTS_SRC`, else the tarball next to the workspace, else a clone.
 fn source(root: &Path) -> Result<Source> {
-    if let Some(src) = std::env::var_os("XFSTESTS_SRC") {
-        let src = PathBuf::from(src);
-        let src = if src.is_relative() {
-            root.join(src)
-        } else {
-            src
-        };
-        if src.is_dir() {
-            return Ok(Source::Tree(src));
-        }
-        if src.is_file() {
-            return Ok(Source::Tarball(src));
-        }
-        bail!(
-            "XFSTESTS_SRC={} is neither a file nor a directory",
-            src.display()
-        );
-    }
-    let tarball = root.join("../shared/vendor").join(TARBALL);
-    if tarball.is_file() {
-        return Ok(Source::Tarball(tarball));
-    }
-    println!(
-        "xfstests: {} absent (set XFSTESTS_SRC to use another copy): cloning upstream",
-        tarball.display()
-    );
-    Ok(Source::Clone)
+    vendor::source("XFSTESTS_SRC", root, TARBALL, "xfstests")
 }
 
 /// Makes sure `layout.tree` holds a built xfstests (fsstress, fsx, check).
@@ -83,18 +47,7 @@ pub fn ensure_built(layout: &Layout) -> Result<()> {
         }
         Source::Tarball(_) | Source::Clone => {
             let stamp_file = layout.work.join("build/STAMP");
-            let stamp = match &src {
-                Source::Tarball(t) => {
-                    let m = fs::metadata(t)?;
-                    format!(
-                        "tarball {} size {} mtime {}\n",
-                        t.canonicalize()?.display(),
-                        m.len(),
-                        m.mtime()
-                    )
-                }
-                _ => format!("git {COMMIT}\n"),
-            };
+            let stamp = src.stamp(COMMIT)?;
             let built = fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp);
             let is_link = layout.tree.symlink_metadata().is_ok_and(|m| m.is_symlink());
             if built && !is_link && is_built(&layout.tree) {
@@ -148,13 +101,7 @@ fn fresh_build(layout: &Layout, src: &Source) -> Result<()> {
     match src {
         Source::Tarball(t) => {
             println!("xfstests: unpacking {}", t.display());
-            run_cmd(
-                Command::new("tar")
-                    .arg("-xzf")
-                    .arg(t)
-                    .arg("-C")
-                    .arg(&partial),
-            )?;
+            vendor::unpack(t, &partial)?;
         }
         Source::Clone => clone(&partial.join("xfstests"))?,
         Source::Tree(_) => unreachable!("trees are built in place"),
