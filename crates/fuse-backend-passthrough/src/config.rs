@@ -13,13 +13,16 @@ pub enum CachePolicy {
     /// with shared mmap still allowed through `FUSE_DIRECT_IO_ALLOW_MMAP`)
     /// and attributes and names are not cached (timeouts of 0).
     Never,
-    /// The kernel caches data while a file is open and drops it on each
-    /// open; attributes and names are cached for one second.
+    /// Attributes and names are cached for one second; file data and
+    /// directory listings are kept across opens (`FOPEN_KEEP_CACHE`,
+    /// `FOPEN_CACHE_DIR`) until fresh attributes show the file or
+    /// directory changed (another mtime or size: `FUSE_AUTO_INVAL_DATA`
+    /// for data), so a change made in the source directly is seen once
+    /// the attribute timeout has passed. Symlink targets are cached.
     #[default]
     Auto,
-    /// The kernel keeps cached data across opens (`FOPEN_KEEP_CACHE`),
-    /// caches directory listings (`FOPEN_CACHE_DIR`) and symlink targets,
-    /// and attributes and names for a day.
+    /// As `Auto`, with attributes and names cached for a day: for a
+    /// source nothing else changes.
     Always,
 }
 

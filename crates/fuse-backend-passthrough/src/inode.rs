@@ -158,15 +158,23 @@ impl Shard {
     }
 }
 
-/// Number of [`FdCache`] shards (a power of two).
+/// Most [`FdCache`] shards (a power of two); a smaller cache has fewer,
+/// so that a cache of one holds exactly one descriptor.
 const FD_CACHE_SHARDS: usize = 16;
 
 impl FdCache {
-    /// A cache of at most `capacity` descriptors (at least one per shard).
+    /// A cache of at most `capacity` descriptors (at least 1; rounded up
+    /// to a multiple of its shard count).
     fn new(capacity: usize) -> Self {
-        let per_shard = capacity.div_ceil(FD_CACHE_SHARDS).max(1);
+        let capacity = capacity.max(1);
+        let shards = if capacity >= FD_CACHE_SHARDS {
+            FD_CACHE_SHARDS
+        } else {
+            1 << (usize::BITS - 1 - capacity.leading_zeros())
+        };
+        let per_shard = capacity.div_ceil(shards);
         Self {
-            shards: (0..FD_CACHE_SHARDS)
+            shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
                         capacity: per_shard,
@@ -174,12 +182,12 @@ impl FdCache {
                     })
                 })
                 .collect(),
-            capacity: per_shard * FD_CACHE_SHARDS,
+            capacity: per_shard * shards,
         }
     }
 
     fn shard(&self, id: u64) -> MutexGuard<'_, Shard> {
-        let i = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize & (FD_CACHE_SHARDS - 1);
+        let i = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize & (self.shards.len() - 1);
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -872,6 +880,17 @@ mod tests {
 
     fn some_fd() -> Arc<OwnedFd> {
         Arc::new(OwnedFd::from(std::fs::File::open("/").unwrap()))
+    }
+
+    #[test]
+    fn a_cache_of_one_holds_one() {
+        let cache = FdCache::new(1);
+        assert_eq!(cache.capacity(), 1);
+        cache.put(1, some_fd());
+        cache.put(2, some_fd());
+        assert!(cache.get(1).is_none());
+        assert!(cache.get(2).is_some());
+        assert_eq!(FdCache::new(5).capacity(), 8); // 4 shards of 2
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl std::error::Error for Failure {}
 pub enum Cache {
     /// No caching: direct I/O, no attribute or name caching.
     Never,
-    /// Cache while open; attributes and names for a second.
+    /// Keep cached data and listings until the file changes; attributes and names for a second.
     Auto,
     /// Keep caches across opens; attributes and names for a day.
     Always,

@@ -278,14 +278,27 @@ impl PassthroughFs {
         (f, promoted)
     }
 
+    /// The open flags of a file or directory served by the daemon (a
+    /// passthrough open carries its own: see `file_opened`).
+    ///
+    /// `Auto` keeps the page cache and the directory listing across opens
+    /// like `Always`: the kernel drops them itself once fresh attributes
+    /// show another mtime or size (`FUSE_AUTO_INVAL_DATA` for data, the
+    /// directory's mtime for a cached listing), so a change made in the
+    /// source directly is seen once the attribute timeout has passed.
+    /// With kernel passthrough in force, the few files the daemon serves
+    /// itself drop their cache at open, as passthrough writes bypass it.
     fn fopen_flags(&self, dir: bool) -> FopenFlags {
         match (self.cfg.cache, dir) {
             (CachePolicy::Never, false) => {
                 FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES
             }
-            (CachePolicy::Always, false) => FopenFlags::KEEP_CACHE,
-            (CachePolicy::Always, true) => FopenFlags::KEEP_CACHE | FopenFlags::CACHE_DIR,
-            _ => FopenFlags::empty(),
+            (CachePolicy::Never, true) => FopenFlags::empty(),
+            (CachePolicy::Auto, false) if self.pt.active() => FopenFlags::empty(),
+            (CachePolicy::Auto | CachePolicy::Always, false) => FopenFlags::KEEP_CACHE,
+            (CachePolicy::Auto | CachePolicy::Always, true) => {
+                FopenFlags::KEEP_CACHE | FopenFlags::CACHE_DIR
+            }
         }
     }
 
@@ -430,7 +443,11 @@ impl FileSystem for PassthroughFs {
         }
         match self.cfg.cache {
             CachePolicy::Never => want |= InitFlags::DIRECT_IO_ALLOW_MMAP,
-            CachePolicy::Auto | CachePolicy::Always => want |= InitFlags::CACHE_SYMLINKS,
+            // AUTO_INVAL_DATA: cached data goes when the attributes show
+            // the file changed, so it may be kept across opens.
+            CachePolicy::Auto | CachePolicy::Always => {
+                want |= InitFlags::CACHE_SYMLINKS | InitFlags::AUTO_INVAL_DATA
+            }
         }
         if self.cfg.no_open {
             want |= InitFlags::NO_OPEN_SUPPORT;

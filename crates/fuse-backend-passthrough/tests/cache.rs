@@ -1,0 +1,113 @@
+//! The default cache policy (`CachePolicy::Auto`) through a real mount:
+//! file data and directory listings outlive an open (a second open reads
+//! nothing from the daemon), and a change made in the backing directory
+//! directly, behind the mount's back, is seen once the attribute timeout
+//! has passed. Needs root (CI runs as root).
+
+mod common;
+
+use common::*;
+use fuse_abi::Opcode;
+use fuse_backend_passthrough::{CachePolicy, PassthroughConfig};
+use std::fs;
+use std::io::Read;
+use std::time::Duration;
+
+/// The attribute and entry timeout of these mounts: short, so the tests
+/// are quick, and what a change in the source waits for at most.
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+fn auto() -> PassthroughConfig {
+    PassthroughConfig::default()
+        .cache(CachePolicy::Auto)
+        .attr_timeout(TIMEOUT)
+        .entry_timeout(TIMEOUT)
+}
+
+/// Past the attribute timeout (a busy machine only makes it longer ago).
+fn past_the_timeout() {
+    std::thread::sleep(TIMEOUT + Duration::from_millis(100));
+}
+
+fn read_through(t: &TestMount, name: &str) -> Vec<u8> {
+    let mut data = Vec::new();
+    fs::File::open(t.m(name))
+        .unwrap()
+        .read_to_end(&mut data)
+        .unwrap();
+    data
+}
+
+fn names_through(t: &TestMount, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(t.m(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn file_data_is_kept_across_opens_while_unchanged() {
+    let t = TestMount::with(auto(), test_options());
+    fs::write(t.s("f"), pattern(256 << 10, 1)).unwrap();
+    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
+    let reads = t.count(Opcode::Read);
+    assert!(reads > 0);
+    // Unchanged, whether or not the attributes were refreshed meanwhile:
+    // the page cache answers.
+    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
+    past_the_timeout();
+    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
+    assert_eq!(t.count(Opcode::Read), reads, "a second open read again");
+}
+
+#[test]
+fn a_change_in_the_source_shows_after_the_attribute_timeout() {
+    let t = TestMount::with(auto(), test_options());
+    fs::write(t.s("f"), b"first version").unwrap();
+    assert_eq!(read_through(&t, "f"), b"first version");
+    // Same size: only the mtime tells the kernel its pages are stale.
+    fs::write(t.s("f"), b"other version").unwrap();
+    past_the_timeout();
+    assert_eq!(read_through(&t, "f"), b"other version");
+    // A file kept open sees it too, on its next read.
+    let f = fs::File::open(t.m("f")).unwrap();
+    let mut buf = [0u8; 13];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    assert_eq!(&buf, b"other version");
+    fs::write(t.s("f"), b"third version, longer").unwrap();
+    past_the_timeout();
+    let mut buf = [0u8; 21];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    assert_eq!(&buf, b"third version, longer");
+}
+
+#[test]
+fn directory_listings_are_cached_and_follow_changes_in_the_source() {
+    let t = TestMount::with(auto(), test_options());
+    fs::create_dir(t.s("d")).unwrap();
+    for i in 0..50 {
+        fs::write(t.s(&format!("d/f{i:02}")), b"").unwrap();
+    }
+    let before = names_through(&t, "d");
+    assert_eq!(before.len(), 50);
+    let listings = t.count(Opcode::Readdir) + t.count(Opcode::Readdirplus);
+    assert_eq!(names_through(&t, "d"), before);
+    assert_eq!(
+        t.count(Opcode::Readdir) + t.count(Opcode::Readdirplus),
+        listings,
+        "a second listing went to the daemon"
+    );
+    // Made and removed behind the mount's back.
+    fs::write(t.s("d/new"), b"").unwrap();
+    fs::remove_file(t.s("d/f00")).unwrap();
+    past_the_timeout();
+    let after = names_through(&t, "d");
+    assert!(after.contains(&"new".to_owned()), "{after:?}");
+    assert!(!after.contains(&"f00".to_owned()), "{after:?}");
+    assert_eq!(after.len(), 50);
+    // Changes made through the mount show at once.
+    fs::write(t.m("d/made-here"), b"").unwrap();
+    assert!(names_through(&t, "d").contains(&"made-here".to_owned()));
+}
