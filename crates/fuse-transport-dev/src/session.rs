@@ -24,8 +24,12 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 pub struct SessionConfig {
     /// Worker threads started at mount, each reading its own cloned fd.
     pub threads: usize,
-    /// Largest number of workers: when every worker is busy (a blocking
-    /// lock, a slow fsync), another one starts, up to this many.
+    /// Largest number of workers: when every worker is busy (a slow
+    /// fsync, a read from a slow disk), another one starts, up to this
+    /// many (workers in lock waits don't count). `Default` sizes it to the
+    /// machine: four per CPU, between 8 and 64. More workers than that
+    /// only add threads and buffer memory: on a machine of few CPUs they
+    /// take turns on them anyway.
     pub max_threads: usize,
     /// Use `FUSE_DEV_IOC_CLONE` to give each worker its own fd (falls back
     /// to sharing one fd if the kernel refuses).
@@ -58,7 +62,7 @@ impl Default for SessionConfig {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         Self {
             threads: cpus.clamp(2, 8),
-            max_threads: 64,
+            max_threads: (4 * cpus).clamp(8, 64),
             clone_fd: true,
             wake_signal: libc::SIGRTMIN() + 4,
         }
