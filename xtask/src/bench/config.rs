@@ -317,6 +317,9 @@ pub struct Peers {
     pub libfuse: LibfusePeer,
     /// fuser's passthrough example.
     pub fuser: FuserPeer,
+    /// libfuse master's passthrough_hp.
+    #[serde(rename = "libfuse-hp")]
+    pub libfuse_hp: LibfuseHpPeer,
 }
 
 /// How to build libfuse's `passthrough_ll`.
@@ -338,6 +341,26 @@ pub struct FuserPeer {
     pub version: String,
     /// The example's name.
     pub example: String,
+}
+
+/// Where libfuse master's `passthrough_hp` comes from and how it is built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibfuseHpPeer {
+    /// The environment variable naming the source (a `.tar.gz` holding
+    /// `libfuse/`, or a source tree).
+    pub source_var: String,
+    /// The tarball's name in `../shared/vendor/` (one `*` allowed), used
+    /// when the variable is unset.
+    pub tarball: String,
+    /// Cloned (`git clone --depth 1`) when there is neither.
+    pub upstream: String,
+    /// `meson setup` options.
+    pub meson_options: Vec<String>,
+    /// The ninja target, also the binary's path in the build directory.
+    pub target: String,
+    /// Debian packages the build needs.
+    pub apt_packages: Vec<String>,
 }
 
 impl Peers {
@@ -466,7 +489,12 @@ mod tests {
                 assert!(wl == "*" || names.contains(&wl.as_str()), "{wl}");
             }
         }
-        Peers::load(&benches).unwrap();
+        let peers = Peers::load(&benches).unwrap();
+        assert_eq!(peers.libfuse_hp.source_var, "LIBFUSE_SRC");
+        assert!(peers
+            .libfuse_hp
+            .meson_options
+            .contains(&"-Dexamples=true".to_string()));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //!
 //! 1. builds what it needs (release): `fuse-bench-daemon` and
 //!    `fuse-bench-meta` from `crates/bench`, libfuse's `passthrough_ll` with
-//!    gcc, fuser's `passthrough` example with `cargo install --example`
-//!    (peers that can't be built are reported as missing);
+//!    gcc, libfuse master's `passthrough_hp` with meson and ninja
+//!    (`LIBFUSE_SRC`, by default the vendored tarball), fuser's
+//!    `passthrough` example with `cargo install --example` (peers that
+//!    can't be built are reported as missing);
 //! 2. lays out the data files in `target/bench/work/backing` once;
 //! 3. probes every selected target (mounts it, checks that the mount shows
 //!    the backing directory, unmounts): modes whose code doesn't exist yet
@@ -58,7 +60,8 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Targets to run, comma-separated, `*` as a wildcard: native,
-    /// ours:<dev|uring>/<sync|tokio|uring>[+pool], libfuse, fuser.
+    /// ours:<dev|uring>/<sync|tokio|uring>[+pool], ours:<dev|uring>/sync+kpt,
+    /// libfuse, libfuse-hp:<dev|uring|kpt>, fuser.
     /// Default: all of them (with --quick: native,ours:dev/sync,libfuse).
     #[arg(long, value_name = "LIST")]
     targets: Option<String>,
@@ -479,11 +482,23 @@ fn build_binaries(
         daemon,
         meta,
         libfuse: None,
+        libfuse_hp: None,
         fuser: None,
     };
     if wants(&TargetKind::Libfuse) {
         println!("bench: building libfuse's passthrough_ll (gcc)");
         bins.libfuse = Some(targets::build_libfuse(paths, peers));
+    }
+    if specs
+        .iter()
+        .any(|s| matches!(s.kind, TargetKind::LibfuseHp(_)))
+    {
+        println!(
+            "bench: building libfuse master's passthrough_hp (meson + ninja; {} or the vendored \
+             tarball; only when missing)",
+            peers.libfuse_hp.source_var
+        );
+        bins.libfuse_hp = Some(targets::build_libfuse_hp(paths, peers));
     }
     if wants(&TargetKind::Fuser) {
         println!(

@@ -1,8 +1,10 @@
 //! The targets: native, our daemon in each mode, and the peers (libfuse's
-//! passthrough_ll, fuser's passthrough example): building them, mounting
-//! them, and making sure no mount is ever left behind.
+//! passthrough_ll, libfuse master's passthrough_hp in three modes, fuser's
+//! passthrough example): building them, mounting them, and making sure no
+//! mount is ever left behind.
 
 use super::config::Peers;
+use crate::vendor::{self, Source};
 use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::Read;
@@ -42,9 +44,41 @@ pub enum TargetKind {
     },
     /// libfuse's passthrough_ll.
     Libfuse,
+    /// libfuse master's passthrough_hp in one mode.
+    LibfuseHp(HpMode),
     /// fuser's passthrough example.
     Fuser,
 }
+
+/// The modes passthrough_hp runs in, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HpMode {
+    /// `/dev/fuse`, READ and WRITE served by the daemon (`--nopassthrough`).
+    Dev,
+    /// FUSE over io_uring (`--nopassthrough -o io_uring`).
+    Uring,
+    /// Kernel passthrough (its default): READ and WRITE bypass the daemon.
+    Kpt,
+}
+
+impl HpMode {
+    /// Every mode, in report order.
+    pub const ALL: [HpMode; 3] = [HpMode::Dev, HpMode::Uring, HpMode::Kpt];
+
+    /// The mode's part of the target name (`libfuse-hp:<mode>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HpMode::Dev => "dev",
+            HpMode::Uring => "uring",
+            HpMode::Kpt => "kpt",
+        }
+    }
+}
+
+/// The environment variable that makes libfuse (master) log its INIT
+/// negotiation: one `FUSE_INIT: FUSE_CAP_…` line per capability, then
+/// `FUSE_INIT: io_uring=on` (or `io_uring=off:<why>`) and the scalars.
+const HP_INIT_STATUS: &str = "FUSE_INIT_STATUS";
 
 /// A target by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +100,8 @@ impl TargetSpec {
                 pool,
                 kpt,
             } => format!(
-                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}",
+                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}; the run's \
+                 settings as --cache <policy>, --writeback, --no-xattr",
                 if *pool {
                     ", READ/WRITE thread pool"
                 } else {
@@ -78,8 +113,30 @@ impl TargetSpec {
                     ""
                 }
             ),
-            TargetKind::Libfuse => "libfuse 3.14 example passthrough_ll (C, /dev/fuse)".into(),
-            TargetKind::Fuser => "fuser's passthrough example (Rust, /dev/fuse)".into(),
+            TargetKind::Libfuse => "libfuse 3.14 example passthrough_ll (C, /dev/fuse, clone_fd); \
+                                    the run's settings as -o cache=<policy>, -o xattr|no_xattr, \
+                                    -o writeback"
+                .into(),
+            TargetKind::LibfuseHp(mode) => format!(
+                "libfuse master example passthrough_hp (C++, {}); cache never: --nocache (0 s \
+                 timeouts, no keep_cache, no writeback cache); auto and always: its own cache \
+                 (86400 s timeouts, keep_cache, cache_readdir{}); no writeback switch (it \
+                 follows the cache) and no xattr switch (always served); always \
+                 default_permissions; max_write 4 MiB",
+                match mode {
+                    HpMode::Dev => "/dev/fuse, --nopassthrough",
+                    HpMode::Uring => "FUSE over io_uring, -o io_uring --nopassthrough",
+                    HpMode::Kpt =>
+                        "/dev/fuse, kernel passthrough (its default; READ/WRITE bypass the daemon)",
+                },
+                match mode {
+                    HpMode::Kpt => "; no writeback cache: it excludes kernel passthrough",
+                    _ => ", writeback cache",
+                }
+            ),
+            TargetKind::Fuser => "fuser's passthrough example (Rust, /dev/fuse); takes none of \
+                                  the run's cache, writeback or xattr settings"
+                .into(),
         }
     }
 
@@ -101,7 +158,8 @@ pub fn ours_name(transport: &str, runtime: &str, pool: bool, kpt: bool) -> Strin
 
 /// Every target, in report order: native; our modes (every transport ×
 /// runtime, then the async runtimes with the thread pool, then the sync
-/// runtimes with kernel passthrough); libfuse; fuser. There is no
+/// runtimes with kernel passthrough); libfuse; libfuse-hp in its modes
+/// (dev, uring, kpt); fuser. There is no
 /// `sync+pool`: the backend's pool serves the async path, and synchronous
 /// workers already block on threads of their own.
 pub fn all_targets() -> Vec<TargetSpec> {
@@ -138,6 +196,12 @@ pub fn all_targets() -> Vec<TargetSpec> {
         name: "libfuse".into(),
         kind: TargetKind::Libfuse,
     });
+    for mode in HpMode::ALL {
+        v.push(TargetSpec {
+            name: format!("libfuse-hp:{}", mode.name()),
+            kind: TargetKind::LibfuseHp(mode),
+        });
+    }
     v.push(TargetSpec {
         name: "fuser".into(),
         kind: TargetKind::Fuser,
@@ -186,6 +250,8 @@ pub struct Binaries {
     pub meta: PathBuf,
     /// libfuse's passthrough_ll.
     pub libfuse: Option<Result<PathBuf, String>>,
+    /// libfuse master's passthrough_hp.
+    pub libfuse_hp: Option<Result<PathBuf, String>>,
     /// fuser's example.
     pub fuser: Option<Result<PathBuf, String>>,
 }
@@ -333,6 +399,83 @@ pub fn build_fuser(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
     }
 }
 
+/// Builds libfuse master's `passthrough_hp` with meson and ninja under
+/// `target/bench-peers/libfuse-hp/` from the source of [`vendor::source`]
+/// (`LIBFUSE_SRC`, else the vendored tarball, else a shallow clone),
+/// installing the packages the build needs first. A `STAMP` file names the
+/// source the binary was built from; the build runs again only when the
+/// binary is missing or the source is another one.
+pub fn build_libfuse_hp(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
+    let hp = &peers.libfuse_hp;
+    let dir = paths.peers.join("libfuse-hp");
+    let build = dir.join("build");
+    let bin = build.join(&hp.target);
+    let src = vendor::source(&hp.source_var, &paths.root, &hp.tarball, "libfuse-hp")
+        .map_err(|e| format!("{e:#}"))?;
+    let stamp = src
+        .stamp(&format!("clone --depth 1 {}", hp.upstream))
+        .map_err(|e| format!("{e:#}"))?;
+    let stamp_file = dir.join("STAMP");
+    if bin.is_file() && std::fs::read_to_string(&stamp_file).is_ok_and(|s| s == stamp) {
+        return Ok(bin);
+    }
+    let packages: Vec<&str> = hp.apt_packages.iter().map(String::as_str).collect();
+    crate::test::ensure_apt_packages(&packages).map_err(|e| format!("{e:#}"))?;
+    let fresh = |p: &Path| -> Result<(), String> {
+        if p.exists() {
+            std::fs::remove_dir_all(p).map_err(|e| format!("removing {}: {e}", p.display()))?;
+        }
+        Ok(())
+    };
+    let _ = std::fs::remove_file(&stamp_file);
+    let unpacked = dir.join("src");
+    let tree = match &src {
+        Source::Tree(tree) => tree.clone(),
+        Source::Tarball(t) => {
+            fresh(&unpacked)?;
+            std::fs::create_dir_all(&unpacked).map_err(|e| e.to_string())?;
+            vendor::unpack(t, &unpacked).map_err(|e| format!("{e:#}"))?;
+            unpacked.join("libfuse")
+        }
+        Source::Clone => {
+            fresh(&unpacked)?;
+            std::fs::create_dir_all(&unpacked).map_err(|e| e.to_string())?;
+            let dest = unpacked.join("libfuse");
+            run_quiet(
+                Command::new("git")
+                    .args(["clone", "-q", "--depth", "1", &hp.upstream])
+                    .arg(&dest),
+                &format!("git clone --depth 1 {}", hp.upstream),
+            )?;
+            dest
+        }
+    };
+    if !tree.join("meson.build").is_file() {
+        return Err(format!(
+            "{} has no meson.build (is it a libfuse source tree?)",
+            tree.display()
+        ));
+    }
+    fresh(&build)?;
+    run_quiet(
+        Command::new("meson")
+            .arg("setup")
+            .arg(&build)
+            .arg(&tree)
+            .args(&hp.meson_options),
+        "meson setup (libfuse)",
+    )?;
+    run_quiet(
+        Command::new("ninja").arg("-C").arg(&build).arg(&hp.target),
+        &format!("ninja {}", hp.target),
+    )?;
+    if !bin.is_file() {
+        return Err(format!("ninja did not produce {}", bin.display()));
+    }
+    std::fs::write(&stamp_file, &stamp).map_err(|e| format!("{}: {e}", stamp_file.display()))?;
+    Ok(bin)
+}
+
 /// How FUSE targets are configured for a run (the same for all of them).
 #[derive(Debug, Clone)]
 pub struct MountSettings {
@@ -415,6 +558,30 @@ pub fn command_for(
                 opts.push_str(",writeback");
             }
             Some((bin, vec!["-f".into(), "-o".into(), opts, mnt]))
+        }
+        TargetKind::LibfuseHp(mode) => {
+            let bin = match &bins.libfuse_hp {
+                Some(Ok(b)) => b.clone(),
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err("not built".into()),
+            };
+            // Only the cache policy maps: "never" to --nocache, the others
+            // to its own cache. It has no writeback switch (the writeback
+            // cache follows its cache) and no xattr switch.
+            let mut args: Vec<String> = vec!["--foreground".into()];
+            if *mode != HpMode::Kpt {
+                args.push("--nopassthrough".into());
+            }
+            if *mode == HpMode::Uring {
+                args.push("-o".into());
+                args.push("io_uring".into());
+            }
+            if ms.cache == "never" {
+                args.push("--nocache".into());
+            }
+            args.push(backing);
+            args.push(mnt);
+            Some((bin, args))
         }
         TargetKind::Fuser => {
             let bin = match &bins.fuser {
@@ -640,7 +807,17 @@ pub fn start(
     let open = |p: &Path| {
         File::create(p).map_err(|e| StartError::Failed(format!("creating {}: {e}", p.display())))
     };
-    let child = Command::new(&bin)
+    let hp = match spec.kind {
+        TargetKind::LibfuseHp(mode) => Some(mode),
+        _ => None,
+    };
+    let mut cmd = Command::new(&bin);
+    if hp.is_some() {
+        // libfuse logs its INIT negotiation, which says whether the mode
+        // asked for is the mode it got.
+        cmd.env(HP_INIT_STATUS, "1");
+    }
+    let child = cmd
         .args(&args)
         .stdin(Stdio::null())
         .stdout(open(&stdout_path)?)
@@ -670,7 +847,10 @@ pub fn start(
             let why = plain(&tail(log, 3));
             let _ = force_unmount(&paths.mnt);
             running.stopped = true;
-            return Err(if status.code() == Some(EXIT_NOT_AVAILABLE) {
+            return Err(if hp == Some(HpMode::Uring) {
+                // Whatever stops it, the uring mode is what can't start here.
+                StartError::NotAvailable(format!("exited during start ({status}): {why}"))
+            } else if ours && status.code() == Some(EXIT_NOT_AVAILABLE) {
                 let why = why
                     .rsplit(" / ")
                     .next()
@@ -696,7 +876,24 @@ pub fn start(
         let fuse_mounted = mounted(&paths.mnt).is_some_and(|t| t.starts_with("fuse"));
         if fuse_mounted && (!ours || running.start_line.is_some()) {
             match std::fs::read_to_string(paths.mnt.join(MARKER)) {
-                Ok(t) if t.trim() == marker_token => return Ok(running),
+                Ok(t) if t.trim() == marker_token => {
+                    let Some(mode) = hp else {
+                        return Ok(running);
+                    };
+                    // The INIT status is logged before INIT is answered, so
+                    // it is complete once the mount serves.
+                    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+                    return match hp_mode_check(mode, &HpInit::parse(&log_text)) {
+                        Ok(line) => {
+                            running.start_line = line;
+                            Ok(running)
+                        }
+                        Err(why) => {
+                            running.stop_quietly();
+                            Err(StartError::NotAvailable(why))
+                        }
+                    };
+                }
                 other => {
                     let mut names: Vec<String> = std::fs::read_dir(&paths.mnt)
                         .map(|d| {
@@ -737,6 +934,118 @@ pub fn start(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What libfuse (master) logged of its INIT negotiation with
+/// `FUSE_INIT_STATUS` set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HpInit {
+    /// Whether there was any `FUSE_INIT:` line.
+    pub logged: bool,
+    /// The capabilities negotiated (`FUSE_CAP_…`).
+    pub caps: Vec<String>,
+    /// `on`, or `off:<why>`.
+    pub io_uring: Option<String>,
+    /// `key=value` scalars other than io_uring, in log order.
+    pub scalars: Vec<(String, String)>,
+    /// libfuse's own line when the ring failed to start.
+    pub uring_failure: Option<String>,
+}
+
+impl HpInit {
+    /// Reads the status lines out of a daemon's log.
+    pub fn parse(log: &str) -> HpInit {
+        let mut init = HpInit::default();
+        for line in log.lines() {
+            let line = line.trim();
+            if line.starts_with("fuse: failed to start io-uring") {
+                init.uring_failure = Some(line.to_string());
+            }
+            let Some(rest) = line.strip_prefix("FUSE_INIT: ") else {
+                continue;
+            };
+            init.logged = true;
+            let rest = rest.trim();
+            match rest.split_once('=') {
+                Some(("io_uring", v)) => init.io_uring = Some(v.to_string()),
+                Some((k, v)) => init.scalars.push((k.to_string(), v.to_string())),
+                None => init.caps.push(rest.to_string()),
+            }
+        }
+        init
+    }
+
+    fn cap(&self, name: &str) -> bool {
+        self.caps.iter().any(|c| c == name)
+    }
+
+    fn scalar(&self, key: &str) -> Option<&str> {
+        self.scalars
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Whether passthrough_hp runs in `mode`, from its INIT status: the start
+/// line to record (`None` when it logged none), or why the mode is not
+/// available. `--nopassthrough` still negotiates `FUSE_PASSTHROUGH` (it
+/// just never opens a backing file), so kernel passthrough is on only in
+/// the kpt mode; io_uring silently falls back to /dev/fuse when the ring
+/// can't start, which this turns into "not available".
+pub fn hp_mode_check(mode: HpMode, init: &HpInit) -> Result<Option<String>, String> {
+    if !init.logged {
+        return match mode {
+            HpMode::Dev => Ok(None),
+            _ => Err(format!(
+                "it logged no INIT status ({HP_INIT_STATUS}=1; a libfuse older than master?), so \
+                 whether it runs in the {} mode can't be told",
+                mode.name()
+            )),
+        };
+    }
+    let uring = init.io_uring.as_deref().unwrap_or("unknown");
+    let kpt = mode == HpMode::Kpt && init.cap("FUSE_CAP_PASSTHROUGH");
+    match mode {
+        HpMode::Uring if uring != "on" => {
+            return Err(format!(
+                "FUSE over io_uring did not start (io_uring={uring}{}); it would serve /dev/fuse",
+                init.uring_failure
+                    .as_deref()
+                    .map_or(String::new(), |l| format!("; {l}"))
+            ))
+        }
+        HpMode::Kpt if !kpt => {
+            return Err(
+                "the kernel did not grant FUSE_PASSTHROUGH; it would serve READ and WRITE itself"
+                    .into(),
+            )
+        }
+        HpMode::Dev if uring == "on" => {
+            return Err("it turned FUSE over io_uring on without being asked to".into())
+        }
+        _ => {}
+    }
+    let onoff = |b: bool| if b { "on" } else { "off" };
+    let mut line = format!(
+        "LIBFUSE-HP INIT mode={} io_uring={} kernel_passthrough={} writeback_cache={} \
+         readdirplus={} splice={}",
+        mode.name(),
+        if uring == "on" { "on" } else { "off" },
+        onoff(kpt),
+        onoff(init.cap("FUSE_CAP_WRITEBACK_CACHE")),
+        onoff(init.cap("FUSE_CAP_READDIRPLUS")),
+        onoff(init.cap("FUSE_CAP_SPLICE_READ")),
+    );
+    if let (Some(major), Some(minor)) = (init.scalar("proto_major"), init.scalar("proto_minor")) {
+        line.push_str(&format!(" proto={major}.{minor}"));
+    }
+    for key in ["max_write", "max_readahead"] {
+        if let Some(v) = init.scalar(key) {
+            line.push_str(&format!(" {key}={v}"));
+        }
+    }
+    Ok(Some(line))
 }
 
 impl Running {
@@ -848,8 +1157,17 @@ mod tests {
         assert!(names.contains(&"ours:uring/tokio+pool"));
         assert!(names.contains(&"ours:dev/sync+kpt"));
         assert!(names.contains(&"ours:uring/sync+kpt"));
-        assert_eq!(&names[names.len() - 2..], &["libfuse", "fuser"]);
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 2);
+        assert_eq!(
+            &names[names.len() - 5..],
+            &[
+                "libfuse",
+                "libfuse-hp:dev",
+                "libfuse-hp:uring",
+                "libfuse-hp:kpt",
+                "fuser"
+            ]
+        );
+        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 3 + 1);
     }
 
     #[test]
@@ -859,6 +1177,7 @@ mod tests {
             daemon: "/w/target/release/fuse-bench-daemon".into(),
             meta: "/m".into(),
             libfuse: Some(Ok("/p/passthrough_ll".into())),
+            libfuse_hp: Some(Ok("/p/passthrough_hp".into())),
             fuser: Some(Err("no network".into())),
         };
         let ms = MountSettings {
@@ -891,10 +1210,102 @@ mod tests {
             "passthrough_ll -f -o clone_fd,source=/w/target/bench/work/backing,cache=auto,no_xattr,writeback \
              /w/target/bench/work/mnt"
         );
+        let hp = |name: &str, ms: &MountSettings| {
+            let (bin, args) = command_for(find(name), &bins, &paths, ms).unwrap().unwrap();
+            display_command(&bin, &args)
+        };
+        assert_eq!(
+            hp("libfuse-hp:dev", &ms),
+            "passthrough_hp --foreground --nopassthrough /w/target/bench/work/backing \
+             /w/target/bench/work/mnt"
+        );
+        assert_eq!(
+            hp("libfuse-hp:uring", &ms),
+            "passthrough_hp --foreground --nopassthrough -o io_uring \
+             /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        assert_eq!(
+            hp("libfuse-hp:kpt", &ms),
+            "passthrough_hp --foreground /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        // Only "never" maps: hp's cache is all or nothing.
+        let never = MountSettings {
+            cache: "never".into(),
+            ..ms.clone()
+        };
+        assert_eq!(
+            hp("libfuse-hp:uring", &never),
+            "passthrough_hp --foreground --nopassthrough -o io_uring --nocache \
+             /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        let (_, args) = command_for(find("libfuse"), &bins, &paths, &never)
+            .unwrap()
+            .unwrap();
+        assert!(args[2].contains("cache=never"));
+        let unbuilt = Binaries {
+            libfuse_hp: Some(Err("meson failed".into())),
+            ..bins.clone()
+        };
+        assert_eq!(
+            command_for(find("libfuse-hp:kpt"), &unbuilt, &paths, &ms),
+            Err("meson failed".to_string())
+        );
         assert_eq!(
             command_for(find("fuser"), &bins, &paths, &ms),
             Err("no network".to_string())
         );
+    }
+
+    /// As libfuse master logs it with FUSE_INIT_STATUS=1 (trimmed).
+    const HP_LOG: &str = "FUSE_INIT: FUSE_CAP_ASYNC_READ\n\
+                          FUSE_INIT: FUSE_CAP_SPLICE_READ\n\
+                          FUSE_INIT: FUSE_CAP_READDIRPLUS\n\
+                          FUSE_INIT: FUSE_CAP_WRITEBACK_CACHE\n\
+                          FUSE_INIT: FUSE_CAP_PASSTHROUGH\n\
+                          FUSE_INIT: FUSE_CAP_OVER_IO_URING\n\
+                          FUSE_INIT: io_uring=on\n\
+                          FUSE_INIT: proto_major=7\n\
+                          FUSE_INIT: proto_minor=45\n\
+                          FUSE_INIT: max_readahead=131072\n\
+                          FUSE_INIT: max_write=4194304\n\
+                          FUSE_INIT: max_background=0\n";
+
+    #[test]
+    fn hp_modes_are_checked() {
+        let on = HpInit::parse(HP_LOG);
+        assert!(on.logged);
+        assert_eq!(on.io_uring.as_deref(), Some("on"));
+        assert_eq!(
+            hp_mode_check(HpMode::Uring, &on).unwrap().unwrap(),
+            "LIBFUSE-HP INIT mode=uring io_uring=on kernel_passthrough=off writeback_cache=on \
+             readdirplus=on splice=on proto=7.45 max_write=4194304 max_readahead=131072"
+        );
+        let failed = HP_LOG
+            .replace("FUSE_INIT: FUSE_CAP_OVER_IO_URING\n", "")
+            .replace(
+                "io_uring=on",
+                "io_uring=off:start_failed:Operation not permitted",
+            )
+            + "fuse: failed to start io-uring: Operation not permitted\n";
+        let off = HpInit::parse(&failed);
+        let why = hp_mode_check(HpMode::Uring, &off).unwrap_err();
+        assert!(why.contains("io_uring=off:start_failed"), "{why}");
+        assert!(why.contains("failed to start io-uring"), "{why}");
+        assert!(hp_mode_check(HpMode::Dev, &off)
+            .unwrap()
+            .unwrap()
+            .contains("mode=dev io_uring=off kernel_passthrough=off"));
+        assert!(hp_mode_check(HpMode::Dev, &on).is_err());
+        assert!(hp_mode_check(HpMode::Kpt, &off)
+            .unwrap()
+            .unwrap()
+            .contains("kernel_passthrough=on"));
+        let no_kpt = HpInit::parse(&failed.replace("FUSE_INIT: FUSE_CAP_PASSTHROUGH\n", ""));
+        assert!(hp_mode_check(HpMode::Kpt, &no_kpt).is_err());
+        let silent = HpInit::parse("some other line\n");
+        assert!(!silent.logged);
+        assert_eq!(hp_mode_check(HpMode::Dev, &silent), Ok(None));
+        assert!(hp_mode_check(HpMode::Uring, &silent).is_err());
     }
 
     #[test]
