@@ -102,6 +102,10 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Directory passes in the measured window (readdir kinds, stat).
     pub passes: u64,
+    /// Operations of the ramp before the window (time-based kinds): with
+    /// `ops`, everything the process did, for a cost per operation
+    /// measured from outside it.
+    pub ramp_ops: u64,
     /// Latency of single operations, when each was timed (count-based kinds).
     pub latency: Option<Latency>,
 }
@@ -317,15 +321,22 @@ fn shuffle<T>(items: &mut [T], mut seed: u64) {
     }
 }
 
+/// What [`timed`] counted.
+struct Timed {
+    ops: u64,
+    passes: u64,
+    elapsed: Duration,
+    ramp_ops: u64,
+}
+
 /// Runs `step` (which returns operations done) for the ramp, then for the
-/// measured window; returns (ops, passes, elapsed) of the window.
-fn timed(
-    opts: &Options,
-    mut step: impl FnMut() -> io::Result<u64>,
-) -> io::Result<(u64, u64, Duration)> {
+/// measured window; returns the window's ops, passes and length, and the
+/// ramp's ops.
+fn timed(opts: &Options, mut step: impl FnMut() -> io::Result<u64>) -> io::Result<Timed> {
     let start = Instant::now();
+    let mut ramp_ops = 0;
     while start.elapsed() < opts.ramp {
-        step()?;
+        ramp_ops += step()?;
     }
     let start = Instant::now();
     let (mut ops, mut passes) = (0, 0);
@@ -334,7 +345,12 @@ fn timed(
         passes += 1;
         let elapsed = start.elapsed();
         if elapsed >= opts.runtime {
-            return Ok((ops, passes, elapsed));
+            return Ok(Timed {
+                ops,
+                passes,
+                elapsed,
+                ramp_ops,
+            });
         }
     }
 }
@@ -365,18 +381,20 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
                 ops: names.len() as u64,
                 elapsed,
                 passes: 1,
+                ramp_ops: 0,
                 latency: Latency::from_samples(lat),
             })
         }
         Kind::Readdir | Kind::ReaddirStat => {
             let mut buf = DentBuf::new();
             let stat = kind == Kind::ReaddirStat;
-            let (ops, passes, elapsed) = timed(opts, || readdir_pass(&opts.dir, &mut buf, stat))?;
+            let t = timed(opts, || readdir_pass(&opts.dir, &mut buf, stat))?;
             Ok(Outcome {
                 kind,
-                ops,
-                elapsed,
-                passes,
+                ops: t.ops,
+                elapsed: t.elapsed,
+                passes: t.passes,
+                ramp_ops: t.ramp_ops,
                 latency: None,
             })
         }
@@ -395,7 +413,7 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
             } else {
                 statx_sync
             };
-            let (ops, passes, elapsed) = timed(opts, || {
+            let t = timed(opts, || {
                 for &name in &order {
                     stat(dir.as_raw_fd(), name)?;
                 }
@@ -403,9 +421,10 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
             })?;
             Ok(Outcome {
                 kind,
-                ops,
-                elapsed,
-                passes,
+                ops: t.ops,
+                elapsed: t.elapsed,
+                passes: t.passes,
+                ramp_ops: t.ramp_ops,
                 latency: None,
             })
         }
@@ -475,6 +494,7 @@ pub fn fio_json(outcome: &Outcome, opts: &Options) -> serde_json::Value {
                 "files": opts.files,
                 "passes": outcome.passes,
                 "ramp_ms": if outcome.kind.time_based() { opts.ramp.as_millis() as u64 } else { 0 },
+                "ramp_ops": outcome.ramp_ops,
                 "elapsed_ns": outcome.elapsed.as_nanos() as u64,
             },
         }],
@@ -513,6 +533,10 @@ mod tests {
             let r = run(kind, &o).unwrap();
             assert!(r.passes >= 1, "{kind:?}");
             assert_eq!(r.ops, 100 * r.passes, "{kind:?}: whole passes of 100");
+            assert!(
+                r.ramp_ops >= 100 && r.ramp_ops % 100 == 0,
+                "{kind:?}: ramp passes"
+            );
             assert!(r.elapsed >= o.runtime);
         }
         let d = run(Kind::Delete, &o).unwrap();
@@ -564,6 +588,7 @@ mod tests {
             ops: 5000,
             elapsed: Duration::from_millis(500),
             passes: 500,
+            ramp_ops: 2000,
             latency: None,
         };
         let j = fio_json(&out, &o);
@@ -572,6 +597,7 @@ mod tests {
         assert!((job["read"]["iops"].as_f64().unwrap() - 10_000.0).abs() < 1e-6);
         assert_eq!(job["write"]["iops"].as_f64().unwrap(), 0.0);
         assert_eq!(job["read"]["runtime"], 500);
+        assert_eq!(job["bench"]["ramp_ops"], 2000);
         assert!((job["read"]["lat_ns"]["mean"].as_f64().unwrap() - 100_000.0).abs() < 1e-6);
         let create = Outcome {
             kind: Kind::Create,
