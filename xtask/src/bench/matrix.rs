@@ -3,10 +3,10 @@
 //! running every workload, with the samples going into the report.
 
 use super::config::{Settings, Workload};
-use super::results::{RunReport, Sample, TargetInfo, TargetStatus};
+use super::results::{DaemonSample, RunReport, Sample, TargetInfo, TargetStatus};
 use super::targets::{self, Binaries, MountSettings, Paths, StartError, TargetSpec};
 use super::workload::{estimate, metric_value, reset_meta_dir, run_workload, START_STOP_SECS};
-use super::{file_safe, interrupted, machine, report};
+use super::{file_safe, interrupted, machine, procstat, report};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -200,6 +200,7 @@ impl Bench {
                             at: machine::iso_utc(machine::now_unix()),
                             wall_secs: 0.0,
                             raw: None,
+                            daemon: None,
                         });
                     }
                 }
@@ -222,6 +223,10 @@ impl Bench {
                 if *measured { "" } else { "-setup" }
             );
             let at = machine::iso_utc(machine::now_unix());
+            // The daemon's PID while it is our un-reaped child (none for
+            // native, nor once it died).
+            let pid = if dead.is_none() { running.pid() } else { None };
+            let before = pid.map(daemon_before);
             let result = match &dead {
                 Some(why) => Err(why.clone()),
                 None => run_workload(
@@ -232,6 +237,14 @@ impl Bench {
                     &self.bins,
                     &self.out_dir.join(&rel),
                 ),
+            };
+            let used = match (pid, before, &result) {
+                (Some(pid), Some(before), Ok(m)) => Some(daemon_after(
+                    pid,
+                    before,
+                    w.is_meta().then_some(m.summary.ops_done).flatten(),
+                )),
+                _ => None,
             };
             if interrupted() {
                 // fio got the same SIGINT: whatever it measured is cut short.
@@ -257,10 +270,11 @@ impl Bench {
                     say(
                         pb,
                         format!(
-                            "  {tag:<36} {:<24} {:>10} {}",
+                            "  {tag:<36} {:<24} {:>10} {}{}",
                             w.name,
                             report::fmt_value(value, w.metric),
-                            w.unit
+                            w.unit,
+                            used.as_ref().map_or(String::new(), report::daemon_note)
                         ),
                     );
                     Sample {
@@ -275,6 +289,7 @@ impl Bench {
                         at,
                         wall_secs: m.wall,
                         raw: Some(rel),
+                        daemon: used,
                     }
                 }
                 Err(e) => {
@@ -291,6 +306,7 @@ impl Bench {
                         at,
                         wall_secs: 0.0,
                         raw: Some(rel),
+                        daemon: None,
                     }
                 }
             };
@@ -307,5 +323,33 @@ impl Bench {
             self.out_dir.join("results.json"),
             serde_json::to_string_pretty(&*report).unwrap_or_default() + "\n",
         );
+    }
+}
+
+/// What is read of the daemon right before a workload: its peak resident
+/// set reset (whether that worked) and its CPU time so far.
+fn daemon_before(pid: u32) -> (bool, Option<f64>) {
+    (procstat::reset_peak(pid), procstat::cpu_secs(pid))
+}
+
+/// What the daemon used during the workload: its peak resident set (only
+/// when it was reset before, else it would be the peak since the mount),
+/// threads, CPU time, and CPU time per operation where `ops` is known.
+fn daemon_after(
+    pid: u32,
+    (reset, cpu_before): (bool, Option<f64>),
+    ops: Option<f64>,
+) -> DaemonSample {
+    let status = procstat::status(pid);
+    let cpu_secs = cpu_before
+        .zip(procstat::cpu_secs(pid))
+        .map(|(a, b)| (b - a).max(0.0));
+    DaemonSample {
+        rss_peak_kib: status.filter(|_| reset).map(|s| s.rss_peak_kib),
+        threads: status.map(|s| s.threads),
+        cpu_secs,
+        cpu_us_per_op: cpu_secs
+            .zip(ops.filter(|&n| n > 0.0))
+            .map(|(c, n)| c * 1e6 / n),
     }
 }

@@ -33,6 +33,7 @@ mod config;
 mod docs;
 mod machine;
 mod matrix;
+mod procstat;
 mod report;
 mod results;
 mod stats;
@@ -518,6 +519,10 @@ fn conclude(bench: &Bench, args: &BenchArgs, report: &RunReport) -> Result<()> {
     let out_dir = &bench.out_dir;
     println!("\n{}", report::header(report));
     println!("{}", report::results_table(report));
+    let daemon = report::daemon_table(report);
+    if !daemon.is_empty() {
+        println!("Daemon memory, threads and CPU per operation:\n\n{daemon}");
+    }
     println!("{}", report::goals_table(report));
     println!("bench: results in {}", out_dir.display());
     println!("bench: report   {}", out_dir.join("report.md").display());

@@ -1,7 +1,7 @@
 //! The Markdown report (`report.md`) and the SVG charts of a run.
 
 use super::config::Metric;
-use super::results::{RunReport, TargetStatus, Verdict, LIBFUSE, NATIVE};
+use super::results::{DaemonSample, RunReport, TargetStatus, Verdict, LIBFUSE, NATIVE};
 use std::fmt::Write as _;
 
 /// A value of `metric` for tables: IOPS as `12.3k`/`1.23M`, MiB/s plain.
@@ -166,6 +166,111 @@ pub fn results_table(r: &RunReport) -> String {
     out
 }
 
+/// MiB for the daemon table: one decimal below 100.
+fn fmt_mib(v: f64) -> String {
+    if v < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// A median count: whole unless it is halfway.
+fn fmt_count(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Microseconds with about three significant digits.
+pub fn fmt_us(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2}")
+    } else if v < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// The daemon's figures of one sample, for the progress lines.
+pub fn daemon_note(d: &DaemonSample) -> String {
+    let mut parts = Vec::new();
+    if let Some(k) = d.rss_peak_kib {
+        parts.push(format!("RSS {} MiB", fmt_mib(k as f64 / 1024.0)));
+    }
+    if let Some(t) = d.threads {
+        parts.push(format!("{t} threads"));
+    }
+    if let Some(us) = d.cpu_us_per_op {
+        parts.push(format!("CPU {} µs/op", fmt_us(us)));
+    } else if let Some(c) = d.cpu_secs {
+        parts.push(format!("CPU {c:.2} s"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("   (daemon: {})", parts.join(", "))
+    }
+}
+
+/// What the daemon table shows, for the report and the docs.
+pub const DAEMON_TABLE_NOTE: &str = "Per target: the daemon's peak resident set (VmHWM, reset \
+     before each workload) and its threads right after each workload, the largest over a \
+     group's workloads in a round, median over rounds; and per metadata workload its CPU time \
+     (user + system, all threads) during the workload process divided by the operations the \
+     process did, ramp included (entries for the readdir workloads), median over rounds. \
+     Native has no daemon.";
+
+/// The daemon table ("daemon memory and threads", and CPU per operation);
+/// empty when no sample has daemon figures (a run from before they were
+/// measured).
+pub fn daemon_table(r: &RunReport) -> String {
+    let rows = r.daemon_rows();
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let groups: Vec<&str> = first.groups.iter().map(|(g, _, _)| g.as_str()).collect();
+    let metas: Vec<&str> = first
+        .cpu_us_per_op
+        .iter()
+        .map(|(w, _)| w.as_str())
+        .collect();
+    let mut head = String::from("| target |");
+    let mut rule = String::from("|---|");
+    for g in &groups {
+        let _ = write!(head, " RSS MiB, {g} |");
+        rule.push_str("---:|");
+    }
+    for g in &groups {
+        let _ = write!(head, " threads, {g} |");
+        rule.push_str("---:|");
+    }
+    for w in &metas {
+        let _ = write!(head, " CPU µs/op, {w} |");
+        rule.push_str("---:|");
+    }
+    let mut out = format!("{head}\n{rule}\n");
+    let dash = || "–".to_string();
+    for row in &rows {
+        let mut line = format!("| {} |", row.target);
+        for (_, rss, _) in &row.groups {
+            let _ = write!(line, " {} |", rss.map_or_else(dash, fmt_mib));
+        }
+        for (_, _, threads) in &row.groups {
+            let _ = write!(line, " {} |", threads.map_or_else(dash, fmt_count));
+        }
+        for (_, us) in &row.cpu_us_per_op {
+            let _ = write!(line, " {} |", us.map_or_else(dash, fmt_us));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 /// The goals table and a one-line tally per goal.
 pub fn goals_table(r: &RunReport) -> String {
     let mut out = String::from(
@@ -284,6 +389,11 @@ pub fn docs_section(r: &RunReport) -> String {
     out.push_str(&targets_table(r));
     out.push_str("\n#### Results\n\n");
     out.push_str(&results_table(r));
+    let daemon = daemon_table(r);
+    if !daemon.is_empty() {
+        out.push_str("\n#### Daemon memory, threads and CPU per operation\n\n");
+        out.push_str(&daemon);
+    }
     let failures = failures_list(r);
     if !failures.is_empty() {
         out.push_str("\n#### Failed samples\n\n");
@@ -311,6 +421,13 @@ pub fn markdown(r: &RunReport) -> String {
          `charts/<workload>.svg`.\n\n",
     );
     out.push_str(&results_table(r));
+    let daemon = daemon_table(r);
+    if !daemon.is_empty() {
+        out.push_str("\n## Daemon memory, threads and CPU per operation\n\n");
+        out.push_str(DAEMON_TABLE_NOTE);
+        out.push_str("\n\n");
+        out.push_str(&daemon);
+    }
     let failures = failures_list(r);
     if !failures.is_empty() {
         out.push_str("\n## Failed samples\n\n");
@@ -490,6 +607,49 @@ mod tests {
     }
 
     #[test]
+    fn daemon_table() {
+        let mut r = report(&[
+            ("native", "read", &[100.0]),
+            ("ours:dev/sync", "read", &[50.0]),
+            ("ours:dev/sync", "stat", &[40.0]),
+            ("libfuse", "read", &[40.0]),
+        ]);
+        r.workloads[1].kind = crate::bench::config::WorkloadKind::Meta;
+        r.workloads[1].meta = Some("stat".into());
+        for s in r.samples.iter_mut().filter(|s| s.target == "ours:dev/sync") {
+            s.daemon = Some(DaemonSample {
+                rss_peak_kib: Some(if s.workload == "read" {
+                    12 * 1024 + 512
+                } else {
+                    3 * 1024
+                }),
+                threads: Some(2),
+                cpu_secs: Some(0.25),
+                cpu_us_per_op: (s.workload == "stat").then_some(7.256),
+            });
+        }
+        let t = super::daemon_table(&r);
+        assert_eq!(
+            t,
+            "| target | RSS MiB, data | RSS MiB, metadata | threads, data | threads, metadata | \
+             CPU µs/op, stat |\n|---|---:|---:|---:|---:|---:|\n\
+             | ours:dev/sync | 12.5 | 3.0 | 2 | 2 | 7.26 |\n"
+        );
+        let md = markdown(&r);
+        assert!(
+            md.contains("## Daemon memory, threads and CPU per operation"),
+            "{md}"
+        );
+        assert!(docs_section(&r).contains("#### Daemon memory"));
+        assert_eq!(
+            daemon_note(r.samples[1].daemon.as_ref().unwrap()),
+            "   (daemon: RSS 12.5 MiB, 2 threads, CPU 0.25 s)"
+        );
+        assert_eq!(fmt_us(123.4), "123");
+        assert_eq!(fmt_count(2.5), "2.5");
+    }
+
+    #[test]
     fn markdown_has_every_part() {
         let mut r = report(&[
             ("native", "read", &[100.0, 120.0, 110.0]),
@@ -520,6 +680,10 @@ mod tests {
         assert!(
             md.contains("- faster than libfuse: **met where measured** (1 of 1; 1 not measured)"),
             "{md}"
+        );
+        assert!(
+            !md.contains("Daemon memory"),
+            "no daemon figures, no table: {md}"
         );
         let svg = svg(&r, "read").unwrap();
         assert!(svg.starts_with("<svg"));

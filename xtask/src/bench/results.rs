@@ -147,6 +147,45 @@ pub struct Sample {
     /// The raw JSON output, relative to the run directory.
     #[serde(default)]
     pub raw: Option<String>,
+    /// What the daemon used (none for native, and in files written before
+    /// the harness measured it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonSample>,
+}
+
+/// What the daemon serving a sample used, read from /proc right before and
+/// right after the workload process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonSample {
+    /// Peak resident set during the workload (`VmHWM`, reset right before
+    /// it), KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_peak_kib: Option<u64>,
+    /// Threads right after the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// CPU seconds (user + system, all threads) during the workload
+    /// process, its ramp included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_secs: Option<f64>,
+    /// `cpu_secs` per operation the process did (ramp included), in
+    /// microseconds: metadata workloads only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us_per_op: Option<f64>,
+}
+
+/// Medians of what a target's daemon used: per workload group, the peak
+/// resident set and the threads (per round the largest over the group's
+/// workloads, then the median over rounds), and per metadata workload the
+/// CPU time per operation (median over rounds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonRow {
+    /// Target name.
+    pub target: String,
+    /// `(group, peak RSS in MiB, threads)`, in the groups' run order.
+    pub groups: Vec<(String, Option<f64>, Option<f64>)>,
+    /// `(workload, µs of CPU per operation)` of the metadata workloads.
+    pub cpu_us_per_op: Vec<(String, Option<f64>)>,
 }
 
 /// Medians and ratios of one (workload, target).
@@ -368,6 +407,83 @@ impl RunReport {
         self.goals = rows;
     }
 
+    /// The workload groups, in run order.
+    pub fn groups(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = Vec::new();
+        for w in &self.workloads {
+            if !v.contains(&w.group.as_str()) {
+                v.push(&w.group);
+            }
+        }
+        v
+    }
+
+    /// [`DaemonRow`]s of the targets that ran and have daemon figures.
+    pub fn daemon_rows(&self) -> Vec<DaemonRow> {
+        let groups = self.groups();
+        let mut rows = Vec::new();
+        for t in self.ran_targets() {
+            let samples: Vec<&Sample> = self
+                .samples
+                .iter()
+                .filter(|s| s.target == t.name && s.daemon.is_some())
+                .collect();
+            if samples.is_empty() {
+                continue;
+            }
+            let in_group = |s: &Sample, g: &str| {
+                self.workload(&s.workload).map(|w| w.group.as_str()) == Some(g)
+            };
+            // Per round, the largest over the group's workloads; then the
+            // median over rounds.
+            let per_round = |g: &str, f: &dyn Fn(&DaemonSample) -> Option<f64>| {
+                let mut rounds: Vec<u32> = samples.iter().map(|s| s.round).collect();
+                rounds.sort_unstable();
+                rounds.dedup();
+                let peaks: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|&r| {
+                        samples
+                            .iter()
+                            .filter(|s| s.round == r && in_group(s, g))
+                            .filter_map(|s| s.daemon.as_ref().and_then(f))
+                            .reduce(f64::max)
+                    })
+                    .collect();
+                spread(&peaks).map(|s| s.median)
+            };
+            let group_cells = groups
+                .iter()
+                .map(|g| {
+                    (
+                        g.to_string(),
+                        per_round(g, &|d| d.rss_peak_kib.map(|k| k as f64 / 1024.0)),
+                        per_round(g, &|d| d.threads.map(f64::from)),
+                    )
+                })
+                .collect();
+            let cpu = self
+                .workloads
+                .iter()
+                .filter(|w| w.is_meta())
+                .map(|w| {
+                    let v: Vec<f64> = samples
+                        .iter()
+                        .filter(|s| s.workload == w.name)
+                        .filter_map(|s| s.daemon.as_ref().and_then(|d| d.cpu_us_per_op))
+                        .collect();
+                    (w.name.clone(), spread(&v).map(|s| s.median))
+                })
+                .collect();
+            rows.push(DaemonRow {
+                target: t.name.clone(),
+                groups: group_cells,
+                cpu_us_per_op: cpu,
+            });
+        }
+        rows
+    }
+
     /// The metric of a workload (IOPS when unknown).
     pub fn metric(&self, workload: &str) -> Metric {
         self.workload(workload).map_or(Metric::Iops, |w| w.metric)
@@ -408,6 +524,7 @@ pub mod tests {
             at: "2026-01-01T00:00:00Z".into(),
             wall_secs: 1.0,
             raw: None,
+            daemon: None,
         }
     }
 
@@ -563,6 +680,68 @@ pub mod tests {
             .as_deref()
             .unwrap()
             .contains("not in this run"));
+    }
+
+    #[test]
+    fn daemon_figures_are_medians_of_round_peaks() {
+        let mut r = report(&[
+            ("native", "read", &[100.0, 100.0]),
+            ("ours:dev/sync", "read", &[50.0, 50.0, 50.0]),
+            ("ours:dev/sync", "stat", &[10.0, 10.0, 10.0]),
+        ]);
+        r.workloads[1].kind = crate::bench::config::WorkloadKind::Meta;
+        r.workloads[1].meta = Some("stat".into());
+        for s in r.samples.iter_mut().filter(|s| s.target != NATIVE) {
+            let round = s.round as u64;
+            s.daemon = Some(if s.workload == "read" {
+                DaemonSample {
+                    rss_peak_kib: Some((10 + round) * 1024),
+                    threads: Some(2 + round as u32),
+                    cpu_secs: Some(0.5),
+                    cpu_us_per_op: None,
+                }
+            } else {
+                DaemonSample {
+                    rss_peak_kib: Some(4 * 1024),
+                    threads: Some(3),
+                    cpu_secs: Some(0.1),
+                    cpu_us_per_op: Some([4.0, 9.0, 5.0][round as usize]),
+                }
+            });
+        }
+        let rows = r.daemon_rows();
+        assert_eq!(rows.len(), 1, "native has no daemon");
+        let row = &rows[0];
+        assert_eq!(row.target, "ours:dev/sync");
+        assert_eq!(
+            row.groups,
+            vec![
+                ("data".to_string(), Some(11.0), Some(3.0)),
+                ("metadata".to_string(), Some(4.0), Some(3.0)),
+            ]
+        );
+        assert_eq!(row.cpu_us_per_op, vec![("stat".to_string(), Some(5.0))]);
+    }
+
+    #[test]
+    fn older_results_without_daemon_figures_load() {
+        let r = report(&[("ours:dev/sync", "read", &[1.0])]);
+        let mut v = serde_json::to_value(&r).unwrap();
+        assert!(v["samples"][0].get("daemon").is_none(), "None is left out");
+        v["samples"][0]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "daemon");
+        let back: RunReport = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back.samples[0].daemon, None);
+        // With the figures, they come back.
+        v["samples"][0]["daemon"] = serde_json::json!({"rss_peak_kib": 2048, "threads": 4});
+        let back: RunReport = serde_json::from_value(v).unwrap();
+        let d = back.samples[0].daemon.clone().unwrap();
+        assert_eq!(
+            (d.rss_peak_kib, d.threads, d.cpu_secs),
+            (Some(2048), Some(4), None)
+        );
     }
 
     #[test]

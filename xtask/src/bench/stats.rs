@@ -57,6 +57,10 @@ pub struct FioSummary {
     pub runtime_ms: u64,
     /// Jobs in the output (1 with group_reporting).
     pub jobs: usize,
+    /// Every operation the process did, its ramp included, where the
+    /// output says (`fuse-bench-meta`'s `bench.ramp_ops` added to
+    /// `total_ios`); `None` for fio, which doesn't count its ramp.
+    pub ops_done: Option<f64>,
 }
 
 /// Parses fio's `--output-format=json` output (or `fuse-bench-meta`'s,
@@ -78,6 +82,7 @@ pub fn parse_fio(text: &str) -> Result<FioSummary> {
         lat_mean_ns: None,
         runtime_ms: 0,
         jobs: jobs.len(),
+        ops_done: Some(0.0),
     };
     let (mut lat_sum, mut lat_ios) = (0.0, 0.0);
     for job in jobs {
@@ -110,6 +115,19 @@ pub fn parse_fio(text: &str) -> Result<FioSummary> {
             .or_else(|| job["read"]["runtime"].as_u64())
             .unwrap_or(0);
         s.runtime_ms = s.runtime_ms.max(runtime);
+        let bench = &job["bench"];
+        let ramp_ops = bench["ramp_ops"].as_f64().or_else(|| {
+            // An older fuse-bench-meta: only a run without a ramp is known.
+            (bench["ramp_ms"].as_u64() == Some(0)).then_some(0.0)
+        });
+        let job_ios: f64 = ["read", "write", "trim"]
+            .iter()
+            .filter_map(|d| job[*d]["total_ios"].as_f64())
+            .sum();
+        s.ops_done = match (s.ops_done, ramp_ops) {
+            (Some(sum), Some(ramp)) if bench.is_object() => Some(sum + job_ios + ramp),
+            _ => None,
+        };
     }
     if lat_ios > 0.0 {
         s.lat_mean_ns = Some(lat_sum / lat_ios);
@@ -179,6 +197,25 @@ mod tests {
         assert_eq!(s.bw_bytes, 2050048000.0);
         assert_eq!(s.lat_mean_ns, Some(1800.0));
         assert_eq!(s.runtime_ms, 4000);
+        assert_eq!(s.ops_done, None, "fio doesn't count its ramp");
+    }
+
+    #[test]
+    fn meta_output_counts_the_ramp() {
+        let meta = |bench: &str| {
+            format!(
+                r#"{{"jobs":[{{"jobname":"stat","error":0,"job_runtime":1000,
+                "read":{{"iops":5000.0,"bw_bytes":0,"total_ios":5000,"lat_ns":{{"mean":1.0}}}},
+                "write":{{"iops":0.0,"bw_bytes":0,"total_ios":0}},
+                "bench":{bench}}}]}}"#
+            )
+        };
+        let s = parse_fio(&meta(r#"{"ramp_ms":1000,"ramp_ops":4000}"#)).unwrap();
+        assert_eq!(s.ops_done, Some(9000.0));
+        let s = parse_fio(&meta(r#"{"ramp_ms":0}"#)).unwrap();
+        assert_eq!(s.ops_done, Some(5000.0));
+        let s = parse_fio(&meta(r#"{"ramp_ms":1000}"#)).unwrap();
+        assert_eq!(s.ops_done, None, "a ramp of unknown length");
     }
 
     #[test]

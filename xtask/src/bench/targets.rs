@@ -1093,6 +1093,13 @@ impl Running {
         &self.log
     }
 
+    /// The daemon's PID while it runs and is our un-reaped child (so the
+    /// PID is still its own); `None` for native.
+    pub fn pid(&mut self) -> Option<u32> {
+        let child = self.child.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+    }
+
     /// Whether the daemon is still running (always true for native).
     pub fn alive(&mut self) -> bool {
         match &mut self.child {
