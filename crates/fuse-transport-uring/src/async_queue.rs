@@ -24,6 +24,13 @@
 //! 3. submits everything in one `io_uring_enter` that also reaps;
 //! 4. waits for the eventfd or a finished task.
 //!
+//! A request's task runs at once, in the loop, until it first waits; only
+//! a task that waits goes to the runtime. While no task waits, the loop
+//! sleeps in the FUSE ring itself (`io_uring_enter` with `min_complete`
+//! 1, as the synchronous loop does) rather than in the reactor: a request
+//! that never waits (metadata, a page cache hit) costs what it costs the
+//! synchronous loop.
+//!
 //! ## Memory
 //!
 //! A task reads its request from, and writes its reply into, its entry's
@@ -175,6 +182,15 @@ async fn serve_loop(
                 return Ok(());
             }
         }
+        if busy == 0 && !t.stopping && !t.gone {
+            // No task of ours runs on the runtime, so nothing but the ring
+            // can bring work: wait in the ring itself, as the synchronous
+            // loop does (one system call that submits the commits and
+            // sleeps), not through the reactor (eventfd, epoll, enter).
+            super::wait(ring)?;
+            t.pending.extend(reap(ring));
+            continue;
+        }
         // Submit the commits and run the ring's completion work.
         enter(ring)?;
         let cqes = reap(ring);
@@ -312,7 +328,7 @@ fn start(
     let shared = t.shared.clone();
     let finished = finished.clone();
     *busy += 1;
-    async_io::spawn_local(async move {
+    let mut task = Box::pin(async move {
         let mut tx = tx;
         let header: *mut UringReqHeader = tx.header;
         let result = {
@@ -352,5 +368,16 @@ fn start(
         }
         finished.push(index, commit_id);
     });
+    // Most requests (metadata, page cache hits) finish without waiting:
+    // run the task here at once, and hand it to the runtime only if it
+    // waits. A future registers the waker of its latest poll, so the
+    // runtime's first poll of the spawned task replaces this one's.
+    if task
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(Waker::noop()))
+        .is_pending()
+    {
+        async_io::spawn_local(task);
+    }
     Ok(())
 }
