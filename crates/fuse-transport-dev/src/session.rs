@@ -22,7 +22,9 @@ const REQUEST_OFFSET: usize = AlignedBuf::ALIGN - 80;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionConfig {
-    /// Worker threads started at mount, each reading its own cloned fd.
+    /// Worker threads started at mount, each reading its own cloned fd;
+    /// also how many stay once a burst that started more is over (a worker
+    /// that finds more than this many idle leaves).
     pub threads: usize,
     /// Largest number of workers: when every worker is busy (a slow
     /// fsync, a read from a slow disk), another one starts, up to this
@@ -148,7 +150,8 @@ struct Shared {
 /// into its own page-aligned buffers sized from the negotiated `max_write`,
 /// hands them to the [`Server`], and writes each reply with one `writev`.
 /// When every worker is busy, another starts (up to
-/// [`SessionConfig::max_threads`]). An unmount ends every worker (the
+/// [`SessionConfig::max_threads`]); once more than
+/// [`SessionConfig::threads`] are idle, the extra ones leave. An unmount ends every worker (the
 /// kernel answers their reads with ENODEV); [`Session::stop`] unmounts and
 /// wakes workers blocked in `read(2)`.
 pub struct DevSession {
@@ -450,20 +453,34 @@ fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
             register_tid(&shared);
             let result = worker_loop(&shared, fd.as_fd(), request, reply);
             unregister_tid(&shared);
-            shared.idle.fetch_sub(1, Ordering::AcqRel);
-            shared.workers.fetch_sub(1, Ordering::AcqRel);
-            if let Err(e) = &result {
-                tracing::error!("/dev/fuse worker failed: {e}");
+            // A retired worker took itself off the idle count already.
+            if !matches!(result, Ok(WorkerEnd::Retired)) {
+                shared.idle.fetch_sub(1, Ordering::AcqRel);
             }
-            result
+            shared.workers.fetch_sub(1, Ordering::AcqRel);
+            match result {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    tracing::error!("/dev/fuse worker failed: {e}");
+                    Err(e)
+                }
+            }
         });
     match spawned {
         Ok(handle) => {
-            shared
-                .handles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(handle);
+            let mut handles = shared.handles.lock().unwrap_or_else(|e| e.into_inner());
+            // Workers that retired are joined here, so their stacks go
+            // back and the list doesn't grow with every burst.
+            let (ended, running): (Vec<_>, Vec<_>) =
+                handles.drain(..).partition(|h| h.is_finished());
+            *handles = running;
+            handles.push(handle);
+            drop(handles);
+            for h in ended {
+                if let Ok(Err(e)) = h.join() {
+                    tracing::debug!("a /dev/fuse worker had ended with: {e}");
+                }
+            }
             Ok(())
         }
         Err(e) => {
@@ -492,15 +509,30 @@ fn unregister_tid(shared: &Shared) {
     tids.retain(|&t| unsafe { libc::pthread_equal(t, tid) } == 0);
 }
 
+/// How a worker ended without an error.
+enum WorkerEnd {
+    /// The session ended (stop, unmount, DESTROY).
+    Done,
+    /// More workers were idle than the session keeps: this one left, and
+    /// took itself off the idle count.
+    Retired,
+}
+
 fn worker_loop(
     shared: &Arc<Shared>,
     fd: BorrowedFd<'_>,
     mut request: AlignedBuf,
     mut reply: AlignedBuf,
-) -> io::Result<()> {
+) -> io::Result<WorkerEnd> {
+    // Workers started for a burst (every worker was busy) leave once it
+    // is over, down to the number the session starts with: idle workers
+    // only hold memory, and a request wakes the one that waited longest,
+    // so many idle workers also spread a single client's requests over
+    // as many threads.
+    let keep = shared.config.threads.max(1);
     loop {
         if shared.stop.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(WorkerEnd::Done);
         }
         let n = match dev::read_request(fd, &mut request[REQUEST_OFFSET..]) {
             Ok(n) => n,
@@ -511,9 +543,9 @@ fn worker_loop(
                 // The connection is gone: unmounted (ENODEV) or aborted.
                 Some(libc::ENODEV) => {
                     shared.unmounted.store(true, Ordering::Release);
-                    return Ok(());
+                    return Ok(WorkerEnd::Done);
                 }
-                Some(libc::ECONNABORTED) => return Ok(()),
+                Some(libc::ECONNABORTED) => return Ok(WorkerEnd::Done),
                 _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
             },
         };
@@ -552,12 +584,21 @@ fn worker_loop(
             release_pages(&mut request[REQUEST_OFFSET + RELEASE_AFTER..]);
         }
         match outcome {
-            Ok(Outcome::Destroyed) => return Ok(()),
+            Ok(Outcome::Destroyed) => return Ok(WorkerEnd::Done),
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => {
-                return Ok(())
+                return Ok(WorkerEnd::Done)
             }
             Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
+        }
+        if shared
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |idle| {
+                (idle > keep).then(|| idle - 1)
+            })
+            .is_ok()
+        {
+            return Ok(WorkerEnd::Retired);
         }
     }
 }
