@@ -82,10 +82,13 @@ fn assert_same_meta(t: &AsyncMount, name: &str) {
 
 /// Checks that READ and WRITE took the path the mode says: the pool (on
 /// tokio with the pool, or for `O_DIRECT` with the pool), io_uring (on the
-/// io_uring runtime otherwise), or inline (tokio without the pool).
+/// io_uring runtime otherwise: `O_DIRECT` at once, buffered READs that
+/// miss the page cache; buffered WRITEs and page cache hits are inline
+/// there), or inline (tokio without the pool).
 ///
 /// `cold`: some READs missed the page cache (they go to the pool on
-/// tokio with the pool; page cache hits are served inline there).
+/// tokio with the pool, to the ring on io_uring; page cache hits are
+/// served inline on both).
 fn assert_data_path(t: &AsyncMount, direct: bool, cold: bool) {
     let s = t.fs.async_thread_pool_stats();
     let m = t.mode;
@@ -110,7 +113,18 @@ fn assert_data_path(t: &AsyncMount, direct: bool, cold: bool) {
         );
     }
     if m.runtime == RuntimeType::IoUring && !pooled {
-        assert!(s.uring_reads > 0 && s.uring_writes > 0, "{m:?}: {s:?}");
+        if direct {
+            assert!(s.uring_reads > 0 && s.uring_writes > 0, "{m:?}: {s:?}");
+        } else {
+            assert_eq!(
+                s.uring_writes, 0,
+                "{m:?}: buffered WRITEs are inline: {s:?}"
+            );
+            assert!(s.nowait_hits > 0, "{m:?}: {s:?}");
+            if cold {
+                assert!(s.uring_reads > 0 && s.nowait_misses > 0, "{m:?}: {s:?}");
+            }
+        }
     } else {
         assert_eq!((s.uring_reads, s.uring_writes), (0, 0), "{m:?}: {s:?}");
     }

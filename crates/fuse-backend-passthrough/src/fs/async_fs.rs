@@ -14,8 +14,8 @@
 //!
 //! | request | io_uring runtime | tokio runtime, pool off | tokio runtime, pool on |
 //! |---|---|---|---|
-//! | READ | io_uring READ on the thread's ring | `pread` inline | `preadv2(RWF_NOWAIT)` inline; the pool on `EAGAIN` (or where the backing file system has no `RWF_NOWAIT`) |
-//! | WRITE | io_uring WRITE | `pwrite` inline | the pool |
+//! | READ | `preadv2(RWF_NOWAIT)` inline; on `EAGAIN` an io_uring READ on the thread's ring (`O_DIRECT`: the io_uring READ at once) | `pread` inline | `preadv2(RWF_NOWAIT)` inline; the pool on `EAGAIN` (or where the backing file system has no `RWF_NOWAIT`) |
+//! | WRITE | `pwrite` inline (into the page cache); `O_DIRECT` and `KILL_SUIDGID`: an io_uring WRITE | `pwrite` inline | the pool |
 //! | `O_DIRECT` READ/WRITE, WRITE with `KILL_SUIDGID` | the pool if on, else as above | inline | the pool |
 //! | LOOKUP, OPEN, CREATE | inline | inline | the pool, result in a guard |
 //! | SETLKW, FSYNC, FSYNCDIR, FALLOCATE, COPY_FILE_RANGE | inline | inline | the pool |
@@ -217,14 +217,18 @@ impl PassthroughFs {
 
     /// READ with the pool on a tokio runtime: `RWF_NOWAIT` inline into the
     /// reply, the rest (if the page cache doesn't have it) on the pool.
-    fn read_nowait_then_pool<'a>(
-        &'a self,
-        p: Pooled<'a>,
-        h: Arc<Handle>,
+    /// Reads what the page cache holds of `size` bytes at `offset`
+    /// straight into the reply, without blocking (`preadv2(RWF_NOWAIT)`):
+    /// `Ok(None)` when the read is complete (or reached the end of the
+    /// file), `Ok(Some(done))` when the rest (after `done` bytes) needs a
+    /// read that may block.
+    fn read_nowait(
+        &self,
+        h: &Handle,
         offset: u64,
         size: usize,
-        out: &'a mut dyn ZeroCopyWriter,
-    ) -> FsFuture<'a, ()> {
+        out: &mut dyn ZeroCopyWriter,
+    ) -> io::Result<Option<usize>> {
         let mut done = 0usize;
         while done < size && !h.no_nowait.load(Ordering::Relaxed) {
             let dst = &mut out.spare()[..size - done];
@@ -233,52 +237,75 @@ impl PassthroughFs {
                 Ok(n) => {
                     out.commit(n);
                     done += n;
-                    if done == size {
-                        break;
-                    }
                 }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => {
-                        return self.miss(p, h, offset, done, size, out);
+                        self.asyncs
+                            .counters
+                            .nowait_misses
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Ok(Some(done));
                     }
                     Some(libc::EOPNOTSUPP) => {
                         h.no_nowait.store(true, Ordering::Relaxed);
                         tracing::debug!(
                             nodeid = h.nodeid,
-                            "the backing file has no RWF_NOWAIT: its READs go to the pool"
+                            "the backing file has no RWF_NOWAIT: its READs may block"
                         );
                     }
                     // What was read is returned; the error comes with the next READ.
                     _ if done > 0 => break,
-                    _ => return FsFuture::ready(Err(e)),
+                    _ => return Err(e),
                 },
             }
         }
         if done < size && h.no_nowait.load(Ordering::Relaxed) {
-            return self.miss(p, h, offset, done, size, out);
+            return Ok(Some(done));
         }
         self.asyncs
             .counters
             .nowait_hits
             .fetch_add(1, Ordering::Relaxed);
-        FsFuture::ready(Ok(()))
+        Ok(None)
     }
 
-    fn miss<'a>(
+    /// A buffered READ served from the page cache inline where it can
+    /// ([`PassthroughFs::read_nowait`]), the rest on the pool.
+    fn read_nowait_then_pool<'a>(
         &'a self,
         p: Pooled<'a>,
         h: Arc<Handle>,
         offset: u64,
-        done: usize,
         size: usize,
         out: &'a mut dyn ZeroCopyWriter,
     ) -> FsFuture<'a, ()> {
-        self.asyncs
-            .counters
-            .nowait_misses
-            .fetch_add(1, Ordering::Relaxed);
-        FsFuture::boxed(pool_read(p, h, offset + done as u64, size - done, out))
+        match self.read_nowait(&h, offset, size, out) {
+            Ok(None) => FsFuture::ready(Ok(())),
+            Ok(Some(done)) => {
+                FsFuture::boxed(pool_read(p, h, offset + done as u64, size - done, out))
+            }
+            Err(e) => FsFuture::ready(Err(e)),
+        }
+    }
+
+    /// A buffered READ on the io_uring runtime: from the page cache inline
+    /// where it can ([`PassthroughFs::read_nowait`]: no copy, no ring round
+    /// trip), the rest as an io_uring READ.
+    fn read_nowait_then_uring<'a>(
+        &'a self,
+        h: Arc<Handle>,
+        offset: u64,
+        size: usize,
+        out: &'a mut dyn ZeroCopyWriter,
+    ) -> FsFuture<'a, ()> {
+        match self.read_nowait(&h, offset, size, out) {
+            Ok(None) => FsFuture::ready(Ok(())),
+            Ok(Some(done)) => {
+                FsFuture::boxed(uring_read(self, h, offset + done as u64, size - done, out))
+            }
+            Err(e) => FsFuture::ready(Err(e)),
+        }
     }
 }
 
@@ -703,7 +730,10 @@ impl AsyncFileSystem for PassthroughFs {
             }
         }
         match kind {
-            RuntimeType::IoUring => FsFuture::boxed(uring_read(self, h, args.offset, size, out)),
+            RuntimeType::IoUring if direct => {
+                FsFuture::boxed(uring_read(self, h, args.offset, size, out))
+            }
+            RuntimeType::IoUring => self.read_nowait_then_uring(h, args.offset, size, out),
             RuntimeType::Tokio => {
                 FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out))
             }
@@ -731,8 +761,16 @@ impl AsyncFileSystem for PassthroughFs {
             }
         }
         match kind {
-            RuntimeType::IoUring => FsFuture::boxed(uring_write(self, h, ino, args, data)),
-            RuntimeType::Tokio => FsFuture::ready(self.write_handle(&h, ino, args, data)),
+            // A buffered write lands in the page cache: inline, as on
+            // tokio, it costs one pwrite (an io_uring WRITE costs a copy
+            // and a ring round trip, and the kernel may hand it to a
+            // worker thread of its own anyway).
+            RuntimeType::IoUring if direct || killpriv => {
+                FsFuture::boxed(uring_write(self, h, ino, args, data))
+            }
+            RuntimeType::IoUring | RuntimeType::Tokio => {
+                FsFuture::ready(self.write_handle(&h, ino, args, data))
+            }
         }
     }
 
