@@ -230,6 +230,7 @@ impl PassthroughFs {
         out: &mut dyn ZeroCopyWriter,
     ) -> io::Result<Option<usize>> {
         let mut done = 0usize;
+        let mut missed = false;
         while done < size && !h.no_nowait.load(Ordering::Relaxed) {
             let dst = &mut out.spare()[..size - done];
             match preadv2_nowait(h.fd(), dst, offset + done as u64) {
@@ -241,11 +242,8 @@ impl PassthroughFs {
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => {
-                        self.asyncs
-                            .counters
-                            .nowait_misses
-                            .fetch_add(1, Ordering::Relaxed);
-                        return Ok(Some(done));
+                        missed = true;
+                        break;
                     }
                     Some(libc::EOPNOTSUPP) => {
                         h.no_nowait.store(true, Ordering::Relaxed);
@@ -260,7 +258,11 @@ impl PassthroughFs {
                 },
             }
         }
-        if done < size && h.no_nowait.load(Ordering::Relaxed) {
+        if done < size && (missed || h.no_nowait.load(Ordering::Relaxed)) {
+            self.asyncs
+                .counters
+                .nowait_misses
+                .fetch_add(1, Ordering::Relaxed);
             return Ok(Some(done));
         }
         self.asyncs
