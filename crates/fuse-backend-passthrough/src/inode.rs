@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A hasher for keys that are already unique integers (node ids, handles).
@@ -583,20 +583,32 @@ impl Drop for Counted<'_> {
     }
 }
 
+/// What the store's one lock guards: the backing identities, and the
+/// size the tables had at most.
 struct Maps {
-    by_id: IdMap<Arc<Inode>>,
     by_key: HashMap<InodeKey, u64>,
     /// The most inodes held since memory was last given back.
     peak: usize,
 }
 
+/// Shards of the node id table (a power of two): a request looks its
+/// inode up under one shard's read lock, so threads serving different
+/// inodes share no lock word (a single `RwLock`'s reader count is one
+/// cache line every request writes to).
+const ID_SHARDS: usize = 16;
+
 /// All inodes the kernel knows, by node id and by backing identity.
 ///
-/// Lookups and most operations take the read lock and an `Arc` of the
-/// inode; only new inodes and forgets that reach zero take the write lock.
-/// READ and WRITE with a handle never touch the store.
+/// A request finds its inode by node id under a read lock of one shard
+/// of the id table and takes an `Arc` of it; new inodes and forgets that
+/// reach zero take the identity table's write lock, then the shard's
+/// (always in that order). READ and WRITE with a handle never touch the
+/// store.
 pub(crate) struct InodeStore {
     maps: RwLock<Maps>,
+    by_id: Box<[RwLock<IdMap<Arc<Inode>>>]>,
+    /// Inodes in `by_id`, the root included.
+    count: AtomicUsize,
     next: AtomicU64,
     root: Arc<Inode>,
     files: InodeFiles,
@@ -605,25 +617,27 @@ pub(crate) struct InodeStore {
 /// A store that never held this many inodes keeps its memory.
 const SHRINK_MIN_PEAK: usize = 64;
 
+type IdShard = IdMap<Arc<Inode>>;
+
 impl InodeStore {
     /// A store holding the root inode (node id 1); new inodes hold their
     /// files as `files` says.
     pub(crate) fn new(root: Inode, files: InodeFiles) -> Self {
         let root = Arc::new(root);
-        let mut by_id = IdMap::default();
-        by_id.insert(fuse_abi::ROOT_ID, root.clone());
         let mut by_key = HashMap::new();
         by_key.insert(root.key, fuse_abi::ROOT_ID);
-        Self {
-            maps: RwLock::new(Maps {
-                by_id,
-                by_key,
-                peak: 1,
-            }),
+        let store = Self {
+            maps: RwLock::new(Maps { by_key, peak: 1 }),
+            by_id: (0..ID_SHARDS).map(|_| RwLock::default()).collect(),
+            count: AtomicUsize::new(1),
             next: AtomicU64::new(fuse_abi::ROOT_ID + 1),
             root,
             files,
-        }
+        };
+        store
+            .shard_mut(fuse_abi::ROOT_ID)
+            .insert(fuse_abi::ROOT_ID, store.root.clone());
+        store
     }
 
     /// How new inodes hold their files.
@@ -639,6 +653,23 @@ impl InodeStore {
         self.maps.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn shard_index(nodeid: u64) -> usize {
+        // Node ids are sequential: the low bits spread them evenly.
+        nodeid as usize & (ID_SHARDS - 1)
+    }
+
+    fn shard(&self, nodeid: u64) -> std::sync::RwLockReadGuard<'_, IdShard> {
+        self.by_id[Self::shard_index(nodeid)]
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shard_mut(&self, nodeid: u64) -> std::sync::RwLockWriteGuard<'_, IdShard> {
+        self.by_id[Self::shard_index(nodeid)]
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The root inode.
     pub(crate) fn root(&self) -> &Arc<Inode> {
         &self.root
@@ -649,8 +680,7 @@ impl InodeStore {
         if nodeid == fuse_abi::ROOT_ID {
             return Ok(self.root.clone());
         }
-        self.read()
-            .by_id
+        self.shard(nodeid)
             .get(&nodeid)
             .cloned()
             .ok_or_else(|| sys::errno(libc::ESTALE))
@@ -662,11 +692,10 @@ impl InodeStore {
         if nodeid == fuse_abi::ROOT_ID {
             return Ok(self.counted(self.root.clone()));
         }
-        let maps = self.read();
-        let inode = maps
-            .by_id
-            .get(&nodeid)
-            .ok_or_else(|| sys::errno(libc::ESTALE))?;
+        let shard = self.shard(nodeid);
+        let inode = shard.get(&nodeid).ok_or_else(|| sys::errno(libc::ESTALE))?;
+        // Taken under the shard's lock: a forget removes an inode only
+        // under its write lock, after seeing no references left.
         inode.refs.fetch_add(1, Ordering::AcqRel);
         Ok(self.counted(inode.clone()))
     }
@@ -703,10 +732,13 @@ impl InodeStore {
         let counted = {
             let maps = self.read();
             let id = *maps.by_key.get(key)?;
-            let inode = maps.by_id.get(&id)?.clone();
+            let shard = self.shard(id);
+            let inode = shard.get(&id)?.clone();
             if id != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
+            drop(shard);
+            drop(maps);
             self.counted(inode)
         };
         if counted.inode.file.is_alive() {
@@ -729,16 +761,18 @@ impl InodeStore {
     /// the new one.
     pub(crate) fn insert_and_ref(&self, key: InodeKey, file: InodeFile, mode: u32) -> Counted<'_> {
         let mut maps = self.write();
-        let known = maps
-            .by_key
-            .get(&key)
-            .and_then(|id| maps.by_id.get(id))
-            .filter(|inode| inode.file.holds_same_file(&file))
-            .cloned();
-        if let Some(inode) = known {
+        let known = maps.by_key.get(&key).and_then(|&id| {
+            let shard = self.shard(id);
+            let inode = shard.get(&id)?;
+            if !inode.file.holds_same_file(&file) {
+                return None;
+            }
             if inode.nodeid != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
+            Some(inode.clone())
+        });
+        if let Some(inode) = known {
             drop(maps);
             // `file` (another descriptor or handle of the same file) is
             // dropped here, outside the lock.
@@ -747,7 +781,8 @@ impl InodeStore {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode::new(id, key, file, mode));
         inode.refs.store(1, Ordering::Release);
-        maps.by_id.insert(id, inode.clone());
+        self.shard_mut(id).insert(id, inode.clone());
+        let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(stale) = maps.by_key.insert(key, id) {
             tracing::debug!(
                 old = stale,
@@ -756,7 +791,7 @@ impl InodeStore {
                 "inode number reused by a new file while the kernel holds the old node"
             );
         }
-        maps.peak = maps.peak.max(maps.by_id.len());
+        maps.peak = maps.peak.max(count);
         drop(maps);
         self.counted(inode)
     }
@@ -768,8 +803,8 @@ impl InodeStore {
             return;
         }
         let reached_zero = {
-            let maps = self.read();
-            let Some(inode) = maps.by_id.get(&nodeid) else {
+            let shard = self.shard(nodeid);
+            let Some(inode) = shard.get(&nodeid) else {
                 tracing::warn!(nodeid, "FORGET of an unknown node id");
                 return;
             };
@@ -799,24 +834,29 @@ impl InodeStore {
             }
         };
         if reached_zero {
-            let removed = {
+            let (removed, shrunk) = {
                 let mut maps = self.write();
+                let mut shard = self.shard_mut(nodeid);
                 // A lookup may have taken a new reference meanwhile.
-                match maps.by_id.get(&nodeid) {
+                let removed = match shard.get(&nodeid) {
                     Some(inode) if inode.refs() == 0 => {
                         let key = inode.key;
                         if maps.by_key.get(&key) == Some(&nodeid) {
                             maps.by_key.remove(&key);
                         }
-                        let removed = maps.by_id.remove(&nodeid);
-                        (removed, Self::shrink(&mut maps))
+                        let removed = shard.remove(&nodeid);
+                        self.count.fetch_sub(1, Ordering::AcqRel);
+                        removed
                     }
-                    _ => (None, false),
-                }
+                    _ => None,
+                };
+                drop(shard);
+                let shrunk = removed.is_some() && self.shrink(&mut maps);
+                (removed, shrunk)
             };
             // Close descriptors and free memory outside the lock.
-            drop(removed.0);
-            if removed.1 {
+            drop(removed);
+            if shrunk {
                 sys::release_free_memory();
             }
         }
@@ -824,44 +864,62 @@ impl InodeStore {
 
     /// After the store shrank to an eighth of its peak (a FORGET storm),
     /// shrinks the tables; returns whether the allocator should give free
-    /// memory back to the system too.
-    fn shrink(maps: &mut Maps) -> bool {
-        let len = maps.by_id.len();
+    /// memory back to the system too. Called with the identity table's
+    /// write lock held and no shard lock.
+    fn shrink(&self, maps: &mut Maps) -> bool {
+        let len = self.count.load(Ordering::Acquire);
         if maps.peak < SHRINK_MIN_PEAK || len > maps.peak / 8 {
             return false;
         }
         tracing::debug!(inodes = len, peak = maps.peak, "inode store shrank");
         maps.peak = len.max(1);
-        maps.by_id.shrink_to_fit();
+        for shard in self.by_id.iter() {
+            shard
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .shrink_to_fit();
+        }
         maps.by_key.shrink_to_fit();
         true
     }
 
     /// Inodes in the store, the root included.
     pub(crate) fn len(&self) -> usize {
-        self.read().by_id.len()
+        self.count.load(Ordering::Acquire)
     }
 
     /// The sum of all lookup references, the root's excluded.
     pub(crate) fn lookup_refs(&self) -> u64 {
-        self.read()
-            .by_id
-            .values()
-            .filter(|i| i.nodeid != fuse_abi::ROOT_ID)
-            .map(|i| i.refs())
+        self.by_id
+            .iter()
+            .map(|shard| {
+                shard
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .filter(|i| i.nodeid != fuse_abi::ROOT_ID)
+                    .map(|i| i.refs())
+                    .sum::<u64>()
+            })
             .sum()
     }
 
     /// Drops every inode but the root (the connection ended).
     pub(crate) fn clear(&self) {
-        let old = {
+        let old: Vec<IdShard> = {
             let mut maps = self.write();
-            let by_id = std::mem::take(&mut maps.by_id);
+            let old = self
+                .by_id
+                .iter()
+                .map(|shard| std::mem::take(&mut *shard.write().unwrap_or_else(|e| e.into_inner())))
+                .collect();
+            self.shard_mut(fuse_abi::ROOT_ID)
+                .insert(fuse_abi::ROOT_ID, self.root.clone());
+            self.count.store(1, Ordering::Release);
             maps.by_key.clear();
-            maps.by_id.insert(fuse_abi::ROOT_ID, self.root.clone());
             maps.by_key.insert(self.root.key, fuse_abi::ROOT_ID);
-            Self::shrink(&mut maps);
-            by_id
+            self.shrink(&mut maps);
+            old
         };
         drop(old);
         sys::release_free_memory();
