@@ -313,10 +313,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let _lock = prepare_host(&target_dir)?;
 
     let stamp = machine::stamp_utc(started_unix);
-    let out_dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| target_dir.join("bench").join(&stamp));
+    // Absolute: fio runs in benches/fio and writes its output there.
+    let out_dir = match &args.out {
+        Some(dir) => std::path::absolute(dir)
+            .with_context(|| format!("--out {}: making it absolute", dir.display()))?,
+        None => target_dir.join("bench").join(&stamp),
+    };
     for sub in ["raw", "logs", "charts"] {
         std::fs::create_dir_all(out_dir.join(sub))
             .with_context(|| format!("creating {}", out_dir.join(sub).display()))?;
