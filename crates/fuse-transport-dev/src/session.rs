@@ -8,10 +8,10 @@ use fuse_server::{AlignedBuf, NotificationSink, Notifier, Outcome, Server, Sessi
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where a request is read into its buffer: chosen so that the data of a
 /// WRITE (after the 40-byte header and the 40-byte `fuse_write_in`) starts
@@ -142,7 +142,16 @@ struct Shared {
     tids: Mutex<Vec<libc::pthread_t>>,
     handles: Mutex<Vec<JoinHandle<io::Result<()>>>>,
     buffer_sizes: (usize, usize),
+    /// When the session started, and when (milliseconds after that) a
+    /// worker was last started: workers retire only once none has been
+    /// started for [`RETIRE_AFTER`], so a steady load that keeps a few
+    /// more workers busy doesn't start and end threads all the time.
+    started: Instant,
+    last_spawn_ms: AtomicU64,
 }
+
+/// How long after the last worker start extra idle workers may leave.
+const RETIRE_AFTER: Duration = Duration::from_secs(1);
 
 /// A mount served from `/dev/fuse` by worker threads.
 ///
@@ -151,7 +160,8 @@ struct Shared {
 /// hands them to the [`Server`], and writes each reply with one `writev`.
 /// When every worker is busy, another starts (up to
 /// [`SessionConfig::max_threads`]); once more than
-/// [`SessionConfig::threads`] are idle, the extra ones leave. An unmount ends every worker (the
+/// [`SessionConfig::threads`] are idle and none was started for a second,
+/// the extra ones leave. An unmount ends every worker (the
 /// kernel answers their reads with ENODEV); [`Session::stop`] unmounts and
 /// wakes workers blocked in `read(2)`.
 pub struct DevSession {
@@ -214,6 +224,8 @@ impl DevSession {
             tids: Mutex::new(Vec::new()),
             handles: Mutex::new(Vec::new()),
             buffer_sizes,
+            started: Instant::now(),
+            last_spawn_ms: AtomicU64::new(0),
         });
         let session = Self {
             shared: shared.clone(),
@@ -427,6 +439,13 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Milliseconds since the session started.
+    fn millis(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
 fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
     let master = shared.master()?;
     let fd = if shared.config.clone_fd {
@@ -445,6 +464,9 @@ fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
     let reply = AlignedBuf::new(shared.buffer_sizes.1)?;
     shared.workers.fetch_add(1, Ordering::AcqRel);
     shared.idle.fetch_add(1, Ordering::AcqRel);
+    shared
+        .last_spawn_ms
+        .store(shared.millis(), Ordering::Release);
     let worker_shared = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("fuse-dev".into())
@@ -591,12 +613,17 @@ fn worker_loop(
             }
             Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
         }
-        if shared
-            .idle
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |idle| {
-                (idle > keep).then(|| idle - 1)
-            })
-            .is_ok()
+        let quiet = shared
+            .millis()
+            .saturating_sub(shared.last_spawn_ms.load(Ordering::Acquire))
+            >= RETIRE_AFTER.as_millis() as u64;
+        if quiet
+            && shared
+                .idle
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |idle| {
+                    (idle > keep).then(|| idle - 1)
+                })
+                .is_ok()
         {
             return Ok(WorkerEnd::Retired);
         }
