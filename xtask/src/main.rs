@@ -9,6 +9,7 @@ use std::path::PathBuf;
 mod abi_check;
 mod bench;
 mod test;
+mod text;
 mod userns;
 mod vendor;
 mod vm;

@@ -4,6 +4,7 @@
 //! mount is ever left behind.
 
 use super::config::Peers;
+use crate::text::strip_ansi;
 use crate::vendor::{self, Source};
 use anyhow::{bail, Context, Result};
 use std::fs::File;
@@ -754,24 +755,6 @@ fn tail(path: &Path, lines: usize) -> String {
     v[v.len().saturating_sub(lines)..].join(" / ")
 }
 
-/// Strips ANSI color sequences (tracing's) from a log excerpt.
-fn plain(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Starts `spec` and waits until its mount shows the backing directory.
 pub fn start(
     spec: &TargetSpec,
@@ -844,7 +827,7 @@ pub fn start(
             .and_then(|c| c.try_wait().ok().flatten())
         {
             running.child = None;
-            let why = plain(&tail(log, 3));
+            let why = strip_ansi(&tail(log, 3));
             let _ = force_unmount(&paths.mnt);
             running.stopped = true;
             return Err(if hp == Some(HpMode::Uring) {
@@ -929,7 +912,7 @@ pub fn start(
             return Err(StartError::Failed(format!(
                 "not ready after {} s: {}",
                 timeout.as_secs(),
-                plain(&tail(log, 3))
+                strip_ansi(&tail(log, 3))
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -1317,6 +1300,6 @@ mod tests {
 
     #[test]
     fn strips_colors() {
-        assert_eq!(plain("\u{1b}[33m WARN\u{1b}[0m x"), " WARN x");
+        assert_eq!(strip_ansi("\u{1b}[33m WARN\u{1b}[0m x"), " WARN x");
     }
 }

@@ -15,6 +15,7 @@
 //! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
 //! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
 
+use crate::text::strip_ansi;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::fmt::Write as _;

@@ -329,24 +329,6 @@ pub(super) fn parse_pjdfstest_summary(line: &str) -> Option<Counts> {
     Some(c)
 }
 
-/// Removes ANSI colour sequences (`ESC [ ... m`).
-pub(super) fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
 /// A running FUSE daemon (passthroughfs, memfs) and its mount. Dropping
 /// it (also on an error or a panic) stops the daemon and makes sure no
 /// mount is left.
