@@ -273,39 +273,23 @@ impl PassthroughFs {
     }
 
     /// A buffered READ served from the page cache inline where it can
-    /// ([`PassthroughFs::read_nowait`]), the rest on the pool.
-    fn read_nowait_then_pool<'a>(
-        &'a self,
-        p: Pooled<'a>,
-        h: Arc<Handle>,
-        offset: u64,
-        size: usize,
-        out: &'a mut dyn ZeroCopyWriter,
-    ) -> FsFuture<'a, ()> {
-        match self.read_nowait(&h, offset, size, out) {
-            Ok(None) => FsFuture::ready(Ok(())),
-            Ok(Some(done)) => {
-                FsFuture::boxed(pool_read(p, h, offset + done as u64, size - done, out))
-            }
-            Err(e) => FsFuture::ready(Err(e)),
-        }
-    }
-
-    /// A buffered READ on the io_uring runtime: from the page cache inline
-    /// where it can ([`PassthroughFs::read_nowait`]: no copy, no ring round
-    /// trip), the rest as an io_uring READ.
-    fn read_nowait_then_uring<'a>(
+    /// ([`PassthroughFs::read_nowait`]: no copy, no hand-off), the rest by
+    /// `rest(handle, offset, size, out)`: the pool, or an io_uring READ.
+    fn read_nowait_then<'a, F, Fut>(
         &'a self,
         h: Arc<Handle>,
         offset: u64,
         size: usize,
         out: &'a mut dyn ZeroCopyWriter,
-    ) -> FsFuture<'a, ()> {
+        rest: F,
+    ) -> FsFuture<'a, ()>
+    where
+        F: FnOnce(Arc<Handle>, u64, usize, &'a mut dyn ZeroCopyWriter) -> Fut,
+        Fut: std::future::Future<Output = io::Result<()>> + 'a,
+    {
         match self.read_nowait(&h, offset, size, out) {
             Ok(None) => FsFuture::ready(Ok(())),
-            Ok(Some(done)) => {
-                FsFuture::boxed(uring_read(self, h, offset + done as u64, size - done, out))
-            }
+            Ok(Some(done)) => FsFuture::boxed(rest(h, offset + done as u64, size - done, out)),
             Err(e) => FsFuture::ready(Err(e)),
         }
     }
@@ -728,14 +712,20 @@ impl AsyncFileSystem for PassthroughFs {
                 return FsFuture::boxed(pool_read(p, h, args.offset, size, out));
             }
             if kind.file_io_blocks() {
-                return self.read_nowait_then_pool(p, h, args.offset, size, out);
+                return self.read_nowait_then(h, args.offset, size, out, |h, at, n, out| {
+                    pool_read(p, h, at, n, out)
+                });
             }
         }
         match kind {
             RuntimeType::IoUring if direct => {
                 FsFuture::boxed(uring_read(self, h, args.offset, size, out))
             }
-            RuntimeType::IoUring => self.read_nowait_then_uring(h, args.offset, size, out),
+            RuntimeType::IoUring => {
+                self.read_nowait_then(h, args.offset, size, out, |h, at, n, out| {
+                    uring_read(self, h, at, n, out)
+                })
+            }
             RuntimeType::Tokio => {
                 FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out))
             }
