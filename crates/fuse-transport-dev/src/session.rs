@@ -613,11 +613,13 @@ fn worker_loop(
             }
             Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
         }
-        let quiet = shared
-            .millis()
-            .saturating_sub(shared.last_spawn_ms.load(Ordering::Acquire))
-            >= RETIRE_AFTER.as_millis() as u64;
-        if quiet
+        // The clock is read only when there are extra idle workers at all.
+        let extra_idle = shared.idle.load(Ordering::Acquire) > keep;
+        if extra_idle
+            && shared
+                .millis()
+                .saturating_sub(shared.last_spawn_ms.load(Ordering::Acquire))
+                >= RETIRE_AFTER.as_millis() as u64
             && shared
                 .idle
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |idle| {
