@@ -18,3 +18,8 @@ pub fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// `s` quoted for a POSIX shell (`'...'`, with `'` written `'\''`).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}

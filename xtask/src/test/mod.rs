@@ -15,7 +15,7 @@
 //! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
 //! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
 
-use crate::text::strip_ansi;
+use crate::text::{sh_quote, strip_ansi};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -321,8 +321,8 @@ pub(crate) fn display(cmd: &Command) -> String {
     };
     for a in cmd.get_args() {
         let a = a.to_string_lossy();
-        if a.is_empty() || a.contains(char::is_whitespace) {
-            let _ = write!(s, " '{a}'");
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'') {
+            let _ = write!(s, " {}", sh_quote(&a));
         } else {
             let _ = write!(s, " {a}");
         }

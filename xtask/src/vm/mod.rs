@@ -51,7 +51,11 @@
 //! `docs/fuse-uring-performance.md` has the numbers. CI never passes the
 //! flag.
 
-use crate::test::{debian_experimental_package, ensure_apt_packages, target_dir, ExperimentalApt};
+use crate::test::{
+    cargo, debian_experimental_package, display, ensure_apt_packages, run_cmd, target_dir,
+    ExperimentalApt,
+};
+use crate::text::sh_quote;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -343,38 +347,6 @@ fn run_vm(args: &VmArgs) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Small helpers.
 
-/// The `cargo` that runs this xtask.
-fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
-/// A command line as a string, for logs and error messages.
-fn display(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        let a = a.to_string_lossy();
-        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'') {
-            let _ = write!(s, " {}", sh_quote(&a));
-        } else {
-            let _ = write!(s, " {a}");
-        }
-    }
-    s
-}
-
-/// Runs a command with inherited stdio; fails unless it exits with 0.
-fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let line = display(cmd);
-    println!("$ {line}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start `{line}`"))?;
-    if !status.success() {
-        bail!("`{line}` failed ({status})");
-    }
-    Ok(())
-}
-
 /// Takes an exclusive `flock` on `path` (waiting for it if another
 /// `test-in-vm` in the same tree holds it); released when the file closes.
 fn lock(path: &Path) -> Result<fs::File> {
@@ -395,11 +367,6 @@ fn lock(path: &Path) -> Result<fs::File> {
         }
     }
     Ok(file)
-}
-
-/// A string as one single-quoted `sh` word.
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// A path as UTF-8 (the plan is a shell script), or an error.
