@@ -188,20 +188,14 @@ impl Bench {
                 say(pb, format!("  {tag}: {why}"));
                 for (w, measured) in &self.steps {
                     if *measured {
-                        report.samples.push(Sample {
-                            target: spec.name.clone(),
-                            workload: w.name.clone(),
+                        report.samples.push(Sample::failed(
+                            &spec.name,
+                            &w.name,
                             round,
-                            value: None,
-                            iops: None,
-                            mib_s: None,
-                            lat_mean_us: None,
-                            error: Some(why.clone()),
-                            at: machine::iso_utc(machine::now_unix()),
-                            wall_secs: 0.0,
-                            raw: None,
-                            daemon: None,
-                        });
+                            why.clone(),
+                            machine::iso_utc(machine::now_unix()),
+                            None,
+                        ));
                     }
                 }
                 pb.inc(round_ms);
@@ -294,20 +288,7 @@ impl Bench {
                 }
                 Err(e) => {
                     say(pb, format!("  {tag:<36} {:<24} FAILED: {e}", w.name));
-                    Sample {
-                        target: spec.name.clone(),
-                        workload: w.name.clone(),
-                        round,
-                        value: None,
-                        iops: None,
-                        mib_s: None,
-                        lat_mean_us: None,
-                        error: Some(e),
-                        at,
-                        wall_secs: 0.0,
-                        raw: Some(rel),
-                        daemon: None,
-                    }
+                    Sample::failed(&spec.name, &w.name, round, e, at, Some(rel))
                 }
             };
             report.samples.push(sample);

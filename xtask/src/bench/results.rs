@@ -153,6 +153,34 @@ pub struct Sample {
     pub daemon: Option<DaemonSample>,
 }
 
+impl Sample {
+    /// A failed sample of `workload` on `target` in `round`: no figures,
+    /// `error` saying why.
+    pub fn failed(
+        target: &str,
+        workload: &str,
+        round: u32,
+        error: String,
+        at: String,
+        raw: Option<String>,
+    ) -> Sample {
+        Sample {
+            target: target.to_owned(),
+            workload: workload.to_owned(),
+            round,
+            value: None,
+            iops: None,
+            mib_s: None,
+            lat_mean_us: None,
+            error: Some(error),
+            at,
+            wall_secs: 0.0,
+            raw,
+            daemon: None,
+        }
+    }
+}
+
 /// What the daemon serving a sample used, read from /proc right before and
 /// right after the workload process.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
