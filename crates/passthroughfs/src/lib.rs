@@ -70,8 +70,8 @@ pub enum Runtime {
     /// A tokio runtime: one task per request; file IO blocks the thread
     /// unless --thread-pool.
     Tokio,
-    /// A tokio runtime driving an io_uring: READ and WRITE are io_uring
-    /// operations.
+    /// A tokio runtime driving an io_uring: O_DIRECT READ and WRITE and
+    /// READs that miss the page cache are io_uring operations.
     Uring,
 }
 

@@ -55,8 +55,9 @@ struct Args {
     /// Where to mount it.
     mountpoint: PathBuf,
 
-    /// Worker threads to start with (more start when all are busy;
-    /// `--runtime sync` over /dev/fuse), or, with `--runtime tokio|uring`
+    /// Worker threads to start with and to keep (more start when all are
+    /// busy, up to four per CPU, and leave once idle; `--runtime sync` over
+    /// /dev/fuse), or, with `--runtime tokio|uring`
     /// over /dev/fuse, runtime threads, each serving with its own task and
     /// cloned fd.
     #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
