@@ -10,6 +10,8 @@
 //! ([`start_tasks`]).
 
 use clap::{Args, ValueEnum};
+
+pub mod cli;
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};

@@ -21,108 +21,18 @@
 //! Logs to standard error; `RUST_LOG` sets the level (default `info`).
 
 use clap::Parser;
+use passthroughfs::cli::Args;
 use fuse_backend_passthrough::PassthroughFs;
 use fuse_server::{Server, Session};
-use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
-use fuse_transport_uring::{UringConfig, UringSession};
+use fuse_transport_dev::{DevSession, MountOptions, TaskConfig};
+use fuse_transport_uring::UringSession;
 use passthroughfs::{
     block_signals, check_source, log_fs_state, log_transport_state, session_config,
-    spawn_signal_thread, uring_config, Failure, FsArgs, Runtime,
+    spawn_signal_thread, uring_config, Failure,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-
-/// What `--help` says about signals (after the options).
-const SIGNALS_HELP: &str = "\
-Signals:
-  SIGINT (Ctrl-C), SIGTERM, SIGHUP  unmount and exit 0 once the requests in
-                                    progress are answered
-  the same again while unmounting   force the exit: the mount is detached
-                                    (lazy unmount), requests still in progress
-                                    fail, and the process dies of the signal
-                                    (status 130 in a shell for Ctrl-C)
-  SIGUSR1                           log the transport's and the file system's
-                                    state";
-
-/// Serve the directory SOURCE through FUSE at MOUNTPOINT (in the foreground).
-#[derive(Debug, Parser)]
-#[command(name = "passthroughfs", version, about, after_help = SIGNALS_HELP)]
-struct Args {
-    /// The directory to serve.
-    source: PathBuf,
-
-    /// Where to mount it.
-    mountpoint: PathBuf,
-
-    /// Worker threads to start with and to keep (more start when all are
-    /// busy, up to four per CPU, and leave once idle; `--runtime sync` over
-    /// /dev/fuse), or, with `--runtime tokio|uring`
-    /// over /dev/fuse, runtime threads, each serving with its own task and
-    /// cloned fd.
-    #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
-    threads: usize,
-
-    #[command(flatten)]
-    fs: FsArgs,
-
-    /// Let users other than the mounting one use the mount (needs --default-permissions).
-    #[arg(long)]
-    allow_other: bool,
-
-    /// Let the kernel check permissions from file modes.
-    #[arg(long)]
-    default_permissions: bool,
-
-    /// Mount read-only.
-    #[arg(long)]
-    ro: bool,
-
-    /// The mount's source name (default: SOURCE).
-    #[arg(long, value_name = "NAME")]
-    fsname: Option<String>,
-
-    /// The mount's subtype (type fuse.NAME); an empty NAME mounts as plain
-    /// type fuse (what xfstests' FSTYP=fuse expects to find).
-    #[arg(long, value_name = "NAME", default_value = "passthroughfs")]
-    subtype: String,
-
-    /// Largest read request the kernel sends, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    max_read: Option<u32>,
-
-    /// Serve over FUSE-over-io_uring when the kernel offers it (falls back
-    /// to /dev/fuse, saying why, when it doesn't: then with --threads
-    /// workers, as without --uring).
-    #[arg(long)]
-    uring: bool,
-
-    /// io_uring: payload buffers per queue in the kernel's buffer pool
-    /// (Linux 7.3+); 0 gives every ring entry its own payload buffer.
-    #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue, requires = "uring")]
-    uring_bufs: usize,
-
-    /// io_uring: ring entries per queue (requests a queue serves at once).
-    #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue, requires = "uring")]
-    uring_entries: usize,
-
-    /// io_uring: ring threads serving the kernel's queues (it has one queue
-    /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
-    #[arg(long, value_name = "N", default_value_t = 0, requires = "uring")]
-    uring_queues: usize,
-
-    /// What runs the request handlers: worker threads (sync), or one
-    /// async-io runtime (over /dev/fuse: one thread serving every request
-    /// as a task; with --uring: one per ring thread).
-    #[arg(long, value_enum, default_value_t = Runtime::Sync)]
-    runtime: Runtime,
-
-    /// If MOUNTPOINT is a dead FUSE mount (its daemon exited or was
-    /// killed: every access fails with ENOTCONN), unmount it lazily first
-    /// instead of refusing to start.
-    #[arg(long)]
-    unmount_dead: bool,
-}
 
 fn check_mountpoint(mountpoint: &Path, unmount_dead: bool) -> Result<(), Failure> {
     // statfs always asks the daemon (a stat may be answered from the
