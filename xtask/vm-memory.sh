@@ -68,7 +68,7 @@ one_run() {
 	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES"
 	# --no-passthrough: with kernel passthrough the kernel would read the
 	# backing file itself and no READ would reach the rings.
-	"$daemon" --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
+	"$daemon" --foreground --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
 		--no-passthrough "$src" "$mnt" 2>"$log" &
 	pid=$!
 	if ! wait_for "$log" "passthroughfs serving" 120; then

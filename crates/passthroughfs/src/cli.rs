@@ -20,21 +20,65 @@ Signals:
   SIGUSR1                           log the transport's and the file system's
                                     state";
 
+/// What `--help` says after the options: the `-o` names, the environment
+/// and the signals.
+pub fn after_help() -> String {
+    format!(
+        "Mount options (-o OPT[,OPT...], as mount(8), fstab and mount.fuse3 pass them; a later \
+         option wins):\n{}\n\n{ENVIRONMENT_HELP}\n\n{SIGNALS_HELP}",
+        crate::options::help()
+    )
+}
+
+/// What `--help` says about the environment.
+pub const ENVIRONMENT_HELP: &str = "\
+Environment:
+  RUST_LOG       log filter (default: info; e.g. debug, or fuse_request=off
+                 to silence --debug's request lines)
+  NO_COLOR       no colours in the log (there are none unless standard error
+                 is a terminal)
+  NOTIFY_SOCKET  where to send READY=1 once the mount is usable and
+                 STOPPING=1 when unmounting (systemd Type=notify)";
+
 /// The command line of `passthroughfs` (its `--help` is the `about` below).
 #[derive(Debug, Parser)]
 #[command(
     name = "passthroughfs",
     version,
-    about = "Serve the directory SOURCE through FUSE at MOUNTPOINT (in the foreground).",
+    about = "Serve the directory SOURCE through FUSE at MOUNTPOINT. It goes to the background once \
+             the mount is usable (the exit status says whether it came up) unless -f or -d; \
+             `mount -t fuse.passthroughfs SOURCE MOUNTPOINT -o OPTIONS` and fstab lines of that \
+             type run it through mount.fuse3.",
     long_about = None,
-    after_help = SIGNALS_HELP
+    after_help = after_help(),
+    override_usage = "passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]"
 )]
 pub struct Args {
-    /// The directory to serve.
+    /// The directory to serve (with `-o source=DIR`: the mount's name, as
+    /// mount(8) passes the first field of an fstab line).
     pub source: PathBuf,
 
     /// Where to mount it.
     pub mountpoint: PathBuf,
+
+    /// Mount options, comma-separated, libfuse's names (listed below); may
+    /// be given more than once.
+    #[arg(short = 'o', value_name = "OPT[,OPT...]", action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
+
+    /// Stay in the foreground (by default the daemon goes to the background
+    /// once the mount is usable, and logs to syslog from then on).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+
+    /// Log one line per request (opcode, node, arguments, result, latency);
+    /// implies --foreground.
+    #[arg(short = 'd', long)]
+    pub debug: bool,
+
+    /// One worker thread (libfuse's -s): --threads 1 --max-threads 1.
+    #[arg(short = 's', long)]
+    pub single_threaded: bool,
 
     /// Worker threads to start with and to keep (more start when all are
     /// busy, up to four per CPU, and leave once idle; `--runtime sync` over
@@ -43,6 +87,11 @@ pub struct Args {
     /// cloned fd.
     #[arg(long, value_name = "N", default_value_t = SessionConfig::default().threads)]
     pub threads: usize,
+
+    /// The most worker threads over /dev/fuse (default: four per CPU,
+    /// between 8 and 64, and at least --threads).
+    #[arg(long, value_name = "N")]
+    pub max_threads: Option<usize>,
 
     /// The backend's switches.
     #[command(flatten)]
@@ -73,6 +122,12 @@ pub struct Args {
     #[arg(long, value_name = "BYTES")]
     pub max_read: Option<u32>,
 
+    /// Unmount when the daemon dies, even of SIGKILL (through fusermount3,
+    /// which stays to watch it, as libfuse's auto_unmount does; also as
+    /// root).
+    #[arg(long)]
+    pub auto_unmount: bool,
+
     /// Serve over FUSE-over-io_uring when the kernel offers it (falls back
     /// to /dev/fuse, saying why, when it doesn't: then with --threads
     /// workers, as without --uring).
@@ -81,16 +136,16 @@ pub struct Args {
 
     /// io_uring: payload buffers per queue in the kernel's buffer pool
     /// (Linux 7.3+); 0 gives every ring entry its own payload buffer.
-    #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue, requires = "uring")]
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue)]
     pub uring_bufs: usize,
 
     /// io_uring: ring entries per queue (requests a queue serves at once).
-    #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue, requires = "uring")]
+    #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue)]
     pub uring_entries: usize,
 
     /// io_uring: ring threads serving the kernel's queues (it has one queue
     /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
-    #[arg(long, value_name = "N", default_value_t = 0, requires = "uring")]
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub uring_queues: usize,
 
     /// What runs the request handlers: worker threads (sync), or one
@@ -104,5 +159,19 @@ pub struct Args {
     /// instead of refusing to start.
     #[arg(long)]
     pub unmount_dead: bool,
-}
 
+    /// Generic mount flags from `-o` (`suid`, `dev`, `noexec`, `noatime`,
+    /// ...), in order.
+    #[arg(skip)]
+    pub mount_flags: Vec<String>,
+
+    /// From `-o source=DIR`: the directory to serve (SOURCE then names the
+    /// mount).
+    #[arg(skip)]
+    pub source_dir: Option<PathBuf>,
+
+    /// Run as mount(8)'s helper with its `-s`: unknown `-o` options are
+    /// logged and ignored instead of refused.
+    #[arg(skip)]
+    pub sloppy: bool,
+}

@@ -12,10 +12,17 @@
 use clap::{Args, ValueEnum};
 
 pub mod cli;
+pub mod daemonize;
+pub mod logging;
+pub mod mount_helper;
+pub mod notify;
+pub mod options;
+
 use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
+pub use logging::init_logging;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,22 +190,29 @@ impl FsArgs {
             .file_handles(!self.no_file_handles))
     }
 
-    /// Turns on the backend's thread pool if asked for; it serves the
-    /// async path only, so it needs an async `runtime`.
-    pub fn apply_thread_pool(
-        &self,
-        fs: &Arc<PassthroughFs>,
-        runtime: Runtime,
-    ) -> Result<(), Failure> {
-        if !self.thread_pool {
-            return Ok(());
-        }
-        if runtime == Runtime::Sync {
+    /// Fails if the thread pool is asked for without an async `runtime`
+    /// (it serves the async path only).
+    pub fn check_thread_pool(&self, runtime: Runtime) -> Result<(), Failure> {
+        if self.thread_pool && runtime == Runtime::Sync {
             return Err(Failure(
                 "--thread-pool needs --runtime tokio or uring: the pool serves the async path; \
                  synchronous workers already block on threads of their own"
                     .into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// Turns on the backend's thread pool if asked for ([`FsArgs::check_thread_pool`]
+    /// says when it can't be).
+    pub fn apply_thread_pool(
+        &self,
+        fs: &Arc<PassthroughFs>,
+        runtime: Runtime,
+    ) -> Result<(), Failure> {
+        self.check_thread_pool(runtime)?;
+        if !self.thread_pool {
+            return Ok(());
         }
         if let Some(n) = self.pool_threads {
             fs.set_async_thread_pool_size(n);
@@ -219,14 +233,26 @@ pub fn seconds(what: &str, secs: Option<f64>) -> Result<Option<Duration>, Failur
     }
 }
 
-/// `/dev/fuse` worker threads: `threads` to start with, more (up to the
-/// default maximum, or `threads`) when all are busy.
-pub fn session_config(threads: usize) -> Result<SessionConfig, Failure> {
+/// `/dev/fuse` worker threads: `threads` to start with, more (up to
+/// `max_threads`, by default the session's default maximum or `threads`)
+/// when all are busy.
+pub fn session_config(
+    threads: usize,
+    max_threads: Option<usize>,
+) -> Result<SessionConfig, Failure> {
     if threads == 0 {
         return Err(Failure("--threads must be at least 1".into()));
     }
     let default = SessionConfig::default();
-    let max_threads = default.max_threads.max(threads);
+    let max_threads = match max_threads {
+        Some(max) if max < threads => {
+            return Err(Failure(format!(
+                "--max-threads {max} is below --threads {threads}"
+            )))
+        }
+        Some(max) => max,
+        None => default.max_threads.max(threads),
+    };
     Ok(default.threads(threads).max_threads(max_threads))
 }
 
@@ -281,17 +307,6 @@ pub fn raise_nofile_limit() {
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot raise the open file limit: {e}"),
     }
-}
-
-/// Logs to standard error at `RUST_LOG`'s level (`default` without it).
-pub fn init_logging(default: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// Serves `server` at `mountpoint` with a [`FuseDevTask`] on a runtime of

@@ -1,36 +1,47 @@
 //! `passthroughfs`: serves a directory through FUSE at a mountpoint.
 //!
 //! ```text
-//! passthroughfs [OPTIONS] SOURCE MOUNTPOINT
+//! passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]
 //! ```
 //!
-//! Stays in the foreground until the file system is unmounted or the
-//! process gets SIGINT, SIGTERM or SIGHUP (then it unmounts and exits 0
-//! once the requests in progress are answered). Another of these signals
-//! while that stop is under way forces the exit: the mount is detached
-//! (lazy unmount), requests still in progress fail, and the process dies
-//! of that signal (a shell reports 128 + its number: 130 for Ctrl-C).
-//! `--runtime tokio|uring` serves the file system through its
-//! `AsyncFileSystem` on an `async-io` runtime (a `FuseDevTask`, or with
-//! `--uring` a runtime per ring thread); `--thread-pool` then moves
-//! requests that may block to the backend's thread pool.
-//! SIGUSR1 logs the transport's state (with `--uring`: its mode, the ring
-//! buffers' reserved and resident bytes, requests per queue) and the file
-//! system's (inodes the kernel knows, their lookup references, open
-//! handles, cached descriptors, backing ids) and goes on.
-//! Logs to standard error; `RUST_LOG` sets the level (default `info`).
+//! Goes to the background once the mount is usable, unless `-f` (or `-d`):
+//! the command's exit status says whether the mount came up, and the
+//! background daemon logs to syslog. Started under mount(8)'s helper name
+//! (`mount.fuse.passthroughfs`) it takes mount(8)'s helper arguments
+//! ([`passthroughfs::mount_helper`]); `-o` takes the mount options of
+//! fstab lines and `mount.fuse3` ([`passthroughfs::options`]). With
+//! `NOTIFY_SOCKET` set it tells the service manager READY=1 once the mount
+//! is usable and STOPPING=1 when it unmounts.
+//!
+//! Serves until the file system is unmounted or the process gets SIGINT,
+//! SIGTERM or SIGHUP (then it unmounts and exits 0 once the requests in
+//! progress are answered). Another of these signals while that stop is
+//! under way forces the exit: the mount is detached (lazy unmount),
+//! requests still in progress fail, and the process dies of that signal (a
+//! shell reports 128 + its number: 130 for Ctrl-C). `--runtime
+//! tokio|uring` serves the file system through its `AsyncFileSystem` on an
+//! `async-io` runtime (a `FuseDevTask`, or with `--uring` a runtime per
+//! ring thread); `--thread-pool` then moves requests that may block to the
+//! backend's thread pool. SIGUSR1 logs the transport's state (with
+//! `--uring`: its mode, the ring buffers' reserved and resident bytes,
+//! requests per queue) and the file system's (inodes the kernel knows,
+//! their lookup references, open handles, cached descriptors, backing ids)
+//! and goes on. `RUST_LOG` sets the log level (default `info`).
 
 use clap::Parser;
-use passthroughfs::cli::Args;
-use fuse_backend_passthrough::PassthroughFs;
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
-use fuse_transport_dev::{DevSession, MountOptions, TaskConfig};
-use fuse_transport_uring::UringSession;
+use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
+use fuse_transport_uring::{UringConfig, UringSession};
+use passthroughfs::cli::Args;
+use passthroughfs::daemonize::Detach;
+use passthroughfs::mount_helper::{helper_args, invoked_as_helper, HelperFlags};
 use passthroughfs::{
-    block_signals, check_source, log_fs_state, log_transport_state, session_config,
-    spawn_signal_thread, uring_config, Failure,
+    block_signals, check_source, log_fs_state, log_transport_state, notify, options,
+    session_config, spawn_signal_thread, uring_config, Failure,
 };
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -63,55 +74,152 @@ fn check_mountpoint(mountpoint: &Path, unmount_dead: bool) -> Result<(), Failure
                 path: mountpoint.to_path_buf(),
             }
         ))),
-        // Anything else (missing, not a directory, ...) is reported by the mount.
-        _ => Ok(()),
+        // Checked here rather than left to the mount, so that the
+        // command reports it before the daemon goes to the background.
+        _ => match std::fs::metadata(mountpoint) {
+            Ok(m) if !m.is_dir() => Err(Failure(format!(
+                "mountpoint {} is not a directory",
+                mountpoint.display()
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure(format!(
+                "mountpoint {} does not exist",
+                mountpoint.display()
+            ))),
+            // Anything else (no permission, ...) is the mount's to report.
+            _ => Ok(()),
+        },
     }
 }
 
-fn run(args: Args) -> Result<(), Failure> {
-    if args.allow_other && !args.default_permissions {
-        return Err(Failure(
-            "--allow-other needs --default-permissions: the daemon serves every user's requests \
-             with its own privileges (root's) for lookups, reads and writes, so without the \
-             kernel checking file modes any user could read, change or list files that the \
-             backing directory's permissions deny them"
-                .into(),
-        ));
+/// Everything checked and worked out before the daemon forks (so that a
+/// bad argument is reported by the command the user ran, before any log
+/// line) and mounts.
+struct Plan {
+    args: Args,
+    /// The directory to serve.
+    source: PathBuf,
+    options: MountOptions,
+    fs_config: PassthroughConfig,
+    session_config: SessionConfig,
+    uring: Option<UringConfig>,
+}
+
+impl Plan {
+    fn new(mut args: Args, background: bool) -> Result<Plan, Failure> {
+        if args.allow_other && !args.default_permissions {
+            return Err(Failure(
+                "--allow-other needs --default-permissions: the daemon serves every user's \
+                 requests with its own privileges (root's) for lookups, reads and writes, so \
+                 without the kernel checking file modes any user could read, change or list \
+                 files that the backing directory's permissions deny them"
+                    .into(),
+            ));
+        }
+        let uring_defaults = UringConfig::default();
+        if !args.uring
+            && (args.uring_bufs != uring_defaults.bufs_per_queue
+                || args.uring_entries != uring_defaults.entries_per_queue
+                || args.uring_queues != 0)
+        {
+            return Err(Failure(
+                "--uring-bufs, --uring-entries and --uring-queues need --uring (-o io_uring)"
+                    .into(),
+            ));
+        }
+        if args.single_threaded {
+            args.threads = 1;
+            args.max_threads = Some(1);
+        }
+        // `-o source=DIR`: SOURCE is the mount's name (as mount(8) passes
+        // an fstab line's first field).
+        let (mut source, name) = match args.source_dir.clone() {
+            Some(dir) => (dir, args.source.to_string_lossy().into_owned()),
+            None => (
+                args.source.clone(),
+                args.source.to_string_lossy().into_owned(),
+            ),
+        };
+        if background {
+            // The background daemon's working directory becomes `/`.
+            let absolute = |p: &Path| {
+                std::path::absolute(p)
+                    .map_err(|e| Failure(format!("cannot use {}: {e}", p.display())))
+            };
+            source = absolute(&source)?;
+            args.mountpoint = absolute(&args.mountpoint)?;
+        }
+        check_source(&source)?;
+        check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+        let fs_config = args.fs.passthrough_config()?;
+        args.fs.check_thread_pool(args.runtime)?;
+        let session_config = session_config(args.threads, args.max_threads)?;
+        let uring = if args.uring {
+            Some(uring_config(
+                args.uring_queues,
+                args.uring_entries,
+                args.uring_bufs,
+                args.runtime,
+                &session_config,
+            )?)
+        } else {
+            None
+        };
+        let mut options = MountOptions::default()
+            .fsname(args.fsname.clone().unwrap_or(name))
+            .allow_other(args.allow_other)
+            .default_permissions(args.default_permissions)
+            .read_only(args.ro)
+            .max_read(args.max_read);
+        if !args.subtype.is_empty() {
+            options = options.subtype(args.subtype.clone());
+        }
+        let mut extra = Vec::new();
+        for flag in &args.mount_flags {
+            options = match flag.as_str() {
+                "suid" => options.nosuid(false),
+                "nosuid" => options.nosuid(true),
+                "dev" => options.nodev(false),
+                "nodev" => options.nodev(true),
+                _ => {
+                    extra.push(flag.clone());
+                    options
+                }
+            };
+        }
+        if args.auto_unmount {
+            extra.push("auto_unmount".into());
+        }
+        let options = options.extra(extra);
+        options.validate().map_err(|e| Failure(e.to_string()))?;
+        Ok(Plan {
+            args,
+            source,
+            options,
+            fs_config,
+            session_config,
+            uring,
+        })
     }
-    check_source(&args.source)?;
-    check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+}
+
+/// Mounts and serves until unmounted or stopped by a signal; `detach` is
+/// told once the mount is usable.
+fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
+    let Plan {
+        args,
+        source,
+        options,
+        fs_config,
+        session_config,
+        uring,
+    } = plan;
     passthroughfs::raise_nofile_limit();
-    let config = args.fs.passthrough_config()?;
-    let fs = PassthroughFs::new(&args.source, config).map_err(|e| Failure(e.to_string()))?;
+    let fs = PassthroughFs::new(&source, fs_config).map_err(|e| Failure(e.to_string()))?;
     let fs = Arc::new(fs);
     args.fs.apply_thread_pool(&fs, args.runtime)?;
     if !fs.uses_caller_credentials() {
         tracing::warn!("not running as root: files are created with the daemon's owner");
     }
-    let mut options = MountOptions::default()
-        .fsname(
-            args.fsname
-                .unwrap_or_else(|| args.source.to_string_lossy().into_owned()),
-        )
-        .allow_other(args.allow_other)
-        .default_permissions(args.default_permissions)
-        .read_only(args.ro)
-        .max_read(args.max_read);
-    if !args.subtype.is_empty() {
-        options = options.subtype(args.subtype);
-    }
-    let session_config = session_config(args.threads)?;
-    let uring = if args.uring {
-        Some(uring_config(
-            args.uring_queues,
-            args.uring_entries,
-            args.uring_bufs,
-            args.runtime,
-            &session_config,
-        )?)
-    } else {
-        None
-    };
 
     let signals = block_signals();
     let runtime = args.runtime.async_type();
@@ -144,11 +252,15 @@ fn run(args: Args) -> Result<(), Failure> {
         ),
     };
     tracing::info!(
-        source = %args.source.display(),
+        source = %source.display(),
         mountpoint = %session.mountpoint().display(),
         transport = %session.transport(),
+        thread_pool = %if args.fs.thread_pool { "on" } else { "off" },
+        background = detach.is_background(),
         "passthroughfs serving"
     );
+    detach.ready();
+    notify::ready();
     let (logger, stopper) = (session.clone(), session.clone());
     spawn_signal_thread(
         signals,
@@ -157,9 +269,13 @@ fn run(args: Args) -> Result<(), Failure> {
             log_transport_state(logger.as_ref(), uring_session.as_deref());
             log_fs_state(&fs);
         },
-        move || stopper.stop(),
+        move || {
+            notify::stopping();
+            stopper.stop()
+        },
     )?;
     let result = session.wait();
+    notify::stopping();
     match result {
         Ok(()) => {
             tracing::info!("unmounted; exiting");
@@ -188,13 +304,51 @@ fn tune_malloc() {
 
 fn main() -> ExitCode {
     tune_malloc();
-    passthroughfs::init_logging("info");
-    let args = Args::parse();
-    match run(args) {
+    let mut argv: Vec<OsString> = std::env::args_os().collect();
+    let mut helper = HelperFlags::default();
+    if argv.first().is_some_and(|a| invoked_as_helper(a)) {
+        match helper_args(argv) {
+            Ok((daemon_argv, flags)) => (argv, helper) = (daemon_argv, flags),
+            Err(Failure(msg)) => return usage_error(&msg),
+        }
+    }
+    let mut args = Args::parse_from(argv);
+    args.sloppy = helper.sloppy;
+    if let Err(Failure(msg)) = options::apply(&mut args) {
+        return usage_error(&msg);
+    }
+    let foreground = args.foreground || args.debug;
+    passthroughfs::logging::init_logging_with(
+        "info",
+        foreground && passthroughfs::logging::color_wanted(),
+    );
+    let plan = match Plan::new(args, !foreground) {
+        Ok(plan) => plan,
+        Err(Failure(msg)) => return usage_error(&msg),
+    };
+    if helper.fake {
+        return ExitCode::SUCCESS;
+    }
+    let mut detach = if foreground {
+        Detach::foreground()
+    } else {
+        // Before any thread exists: the child goes on alone.
+        match Detach::background() {
+            Ok(detach) => detach,
+            Err(Failure(msg)) => return usage_error(&msg),
+        }
+    };
+    match serve(plan, &mut detach) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(msg)) => {
-            eprintln!("passthroughfs: error: {msg}");
+            detach.report_failure(&msg);
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error before the daemon started: said on standard error, status 1.
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("passthroughfs: error: {msg}");
+    ExitCode::FAILURE
 }

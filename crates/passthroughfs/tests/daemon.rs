@@ -69,6 +69,7 @@ struct Daemon {
 impl Daemon {
     fn start(src: &Path, mnt: &Path, extra: &[&str]) -> Self {
         let child = Command::new(BIN)
+            .arg("--foreground")
             .args(extra)
             .arg(src)
             .arg(mnt)

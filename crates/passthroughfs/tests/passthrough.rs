@@ -16,6 +16,7 @@ use std::time::Duration;
 /// it once mounted.
 fn start_daemon(src: &Path, mnt: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_passthroughfs"))
+        .arg("--foreground")
         .args(extra)
         .arg(src)
         .arg(mnt)

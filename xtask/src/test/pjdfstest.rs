@@ -92,7 +92,7 @@ pub(super) fn pjdfstest_passthrough(
     let source = short_tempdir("pjd-src-")?;
     let logs = tempfile::Builder::new().prefix("pjd-log-").tempdir()?;
     let mut cmd = Command::new(&daemon);
-    cmd.args(["--allow-other", "--default-permissions"])
+    cmd.args(["--foreground", "--allow-other", "--default-permissions"])
         .arg(source.path());
     let mount = DaemonMount::start("passthroughfs", cmd, mountpoint.path(), logs.path())?;
     let result = run_pjdfstest(pjdfstest, config, mountpoint.path(), counts);

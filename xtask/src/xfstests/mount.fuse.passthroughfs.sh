@@ -147,7 +147,7 @@ fi
 
 log_name=${seqnum:-check}
 log=$state/logs/${log_name//\//-}.log
-cmd=("$daemon" "${flags[@]}" --subtype '' --fsname "$name" -- "$source" "$mnt")
+cmd=("$daemon" --foreground "${flags[@]}" --subtype '' --fsname "$name" -- "$source" "$mnt")
 printf '=== %s %s\n' "$(date '+%F %T.%N')" "${cmd[*]}" >>"$log"
 # Not a process group leader (no job control here), so setsid(1) calls
 # setsid(2) and execs the daemon itself: $! is the daemon.

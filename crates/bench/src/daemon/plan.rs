@@ -121,12 +121,12 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
     }
     match (args.transport, args.runtime) {
         (Transport::Dev, Runtime::Sync) => Ok(Plan::DevSync(
-            passthroughfs::session_config(args.threads.unwrap_or(default_threads()))
+            passthroughfs::session_config(args.threads.unwrap_or(default_threads()), None)
                 .map_err(invalid)?,
         )),
         (Transport::Uring, runtime) => {
             let default = UringConfig::default();
-            let dev = passthroughfs::session_config(default_threads()).map_err(invalid)?;
+            let dev = passthroughfs::session_config(default_threads(), None).map_err(invalid)?;
             Ok(Plan::UringSync {
                 config: passthroughfs::uring_config(
                     args.threads.unwrap_or(default.threads),

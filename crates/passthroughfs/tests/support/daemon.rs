@@ -102,7 +102,8 @@ impl Daemon {
             require_uring();
         }
         let mut cmd = Command::new(BIN);
-        cmd.args(transport.args())
+        cmd.arg("--foreground")
+            .args(transport.args())
             .args(extra)
             .arg(src)
             .arg(mnt)
