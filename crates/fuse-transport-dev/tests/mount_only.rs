@@ -595,14 +595,41 @@ fn fusermount_auto_unmount() {
     require_fusermount3();
     let dir = TestDir::new();
     let options = MountOptions::default().extra(["auto_unmount"]);
-    let mount = Mount::new(&dir.mnt, &options).expect("mount with auto_unmount");
+    let mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Fusermount)
+        .expect("mount with auto_unmount");
     assert_eq!(mount.method(), MountMethod::Fusermount);
     only_mount(&dir.mnt);
     drop(mount);
     assert!(mountinfo_for(&dir.mnt).is_empty(), "still mounted");
+}
 
-    let err = Mount::new_with_method(&dir.mnt, &options, MountMethod::Syscall).unwrap_err();
-    assert!(matches!(err, MountError::InvalidOption { .. }), "{err:?}");
+/// As root, `auto_unmount` is a mount(2) mount with a watcher process (its
+/// unmounting after a SIGKILL is tested with the daemon in
+/// crates/passthroughfs/tests/running.rs); a clean unmount ends the
+/// watcher, which is reaped, and leaves nothing mounted.
+#[test]
+fn syscall_auto_unmount_has_a_watcher_that_a_clean_unmount_ends_needs_root() {
+    require_root();
+    let dir = TestDir::new();
+    let options = MountOptions::default().extra(["auto_unmount"]);
+    let children = || {
+        std::fs::read_to_string(format!(
+            "/proc/self/task/{}/children",
+            // SAFETY: gettid has no preconditions.
+            unsafe { libc::gettid() }
+        ))
+        .unwrap_or_default()
+        .split_whitespace()
+        .count()
+    };
+    let before = children();
+    let mut mount = Mount::new(&dir.mnt, &options).expect("mount with auto_unmount");
+    assert_eq!(mount.method(), MountMethod::Syscall);
+    assert_eq!(children(), before + 1, "the watcher runs");
+    only_mount(&dir.mnt);
+    mount.unmount().expect("unmount");
+    assert!(mountinfo_for(&dir.mnt).is_empty(), "still mounted");
+    assert_eq!(children(), before, "the watcher is gone and reaped");
 }
 
 #[test]

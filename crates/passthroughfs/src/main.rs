@@ -314,14 +314,18 @@ fn main() -> ExitCode {
     }
     let mut args = Args::parse_from(argv);
     args.sloppy = helper.sloppy;
-    if let Err(Failure(msg)) = options::apply(&mut args) {
-        return usage_error(&msg);
-    }
+    let skipped = match options::apply(&mut args) {
+        Ok(skipped) => skipped,
+        Err(Failure(msg)) => return usage_error(&msg),
+    };
     let foreground = args.foreground || args.debug;
     passthroughfs::logging::init_logging_with(
         "info",
         foreground && passthroughfs::logging::color_wanted(),
     );
+    for option in skipped {
+        tracing::warn!(%option, "unknown mount option ignored (mount -s)");
+    }
     let plan = match Plan::new(args, !foreground) {
         Ok(plan) => plan,
         Err(Failure(msg)) => return usage_error(&msg),

@@ -367,21 +367,25 @@ pub fn split(options: &str) -> Vec<String> {
 
 /// Applies every `-o` string of `args.options` in order. An unknown name
 /// or a bad value fails with the option and the reason, unless
-/// `args.sloppy` (mount(8)'s `-s`): then an unknown name is logged and
-/// skipped.
-pub fn apply(args: &mut Args) -> Result<(), Failure> {
+/// `args.sloppy` (mount(8)'s `-s`): then an unknown name is skipped, and
+/// returned for the caller to log (the log may not be set up yet).
+pub fn apply(args: &mut Args) -> Result<Vec<String>, Failure> {
     let strings = std::mem::take(&mut args.options);
+    let mut skipped = Vec::new();
     for option in strings.iter().flat_map(|s| split(s)) {
-        apply_one(args, &option)?;
+        if !apply_one(args, &option)? {
+            skipped.push(option);
+        }
     }
     args.options = strings;
-    Ok(())
+    Ok(skipped)
 }
 
-fn apply_one(args: &mut Args, option: &str) -> Result<(), Failure> {
+/// Applies one option; false if it was unknown and skipped (sloppy).
+fn apply_one(args: &mut Args, option: &str) -> Result<bool, Failure> {
     let fail = |why: &str| Failure(format!("-o {option}: {why}"));
     if option.starts_with("x-") || option.starts_with("comment=") {
-        return Ok(());
+        return Ok(true);
     }
     let (name, val) = match option.split_once('=') {
         Some((n, v)) => (n, Some(v)),
@@ -393,28 +397,22 @@ fn apply_one(args: &mut Args, option: &str) -> Result<(), Failure> {
     });
     let Some(opt) = found else {
         if args.sloppy {
-            tracing::warn!(option, "unknown mount option ignored (mount -s)");
-            return Ok(());
+            return Ok(false);
         }
         return Err(fail(
             "unknown mount option (passthroughfs --help lists them)",
         ));
     };
     match (&opt.effect, val) {
-        (Effect::Refused(why), _) => Err(fail(why)),
-        (Effect::Value(f), Some(v)) => f(args, v).map_err(|e| fail(&e)),
-        (Effect::Value(_), None) => Err(fail(&format!("needs a value: {name}=VALUE"))),
-        (_, Some(_)) => Err(fail(&format!("takes no value: {name}"))),
-        (Effect::Flag(f), None) => {
-            f(args);
-            Ok(())
-        }
-        (Effect::MountFlag, None) => {
-            args.mount_flags.push(name.to_string());
-            Ok(())
-        }
-        (Effect::Ignored, None) => Ok(()),
+        (Effect::Refused(why), _) => return Err(fail(why)),
+        (Effect::Value(f), Some(v)) => f(args, v).map_err(|e| fail(&e))?,
+        (Effect::Value(_), None) => return Err(fail(&format!("needs a value: {name}=VALUE"))),
+        (_, Some(_)) => return Err(fail(&format!("takes no value: {name}"))),
+        (Effect::Flag(f), None) => f(args),
+        (Effect::MountFlag, None) => args.mount_flags.push(name.to_string()),
+        (Effect::Ignored, None) => {}
     }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -424,7 +422,10 @@ mod tests {
 
     fn parse(argv: &[&str]) -> Result<Args, Failure> {
         let mut args = Args::try_parse_from(argv).expect("clap accepts it");
-        apply(&mut args).map(|()| args)
+        apply(&mut args).map(|skipped| {
+            assert!(skipped.is_empty());
+            args
+        })
     }
 
     #[test]
@@ -499,7 +500,7 @@ mod tests {
     fn sloppy_skips_unknown_names_only() {
         let mut a = Args::try_parse_from(["p", "s", "m", "-o", "bogus,ro"]).unwrap();
         a.sloppy = true;
-        apply(&mut a).unwrap();
+        assert_eq!(apply(&mut a).unwrap(), ["bogus"]);
         assert!(a.ro);
         let mut a = Args::try_parse_from(["p", "s", "m", "-o", "cache=x"]).unwrap();
         a.sloppy = true;

@@ -19,6 +19,7 @@ mod fusermount;
 mod mountinfo;
 mod options;
 mod sys;
+mod watcher;
 
 pub use error::MountError;
 pub use options::MountOptions;
@@ -32,6 +33,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use watcher::UnmountWatcher;
 
 /// `f_type` reported by `statfs(2)` for a FUSE file system.
 pub const FUSE_SUPER_MAGIC: u32 = 0x6573_5546;
@@ -76,31 +78,23 @@ pub struct Mount {
     mounted: bool,
     /// With `auto_unmount`, `fusermount3` stays alive until its socket closes.
     auto_unmount: Option<AutoUnmountHelper>,
+    /// With `auto_unmount` on a `mount(2)` mount: the watcher process.
+    watcher: Option<UnmountWatcher>,
 }
 
 impl Mount {
     /// Mounts a FUSE file system on `mountpoint` (canonicalized first).
     ///
     /// Tries `mount(2)`; if that is refused with `EPERM` (or `/dev/fuse` may
-    /// not be opened), falls back to `fusermount3`. Options containing
-    /// `auto_unmount` go to `fusermount3` directly.
+    /// not be opened), falls back to `fusermount3`. With `auto_unmount` in
+    /// the options, a `mount(2)` mount gets a watcher process that detaches
+    /// it if this process dies without unmounting (see `watcher.rs`);
+    /// through `fusermount3`, that program stays to do the same.
     pub fn new(mountpoint: &Path, options: &MountOptions) -> Result<Mount, MountError> {
         options.validate()?;
         let target = Target::prepare(mountpoint)?;
-        if options.has_extra("auto_unmount") {
-            tracing::debug!(
-                mountpoint = %target.path.display(),
-                "auto_unmount requested: mounting with fusermount3"
-            );
-            return Self::with_fusermount(target, options, "mount with auto_unmount");
-        }
         match mount_syscall(&target, options) {
-            Ok(fd) => Ok(Mount::from_parts(
-                fd,
-                target.path,
-                MountMethod::Syscall,
-                None,
-            )),
+            Ok(fd) => Mount::syscall_mounted(fd, target.path, options),
             Err(err) => match err.unprivileged_reason() {
                 Some(action) => {
                     tracing::debug!(
@@ -125,22 +119,37 @@ impl Mount {
         let target = Target::prepare(mountpoint)?;
         match method {
             MountMethod::Syscall => {
-                if options.has_extra("auto_unmount") {
-                    return Err(MountError::InvalidOption {
-                        option: "auto_unmount".into(),
-                        reason: "auto_unmount needs fusermount3; mount(2) cannot provide it".into(),
-                    });
-                }
                 let fd = mount_syscall(&target, options)?;
-                Ok(Mount::from_parts(
-                    fd,
-                    target.path,
-                    MountMethod::Syscall,
-                    None,
-                ))
+                Mount::syscall_mounted(fd, target.path, options)
             }
             MountMethod::Fusermount => Self::with_fusermount(target, options, "mount"),
         }
+    }
+
+    /// A `mount(2)` mount, with its `auto_unmount` watcher if asked for
+    /// (if the watcher can't start, the mount is undone and that is the
+    /// error).
+    fn syscall_mounted(
+        fd: OwnedFd,
+        path: PathBuf,
+        options: &MountOptions,
+    ) -> Result<Mount, MountError> {
+        let mut mount = Mount::from_parts(fd, path, MountMethod::Syscall, None);
+        if options.has_extra("auto_unmount") {
+            match UnmountWatcher::spawn(&mount.mountpoint) {
+                Ok(watcher) => mount.watcher = Some(watcher),
+                Err(source) => {
+                    let path = mount.mountpoint.clone();
+                    drop(mount);
+                    return Err(MountError::Io {
+                        action: "start the auto_unmount watcher",
+                        path,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(mount)
     }
 
     fn with_fusermount(
@@ -170,6 +179,7 @@ impl Mount {
             method,
             mounted: true,
             auto_unmount,
+            watcher: None,
         }
     }
 
@@ -225,6 +235,9 @@ impl Mount {
         }
         self.mounted = false;
         self.reap_auto_unmount_helper();
+        if let Some(mut watcher) = self.watcher.take() {
+            watcher.unmounted();
+        }
         tracing::debug!(mountpoint = %self.mountpoint.display(), "unmounted FUSE file system");
         Ok(())
     }
@@ -240,6 +253,9 @@ impl Mount {
         }
         self.mounted = false;
         self.reap_auto_unmount_helper();
+        if let Some(mut watcher) = self.watcher.take() {
+            watcher.unmounted();
+        }
     }
 
     /// Closes the `auto_unmount` helper's socket and, once the file system is

@@ -42,8 +42,9 @@ pub struct MountOptions {
     /// (`noexec`, `noatime`, `sync`, `dirsync`, `nosymfollow`, ...) become
     /// `MS_*` flags and the rest go into the kernel's FUSE option string;
     /// with `fusermount3` they are all passed on its `-o`. `auto_unmount`
-    /// (unmount when the daemon dies) is a `fusermount3` feature, so it makes
-    /// [`Mount::new`](super::Mount::new) use `fusermount3` directly. `fd=`, `rootmode=`,
+    /// (unmount when the daemon dies, even of SIGKILL): on a `mount(2)`
+    /// mount a watcher process forked at mount time does it, through
+    /// `fusermount3` that program does. `fd=`, `rootmode=`,
     /// `user_id=`, `group_id=` (set by this module), `fsname=`, `subtype=`
     /// (use the fields) and `blkdev` (not supported) are rejected.
     pub extra: Vec<String>,
