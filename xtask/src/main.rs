@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 mod abi_check;
 mod bench;
+mod man;
 mod test;
 mod text;
 mod userns;
@@ -39,6 +40,8 @@ enum Task {
     Bench(bench::BenchArgs),
     /// Run xfstests' generic group, fsstress and fsx on passthroughfs mounts.
     Xfstests(xfstests::XfstestsArgs),
+    /// Write the passthroughfs(1) man page (from the daemon's clap definition).
+    Man(man::ManArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Task::TestInVm(args) => vm::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Xfstests(args) => xfstests::run(&args),
+        Task::Man(args) => man::run(&args),
     }
 }
 

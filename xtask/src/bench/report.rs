@@ -44,6 +44,57 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The reason of the first failed sample of (target, workload).
+fn first_error<'a>(r: &'a RunReport, target: &str, workload: &str) -> Option<&'a str> {
+    r.samples
+        .iter()
+        .filter(|s| s.target == target && s.workload == workload)
+        .filter_map(|s| Some((s.round, s.error.as_deref()?)))
+        .min_by_key(|&(round, _)| round)
+        .map(|(_, e)| e)
+}
+
+/// An absolute path in `word` (`/a/b/file`, maybe quoted or followed by
+/// `:` or `,`) cut to its last component: `…/file`.
+fn shorten_path(word: &str) -> String {
+    let Some(start) = word.find('/') else {
+        return word.to_string();
+    };
+    let (head, rest) = word.split_at(start);
+    let body = rest.trim_end_matches(['"', '\'', ')', ']', '>', ':', ',', ';', '.']);
+    let tail = &rest[body.len()..];
+    let body = body.trim_end_matches('/');
+    let is_path = head.chars().all(|c| "\"'(<[".contains(c)) && body.matches('/').count() >= 2;
+    match body.rsplit_once('/') {
+        Some((_, last)) if is_path && !last.is_empty() => format!("{head}…/{last}{tail}"),
+        _ => word.to_string(),
+    }
+}
+
+/// A failure's reason for a chart row or a table cell: on one line,
+/// absolute paths cut to their last component, at most `max` characters
+/// (an ellipsis ends a cut one). The whole reason is in "Failed samples".
+fn short_reason(reason: &str, max: usize) -> String {
+    let line = reason
+        .split_whitespace()
+        .map(shorten_path)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// Longest failure reason in a results table cell.
+const TABLE_REASON_CHARS: usize = 100;
+/// Longest failure reason on a chart row (what fits the plot's width in
+/// the row's smaller type).
+const CHART_REASON_CHARS: usize = 96;
+
 /// The start line without the fields that change from run to run.
 pub fn short_start_line(line: &str) -> String {
     line.split(' ')
@@ -123,7 +174,9 @@ pub fn targets_table(r: &RunReport) -> String {
     out
 }
 
-/// The results table: median, min–max and ratios per (workload, target).
+/// The results table: median, min–max and ratios per (workload, target);
+/// a target whose every sample of a workload failed shows `failed` and
+/// the (shortened) reason instead of a median.
 pub fn results_table(r: &RunReport) -> String {
     let mut out = String::from(
         "| workload | target | median | min–max | n | × native | × libfuse |\n\
@@ -143,6 +196,16 @@ pub fn results_table(r: &RunReport) -> String {
             } else {
                 s.n.to_string()
             };
+            if s.median.is_none() {
+                let reason = first_error(r, &s.target, &w.name).unwrap_or("no reason recorded");
+                let _ = writeln!(
+                    out,
+                    "| {label} | {} | failed: {} | – | {n} | – | – |",
+                    s.target,
+                    cell(&short_reason(reason, TABLE_REASON_CHARS))
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "| {label} | {} | {} | {}–{} | {n} | {} | {} |",
@@ -417,8 +480,9 @@ pub fn markdown(r: &RunReport) -> String {
     out.push_str(&targets_table(r));
     out.push_str(
         "\n## Results\n\nMedian of the rounds, the smallest and largest sample, and the \
-         ratio of medians to native and to libfuse (higher is better everywhere). Charts: \
-         `charts/<workload>.svg`.\n\n",
+         ratio of medians to native and to libfuse (higher is better everywhere); a target \
+         whose every sample of a workload failed shows `failed` and why (the whole message is \
+         under \"Failed samples\"). Charts: `charts/<workload>.svg`.\n\n",
     );
     out.push_str(&results_table(r));
     let daemon = daemon_table(r);
@@ -447,13 +511,15 @@ fn xml(s: &str) -> String {
 
 /// A horizontal bar chart of one workload: a bar per target at its median,
 /// a whisker from min to max, the value and its ratio to native, and a
-/// dashed line at native's median.
+/// dashed line at native's median. A target whose every sample failed
+/// gets a row saying `failed` and why (shortened; the whole reason is the
+/// row's tooltip) instead of a bar.
 pub fn svg(r: &RunReport, workload: &str) -> Option<String> {
     let w = r.workload(workload)?;
     let rows: Vec<_> = r
         .summary
         .iter()
-        .filter(|s| s.workload == workload && s.median.is_some())
+        .filter(|s| s.workload == workload)
         .collect();
     if rows.is_empty() {
         return None;
@@ -492,7 +558,30 @@ pub fn svg(r: &RunReport, workload: &str) -> Option<String> {
     );
     for (i, s) in rows.iter().enumerate() {
         let y = top + i as f64 * (bar + gap);
-        let median = s.median.unwrap_or(0.0);
+        let Some(median) = s.median else {
+            let reason = first_error(r, &s.target, workload).unwrap_or("no reason recorded");
+            let _ = writeln!(out, "<g><title>{}</title>", xml(reason));
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                left - 8.0,
+                y + bar * 0.7,
+                xml(&s.target)
+            );
+            let _ = writeln!(
+                out,
+                r##"<rect x="{left:.1}" y="{y:.1}" width="{plot:.1}" height="{bar:.1}" fill="#fbe9e7"/>"##
+            );
+            let _ = writeln!(
+                out,
+                r##"<text x="{:.1}" y="{:.1}" fill="#b3261e"><tspan font-weight="bold">failed</tspan><tspan font-size="11">: {}</tspan></text>"##,
+                left + 8.0,
+                y + bar * 0.7,
+                xml(&short_reason(reason, CHART_REASON_CHARS))
+            );
+            out.push_str("</g>\n");
+            continue;
+        };
         let color = if s.target == NATIVE {
             "#8c8c8c"
         } else if s.target.starts_with("ours") {
@@ -557,14 +646,16 @@ pub fn svg(r: &RunReport, workload: &str) -> Option<String> {
         top - 6.0,
         height - 18.0
     );
-    let _ = writeln!(
-        out,
-        r##"<text x="{left:.1}" y="{:.1}" fill="#555">0</text><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
-        height - 4.0,
-        left + plot,
-        height - 4.0,
-        xml(&fmt_value(top_value, w.metric))
-    );
+    if rows.iter().any(|s| s.median.is_some()) {
+        let _ = writeln!(
+            out,
+            r##"<text x="{left:.1}" y="{:.1}" fill="#555">0</text><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
+            height - 4.0,
+            left + plot,
+            height - 4.0,
+            xml(&fmt_value(top_value, w.metric))
+        );
+    }
     out.push_str("</svg>\n");
     Some(out)
 }
@@ -649,13 +740,29 @@ mod tests {
         assert_eq!(fmt_count(2.5), "2.5");
     }
 
+    /// What a failed libfuse sample of `stat` says in the tests (with
+    /// characters XML must escape).
+    const STAT_FAILURE: &str = "\"fio\" failed (exit status: 1): <stdin> & fio: io_u error on \
+         file /srv/fuse-rs/target/bench/work/mnt/data-1024m-256m/bench.data: Invalid argument: \
+         write offset=0, buflen=4096";
+
     #[test]
     fn markdown_has_every_part() {
         let mut r = report(&[
             ("native", "read", &[100.0, 120.0, 110.0]),
             ("ours:dev/sync", "read", &[50.0, 60.0, 55.0]),
             ("libfuse", "read", &[40.0, 44.0, 50.0]),
+            ("native", "stat", &[200.0]),
         ]);
+        r.samples.push(crate::bench::results::Sample::failed(
+            "libfuse",
+            "stat",
+            0,
+            STAT_FAILURE.into(),
+            "2026-01-01T00:00:00Z".into(),
+            None,
+        ));
+        r.summarize();
         r.evaluate_goals(&[crate::bench::config::Goal {
             text: "faster than libfuse".into(),
             subject: "ours:dev/sync".into(),
@@ -690,7 +797,86 @@ mod tests {
         assert!(svg.contains("ours:dev/sync"));
         assert!(svg.contains("0.50× native"));
         assert!(svg.trim_end().ends_with("</svg>"));
-        assert!(crate::bench::report::svg(&r, "stat").is_none());
-        assert!(!has_own_failures(&r));
+        assert!(!svg.contains("failed"), "{svg}");
+        r.workloads
+            .push(crate::bench::results::tests::workload("write", "data"));
+        assert!(
+            crate::bench::report::svg(&r, "write").is_none(),
+            "no samples, no chart"
+        );
+        assert!(!has_own_failures(&r), "only a peer failed");
+
+        // The target that failed `stat` has a row saying so, with the
+        // reason, in the table and on the chart.
+        let short = "\"fio\" failed (exit status: 1): <stdin> & fio: io_u error on file \
+                     …/bench.data: Invalid argument: write offset=0, buflen=4096";
+        let cut = |n: usize| format!("{}…", short.chars().take(n - 1).collect::<String>());
+        assert_eq!(short_reason(STAT_FAILURE, 200), short);
+        assert!(
+            md.contains(&format!(
+                "|  | libfuse | failed: {} | – | 0 (1 failed) | – | – |",
+                cut(TABLE_REASON_CHARS)
+            )),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("- libfuse / stat (round 1): {STAT_FAILURE}")),
+            "the whole reason in the failures list: {md}"
+        );
+        let svg = crate::bench::report::svg(&r, "stat").unwrap();
+        assert!(svg.contains(">native</text>"), "{svg}");
+        assert!(svg.contains(">libfuse</text>"), "{svg}");
+        assert!(
+            svg.contains(&format!(
+                "<tspan font-weight=\"bold\">failed</tspan><tspan font-size=\"11\">: {}</tspan>",
+                xml(&cut(CHART_REASON_CHARS))
+            )),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(
+                "&quot;fio&quot; failed (exit status: 1): &lt;stdin&gt; &amp; fio: io_u error on"
+            ),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>&quot;fio&quot; failed")
+                && svg.contains("/srv/fuse-rs/target/bench/work/mnt/data-1024m-256m/bench.data"),
+            "the whole reason is the row's tooltip: {svg}"
+        );
+        assert!(
+            !svg.contains("<stdin>") && !svg.contains("\"fio\""),
+            "{svg}"
+        );
+        let mut rest = svg.as_str();
+        while let Some(i) = rest.find('&') {
+            rest = &rest[i + 1..];
+            assert!(
+                ["amp;", "lt;", "gt;", "quot;"]
+                    .iter()
+                    .any(|e| rest.starts_with(e)),
+                "a bare & in {svg}"
+            );
+        }
+    }
+
+    #[test]
+    fn failure_reasons_are_shortened() {
+        assert_eq!(
+            short_reason("starting \"/a/b/fio\": No such file or directory", 80),
+            "starting \"…/fio\": No such file or directory"
+        );
+        assert_eq!(
+            short_reason(
+                "a  multi-line\nreason at /x/y/z/ and err=22/file:io_u.c",
+                80
+            ),
+            "a multi-line reason at …/z and err=22/file:io_u.c",
+            "one line; only absolute paths are cut"
+        );
+        assert_eq!(short_reason("/tmp", 80), "/tmp", "not much of a path");
+        assert_eq!(short_reason("één twee drie", 9), "één twee…");
+        assert_eq!(short_reason("one two three", 8), "one two…");
+        assert_eq!(short_reason("one two three", 13), "one two three");
     }
 }

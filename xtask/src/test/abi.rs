@@ -17,12 +17,7 @@ pub(super) fn step_abi_check(ctx: &mut Ctx) -> Result<Outcome> {
         }
         Err(e) => return Err(e),
     };
-    run_cmd(
-        cargo()
-            .args(["xtask", "abi-check"])
-            .arg(&header)
-            .current_dir(&ctx.root),
-    )?;
+    run_cmd(xtask().arg("abi-check").arg(&header).current_dir(&ctx.root))?;
     Ok(Outcome::Done)
 }
 

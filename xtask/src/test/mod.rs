@@ -311,6 +311,15 @@ pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// `cargo --quiet xtask`, for a step that runs another task: this xtask is
+/// running, so it is built, and cargo's `Finished` and `Running` lines would
+/// only repeat the `$ ...` line that [`run_cmd`] prints.
+pub(crate) fn xtask() -> Command {
+    let mut cmd = cargo();
+    cmd.args(["--quiet", "xtask"]);
+    cmd
+}
+
 /// A command line as a string, for logs and error messages.
 pub(crate) fn display(cmd: &Command) -> String {
     let program = cmd.get_program();
@@ -549,18 +558,14 @@ fn step_stress(ctx: &mut Ctx) -> Result<Outcome> {
 /// qemu: `cargo xtask test-in-vm`. The VM runner gets the kernel with
 /// [`debian_experimental_package`].
 fn step_vm(ctx: &mut Ctx) -> Result<Outcome> {
-    run_cmd(cargo().args(["xtask", "test-in-vm"]).current_dir(&ctx.root))?;
+    run_cmd(xtask().arg("test-in-vm").current_dir(&ctx.root))?;
     Ok(Outcome::Done)
 }
 
 /// A quick benchmark run, to catch a broken benchmark setup (not to judge
 /// speed): `cargo xtask bench --quick`.
 fn step_bench(ctx: &mut Ctx) -> Result<Outcome> {
-    run_cmd(
-        cargo()
-            .args(["xtask", "bench", "--quick"])
-            .current_dir(&ctx.root),
-    )?;
+    run_cmd(xtask().args(["bench", "--quick"]).current_dir(&ctx.root))?;
     Ok(Outcome::Done)
 }
 

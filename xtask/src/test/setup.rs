@@ -13,6 +13,8 @@ pub(super) const APT_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "cpio",
+    // passthroughfs's man test reads the page with `man -l`.
+    "man-db",
 ];
 
 /// The pjdfstest release the configuration in `xtask/pjdfstest.toml` is for.
