@@ -528,7 +528,8 @@ impl Session for UringSession {
         let l = self.layout;
         match self.mode {
             UringMode::DevFuse => format!(
-                "/dev/fuse, {dev_workers} worker threads (no io_uring: {})",
+                "/dev/fuse, {dev_workers} worker {} (no io_uring: {})",
+                if dev_workers == 1 { "thread" } else { "threads" },
                 self.fallback_reason.as_deref().unwrap_or("unknown")
             ),
             mode => format!(
