@@ -105,4 +105,3 @@ pub struct Args {
     #[arg(long)]
     pub unmount_dead: bool,
 }
-

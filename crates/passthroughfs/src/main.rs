@@ -21,11 +21,11 @@
 //! Logs to standard error; `RUST_LOG` sets the level (default `info`).
 
 use clap::Parser;
-use passthroughfs::cli::Args;
 use fuse_backend_passthrough::PassthroughFs;
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{DevSession, MountOptions, TaskConfig};
 use fuse_transport_uring::UringSession;
+use passthroughfs::cli::Args;
 use passthroughfs::{
     block_signals, check_source, log_fs_state, log_transport_state, session_config,
     spawn_signal_thread, uring_config, Failure,
