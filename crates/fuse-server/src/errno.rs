@@ -15,6 +15,46 @@ pub use libc::{
     ENOTSUP, ENOTTY, ENXIO, EOPNOTSUPP, EOVERFLOW, EPERM, ERANGE, EROFS, ESTALE, ETXTBSY, EXDEV,
 };
 
+/// Declares [`NAMES`] from errno constants of `libc`.
+macro_rules! errno_names {
+    ($($name:ident),* $(,)?) => {
+        /// Every Linux errno with its name; aliases (`EWOULDBLOCK`,
+        /// `EDEADLOCK`, `ENOTSUP`) appear under the name they alias.
+        const NAMES: &[(i32, &str)] = &[$((libc::$name, stringify!($name))),*];
+    };
+}
+
+errno_names! {
+    EPERM, ENOENT, ESRCH, EINTR, EIO, ENXIO, E2BIG, ENOEXEC, EBADF, ECHILD, EAGAIN, ENOMEM,
+    EACCES, EFAULT, ENOTBLK, EBUSY, EEXIST, EXDEV, ENODEV, ENOTDIR, EISDIR, EINVAL, ENFILE,
+    EMFILE, ENOTTY, ETXTBSY, EFBIG, ENOSPC, ESPIPE, EROFS, EMLINK, EPIPE, EDOM, ERANGE, EDEADLK,
+    ENAMETOOLONG, ENOLCK, ENOSYS, ENOTEMPTY, ELOOP, ENOMSG, EIDRM, ECHRNG, EL2NSYNC, EL3HLT,
+    EL3RST, ELNRNG, EUNATCH, ENOCSI, EL2HLT, EBADE, EBADR, EXFULL, ENOANO, EBADRQC, EBADSLT,
+    EBFONT, ENOSTR, ENODATA, ETIME, ENOSR, ENONET, ENOPKG, EREMOTE, ENOLINK, EADV, ESRMNT,
+    ECOMM, EPROTO, EMULTIHOP, EDOTDOT, EBADMSG, EOVERFLOW, ENOTUNIQ, EBADFD, EREMCHG, ELIBACC,
+    ELIBBAD, ELIBSCN, ELIBMAX, ELIBEXEC, EILSEQ, ERESTART, ESTRPIPE, EUSERS, ENOTSOCK,
+    EDESTADDRREQ, EMSGSIZE, EPROTOTYPE, ENOPROTOOPT, EPROTONOSUPPORT, ESOCKTNOSUPPORT,
+    EOPNOTSUPP, EPFNOSUPPORT, EAFNOSUPPORT, EADDRINUSE, EADDRNOTAVAIL, ENETDOWN, ENETUNREACH,
+    ENETRESET, ECONNABORTED, ECONNRESET, ENOBUFS, EISCONN, ENOTCONN, ESHUTDOWN, ETOOMANYREFS,
+    ETIMEDOUT, ECONNREFUSED, EHOSTDOWN, EHOSTUNREACH, EALREADY, EINPROGRESS, ESTALE, EUCLEAN,
+    ENOTNAM, ENAVAIL, EISNAM, EREMOTEIO, EDQUOT, ENOMEDIUM, EMEDIUMTYPE, ECANCELED, ENOKEY,
+    EKEYEXPIRED, EKEYREVOKED, EKEYREJECTED, EOWNERDEAD, ENOTRECOVERABLE, ERFKILL, EHWPOISON,
+}
+
+/// The symbolic name of errno `code` (`ENOENT` for 2), if it has one.
+///
+/// ```
+/// use fuse_server::errno;
+/// assert_eq!(errno::name(errno::ENOENT), Some("ENOENT"));
+/// assert_eq!(errno::name(4000), None);
+/// ```
+pub fn name(code: i32) -> Option<&'static str> {
+    NAMES
+        .iter()
+        .find(|&&(n, _)| n == code)
+        .map(|&(_, name)| name)
+}
+
 /// An error with errno `code` (the reply carries it; see
 /// [`crate::errno_of`]).
 pub fn error(code: i32) -> io::Error {
@@ -100,4 +140,26 @@ pub fn not_supported() -> io::Error {
 /// `EIO`: an I/O error.
 pub fn io_error() -> io::Error {
     error(EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_errno_has_one_name() {
+        let mut codes: Vec<i32> = NAMES.iter().map(|&(n, _)| n).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), NAMES.len(), "an errno listed twice");
+        // Linux numbers them 1 to 133; 41 and 58 are unused.
+        assert_eq!(NAMES.len(), 131);
+        assert_eq!(codes.first(), Some(&1));
+        assert_eq!(codes.last(), Some(&libc::EHWPOISON));
+        assert_eq!(name(ENOENT), Some("ENOENT"));
+        assert_eq!(name(ENOTSUP), Some("EOPNOTSUPP"));
+        assert_eq!(name(libc::EWOULDBLOCK), Some("EAGAIN"));
+        assert_eq!(name(0), None);
+        assert_eq!(name(-2), None);
+    }
 }

@@ -34,6 +34,7 @@ pub mod notify;
 pub mod opcode_table;
 mod operations;
 pub mod request;
+mod request_log;
 pub mod server;
 pub mod session;
 pub mod types;

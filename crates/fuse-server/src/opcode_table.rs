@@ -246,6 +246,13 @@ impl OpcodeInfo {
         self.opcode as u32
     }
 
+    /// The name without the kernel's `FUSE_` prefix (`LOOKUP`, `RENAME2`;
+    /// `CUSE_INIT` keeps its prefix), as the request log
+    /// ([`crate::Server::with_request_log`]) prints it.
+    pub fn short_name(&self) -> &'static str {
+        self.name.strip_prefix("FUSE_").unwrap_or(self.name)
+    }
+
     /// The reply carries out arguments (a body after the header).
     pub const fn has_out_args(&self) -> bool {
         matches!(self.reply, ReplyShape::OutArgs)
@@ -457,6 +464,7 @@ mod tests {
             assert_eq!(row.number(), op as u32);
             assert_eq!(row.name, op.kernel_name());
             assert_eq!(row.to_string(), op.kernel_name());
+            assert!(!row.short_name().is_empty() && row.name.ends_with(row.short_name()));
             // Only reserved numbers lack arguments and an operation.
             if let Some(fixed) = row.args.fixed {
                 assert!(fixed.size > 0 && fixed.name.ends_with("_in"), "{op:?}");
@@ -466,6 +474,8 @@ mod tests {
                 assert!(row.args.fixed.is_some(), "{op:?}: a count needs a struct");
             }
         }
+        assert_eq!(opcode_info(Opcode::Lookup).short_name(), "LOOKUP");
+        assert_eq!(opcode_info(Opcode::CuseInit).short_name(), "CUSE_INIT");
         assert!(!opcode_info(Opcode::Forget).expects_reply());
         assert!(!opcode_info(Opcode::Unlink).has_out_args());
         assert!(opcode_info(Opcode::Unlink).expects_reply());

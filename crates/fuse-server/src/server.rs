@@ -10,6 +10,7 @@ use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyWriter};
 use crate::notify::{NotificationSink, Notifier};
 use crate::opcode_table::opcode_info_raw;
 use crate::request::{decode, DecodeOptions, Operation, RawRequest};
+use crate::request_log;
 use crate::types::*;
 use fuse_abi::{
     AttrOut, BmapOut, CopyFileRangeOut, GetxattrOut, InitFlags, IoctlOut, LkOut, LseekOut, Opcode,
@@ -113,6 +114,7 @@ pub struct Server {
     waits_stopped: AtomicBool,
     counters: RequestCounters,
     backing_files: OnceLock<Arc<dyn BackingFiles>>,
+    request_log: AtomicBool,
 }
 
 impl Server {
@@ -131,6 +133,7 @@ impl Server {
             waits_stopped: AtomicBool::new(false),
             counters: RequestCounters::new(),
             backing_files: OnceLock::new(),
+            request_log: AtomicBool::new(false),
         }
     }
 
@@ -139,6 +142,71 @@ impl Server {
     pub fn with_init_config(mut self, config: InitConfig) -> Self {
         self.init_config = config;
         self
+    }
+
+    /// Turns the request log on or off (off by default): with it, every
+    /// request is logged in one line once it is answered, like libfuse's
+    /// `-d` but compact. Every transport's requests go through
+    /// [`Server::handle_async`], so all of them are logged: `/dev/fuse`
+    /// workers, a `FuseDevTask`, io_uring rings.
+    ///
+    /// The line is a [`tracing`] event at INFO with the target
+    /// `fuse_request`, so a subscriber's filter decides whether it goes
+    /// anywhere: `RUST_LOG=fuse_request=off` silences it,
+    /// `RUST_LOG=warn,fuse_request=info` shows it beside warnings only.
+    ///
+    /// It says the request's `unique`, the opcode (its name in the
+    /// [opcode table](crate::opcode_table) without `FUSE_`), the node id
+    /// and the arguments that matter for the opcode (names quoted and
+    /// escaped, any byte that isn't UTF-8 as `\xNN`; handle, offset and
+    /// size for READ and WRITE; flags for OPEN and CREATE; ...), then the
+    /// result: `ok` with what the reply says (its size in bytes, the node
+    /// id of an entry, the handle of an open, the count of a write), the
+    /// errno by name and number, `no reply` (FORGET, INTERRUPT, ...), or
+    /// `malformed` for a request that could not be decoded; and the time
+    /// from receipt to the reply in microseconds:
+    ///
+    /// ```text
+    /// unique=4 LOOKUP node=1 name="hello.txt" -> ok node=2 (58 µs)
+    /// unique=8 LOOKUP node=1 name="nope" -> ENOENT errno=2 (12 µs)
+    /// unique=12 READ node=2 fh=0 offset=0 size=4096 -> ok 14 bytes (19 µs)
+    /// unique=16 FORGET node=2 nlookup=1 -> no reply (3 µs)
+    /// unique=20 MKDIR node=1 -> malformed, EINVAL errno=22 (4 µs)
+    /// ```
+    ///
+    /// Off, it costs each request one relaxed load of a flag. On, a
+    /// request whose line the subscriber would not take (its filter is
+    /// asked first) costs nothing more either; one it takes is decoded a
+    /// second time and formatted, which slows a busy mount down: it is
+    /// for finding out what the kernel asks and what the file system
+    /// answers, not for production. [`Server::set_request_log`] turns it
+    /// on or off while serving.
+    ///
+    /// ```
+    /// use fuse_server::{FileSystem, Server};
+    /// use std::sync::Arc;
+    ///
+    /// struct Empty;
+    /// impl FileSystem for Empty {}
+    ///
+    /// let server = Server::new(Arc::new(Empty)).with_request_log(true);
+    /// assert!(server.request_log());
+    /// ```
+    pub fn with_request_log(mut self, on: bool) -> Self {
+        *self.request_log.get_mut() = on;
+        self
+    }
+
+    /// The request log is on ([`Server::with_request_log`]).
+    pub fn request_log(&self) -> bool {
+        self.request_log.load(Ordering::Relaxed)
+    }
+
+    /// Turns the request log ([`Server::with_request_log`]) on or off
+    /// while serving (a daemon might toggle it on a signal); requests
+    /// already being handled keep the setting they started with.
+    pub fn set_request_log(&self, on: bool) {
+        self.request_log.store(on, Ordering::Relaxed);
     }
 
     /// The INIT wishes in force before the file system's `init`.
@@ -212,7 +280,7 @@ impl Server {
         Notifier::new(sink, self.negotiated().copied())
     }
 
-    fn decode_options(&self) -> DecodeOptions {
+    pub(crate) fn decode_options(&self) -> DecodeOptions {
         match self.negotiated() {
             Some(n) => DecodeOptions {
                 minor: n.minor,
@@ -229,8 +297,17 @@ impl Server {
         block_on(self.handle_async(tx))
     }
 
-    /// Handles one request: decode, call the file system, reply.
+    /// Handles one request: decode, call the file system, reply (and log
+    /// it, with [`Server::with_request_log`]).
     pub async fn handle_async(&self, tx: &mut dyn Transaction) -> io::Result<Outcome> {
+        if self.request_log.load(Ordering::Relaxed) && request_log::enabled() {
+            return request_log::handle_logged(self, tx).await;
+        }
+        self.dispatch(tx).await
+    }
+
+    /// The dispatch: decode, call the file system, reply.
+    pub(crate) async fn dispatch(&self, tx: &mut dyn Transaction) -> io::Result<Outcome> {
         let raw = tx.request();
         let header = match raw.in_header() {
             Ok(h) => h,

@@ -461,3 +461,235 @@ fn errors_the_kernel_would_refuse_become_eio() {
         );
     }
 }
+
+/// A log writer into a shared buffer.
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for LogBuf {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log lines that `filter` (an `EnvFilter`) lets through while `f`
+/// runs on this thread, each line's latency, checked to be a number of
+/// microseconds, cut off.
+fn log_lines(filter: &str, f: impl FnOnce()) -> Vec<String> {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || LogBuf(sink.clone()))
+        .with_ansi(false)
+        .without_time()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .map(|line| {
+            let (rest, latency) = line
+                .rsplit_once(" (")
+                .unwrap_or_else(|| panic!("no latency: {line}"));
+            let micros = latency
+                .strip_suffix(" µs)")
+                .unwrap_or_else(|| panic!("no latency: {line}"));
+            assert!(micros.parse::<u64>().is_ok(), "latency: {line}");
+            rest.trim_start().to_string()
+        })
+        .collect()
+}
+
+/// The request log lines of `txs` handled by `server` in turn.
+fn request_log(server: &Server, txs: Vec<MemTx>) -> Vec<String> {
+    log_lines("fuse_request=info", || {
+        for mut tx in txs {
+            server.handle(&mut tx).unwrap();
+        }
+    })
+}
+
+/// `bytes` as a LOOKUP of node 1, whatever they are.
+fn raw_lookup(unique: u64, name: &[u8]) -> MemTx {
+    let h = InHeader {
+        len: (size_of::<InHeader>() + name.len()) as u32,
+        opcode: Opcode::Lookup as u32,
+        unique,
+        nodeid: 1,
+        ..InHeader::default()
+    };
+    let mut bytes = h.as_bytes().to_vec();
+    bytes.extend_from_slice(name);
+    MemTx::new(bytes)
+}
+
+#[test]
+fn request_log_says_what_was_asked_and_answered() {
+    let fs = Arc::new(Counting::default());
+    let server = Server::new(fs.clone()).with_request_log(true);
+    assert!(server.request_log());
+    let lines = request_log(&server, vec![MemTx::new(init_request())]);
+    assert_eq!(
+        lines,
+        ["INFO fuse_request: unique=1 INIT node=0 kernel=7.46 -> ok 64 bytes"]
+    );
+
+    let read = ReadArgs {
+        fh: 99,
+        offset: 4096,
+        size: 100,
+        ..ReadArgs::default()
+    };
+    let forgets = [
+        fuse_abi::ForgetOne {
+            nodeid: 42,
+            nlookup: 1,
+        },
+        fuse_abi::ForgetOne {
+            nodeid: 42,
+            nlookup: 1,
+        },
+    ];
+    let mut undelivered = request(12, 1, &Operation::Lookup { name: c"a" });
+    undelivered.fail_with = Some(libc::ENOENT);
+    let lines = request_log(
+        &server,
+        vec![
+            request(2, 1, &Operation::Lookup { name: c"a" }),
+            request(3, 1, &Operation::Lookup { name: c"missing" }),
+            request(4, 42, &Operation::Read(read)),
+            request(
+                5,
+                42,
+                &Operation::Open(OpenArgs {
+                    flags: libc::O_RDWR as u32,
+                    ..OpenArgs::default()
+                }),
+            ),
+            request(
+                6,
+                42,
+                &Operation::Getxattr {
+                    name: c"user.a",
+                    size: 0,
+                },
+            ),
+            request(7, 42, &Operation::Forget { nlookup: 1 }),
+            request(
+                8,
+                0,
+                &Operation::BatchForget(ForgetList::new(forgets.as_bytes())),
+            ),
+            raw_lookup(9, b"no-nul"),
+            raw_lookup(10, b"\xff\"\n\0"),
+            request(
+                11,
+                1,
+                &Operation::Rename(RenameArgs {
+                    name: c"a",
+                    newdir: 7,
+                    newname: c"b",
+                    flags: RenameFlags::NOREPLACE,
+                }),
+            ),
+            undelivered,
+        ],
+    );
+    let want = [
+        r#"unique=2 LOOKUP node=1 name="a" -> ok node=42"#,
+        r#"unique=3 LOOKUP node=1 name="missing" -> ENOENT errno=2"#,
+        "unique=4 READ node=42 fh=99 offset=4096 size=100 -> ok 50 bytes",
+        "unique=5 OPEN node=42 flags=0x2 -> ok fh=99",
+        r#"unique=6 GETXATTR node=42 name="user.a" size=0 -> ok size=10"#,
+        "unique=7 FORGET node=42 nlookup=1 -> no reply",
+        "unique=8 BATCH_FORGET node=0 count=2 -> no reply",
+        "unique=9 LOOKUP node=1 -> malformed, EINVAL errno=22",
+        r#"unique=10 LOOKUP node=1 name="\xff\"\n" -> ok node=42"#,
+        r#"unique=11 RENAME2 node=1 name="a" newdir=7 newname="b" flags=NOREPLACE -> ENOSYS errno=38"#,
+        r#"unique=12 LOOKUP node=1 name="a" -> ok node=42, not delivered (request gone)"#,
+    ];
+    let want: Vec<String> = want
+        .iter()
+        .map(|l| format!("INFO fuse_request: {l}"))
+        .collect();
+    assert_eq!(lines, want);
+}
+
+#[test]
+fn request_log_of_requests_that_cannot_be_read() {
+    let server = initialized(Arc::new(Counting::default()));
+    server.set_request_log(true);
+    let short_forget = {
+        let h = InHeader {
+            len: 44,
+            opcode: Opcode::Forget as u32,
+            unique: 3,
+            nodeid: 5,
+            ..InHeader::default()
+        };
+        let mut bytes = h.as_bytes().to_vec();
+        bytes.extend_from_slice(&[0; 4]);
+        MemTx::new(bytes)
+    };
+    let unknown = {
+        let h = InHeader {
+            len: 40,
+            opcode: 7777,
+            unique: 4,
+            nodeid: 1,
+            ..InHeader::default()
+        };
+        MemTx::new(h.as_bytes().to_vec())
+    };
+    let lines = request_log(
+        &server,
+        vec![MemTx::new(vec![0; 12]), short_forget, unknown],
+    );
+    assert_eq!(
+        lines,
+        [
+            "INFO fuse_request: short request of 12 bytes -> malformed, no reply",
+            "INFO fuse_request: unique=3 FORGET node=5 -> malformed, no reply",
+            "INFO fuse_request: unique=4 opcode=7777 node=1 -> malformed, ENOSYS errno=38",
+        ]
+    );
+}
+
+#[test]
+fn request_log_off_or_filtered_out_logs_nothing() {
+    let server = initialized(Arc::new(Counting::default()));
+    let lookup = || request(2, 1, &Operation::Lookup { name: c"a" });
+    assert!(!server.request_log());
+    assert_eq!(request_log(&server, vec![lookup()]), Vec::<String>::new());
+    server.set_request_log(true);
+    let mut tx = lookup();
+    let lines = log_lines("info,fuse_request=off", || {
+        server.handle(&mut tx).unwrap();
+    });
+    assert_eq!(lines, Vec::<String>::new());
+    assert_eq!(tx.sent.unwrap().1, 0, "answered all the same");
+    server.set_request_log(false);
+    assert_eq!(request_log(&server, vec![lookup()]), Vec::<String>::new());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes through a logging server: never a panic, exactly
+    /// one line per request.
+    #[test]
+    fn arbitrary_requests_logged(opcode in 0u32..60, body in prop::collection::vec(any::<u8>(), 0..300)) {
+        let server = initialized(Arc::new(Counting::default()));
+        server.set_request_log(true);
+        let h = InHeader { len: 40 + body.len() as u32, opcode, unique: 77, nodeid: 1, ..InHeader::default() };
+        let mut bytes = h.as_bytes().to_vec();
+        bytes.extend_from_slice(&body);
+        let lines = request_log(&server, vec![MemTx::new(bytes)]);
+        prop_assert_eq!(lines.len(), 1);
+        prop_assert!(lines[0].starts_with("INFO fuse_request: unique=77 "), "{}", lines[0]);
+    }
+}

@@ -314,7 +314,10 @@ impl DevSession {
 
 impl Session for DevSession {
     fn transport(&self) -> String {
-        format!("/dev/fuse, {} worker threads", self.worker_count())
+        match self.worker_count() {
+            1 => "/dev/fuse, 1 worker thread".to_string(),
+            n => format!("/dev/fuse, {n} worker threads"),
+        }
     }
 
     fn mountpoint(&self) -> &Path {

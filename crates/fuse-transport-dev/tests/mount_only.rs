@@ -697,7 +697,7 @@ fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
     // SAFETY: the closure only makes raw syscalls (async-signal-safe) on
     // strings prepared before the fork.
     unsafe {
-        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c));
+        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c, 0o666));
     }
     let output = command.output().unwrap_or_else(|err| {
         panic!(
@@ -715,10 +715,12 @@ fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
     assert!(mountinfo_for(&dir.mnt).is_empty(), "child left a mount");
 }
 
-/// In a forked child: private mount namespace, a 0666 /dev/fuse, user nobody.
+/// In a forked child: private mount namespace, a /dev/fuse of `mode`, user
+/// nobody.
 fn enter_unprivileged_namespace(
     devdir: &std::ffi::CStr,
     node: &std::ffi::CStr,
+    mode: libc::mode_t,
 ) -> std::io::Result<()> {
     fn ok(ret: libc::c_int) -> std::io::Result<()> {
         if ret < 0 {
@@ -748,10 +750,10 @@ fn enter_unprivileged_namespace(
         ))?;
         ok(libc::mknod(
             node.as_ptr(),
-            libc::S_IFCHR | 0o666,
+            libc::S_IFCHR | mode,
             libc::makedev(10, 229),
         ))?;
-        ok(libc::chmod(node.as_ptr(), 0o666))?;
+        ok(libc::chmod(node.as_ptr(), mode))?;
         ok(libc::mount(
             node.as_ptr(),
             c"/dev/fuse".as_ptr(),
@@ -792,4 +794,139 @@ fn unprivileged_child() {
         ),
         "{err:?}"
     );
+}
+
+/// Why the 0600 test below cannot run here, if it cannot.
+fn cannot_switch_users() -> Option<String> {
+    if euid() != 0 {
+        return Some(format!(
+            "it needs root to make a device node and switch to user nobody (euid {})",
+            euid()
+        ));
+    }
+    let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    if uid_map.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"] {
+        return Some(format!(
+            "it makes a device node, which needs real root in the initial user namespace \
+             (uid_map {uid_map:?})"
+        ));
+    }
+    if fusermount3().is_none() {
+        return Some("fusermount3 is not installed (apt-get install fuse3)".to_string());
+    }
+    None
+}
+
+/// Says on standard error (which the test harness does not capture) that
+/// `test` was skipped and why.
+fn skipped(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// A user that isn't root, with `/dev/fuse` of mode 0600 as some systems
+/// leave it (no udev rule of the fuse3 package): the mount fails with
+/// [`MountError::DevicePermission`], which says that the mode is why and
+/// what to change. Run like the test above, as user nobody in a private
+/// mount namespace where a mode-0600 node of the device is bound over
+/// `/dev/fuse` (the real one is never touched). Skipped, with the reason on
+/// standard error, where that can't be set up.
+#[test]
+fn dev_fuse_0600_refuses_other_users_and_says_why_needs_root() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    const TEST: &str = "dev_fuse_0600_refuses_other_users_and_says_why_needs_root";
+    if let Some(why) = cannot_switch_users() {
+        skipped(TEST, &why);
+        return;
+    }
+    let dir = TestDir::new();
+    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+    chown(dir.root());
+    chown(&dir.mnt);
+    let devdir = dir.root().join("dev");
+    std::fs::create_dir(&devdir).unwrap();
+    let cstring = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let devdir_c = cstring(&devdir);
+    let node_c = cstring(&devdir.join("fuse"));
+
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "dev_fuse_0600_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MOUNT_ONLY_CHILD_MNT", &dir.mnt);
+    // SAFETY: the closure only makes raw syscalls (async-signal-safe) on
+    // strings prepared before the fork.
+    unsafe {
+        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c, 0o600));
+    }
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(err) => {
+            skipped(
+                TEST,
+                &format!(
+                    "cannot run the test binary as user nobody in a private mount namespace \
+                     with a 0600 /dev/fuse: {err}"
+                ),
+            );
+            return;
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "child failed:\n{text}");
+    assert!(text.contains("1 passed"), "child did not run:\n{text}");
+    assert!(mountinfo_for(&dir.mnt).is_empty(), "child left a mount");
+}
+
+#[test]
+#[ignore = "helper: run as another user by dev_fuse_0600_refuses_other_users_and_says_why_needs_root"]
+fn dev_fuse_0600_child() {
+    let mnt = PathBuf::from(
+        std::env::var_os("MOUNT_ONLY_CHILD_MNT").expect("MOUNT_ONLY_CHILD_MNT not set"),
+    );
+    assert_ne!(euid(), 0, "must run unprivileged");
+    let err =
+        Mount::new(&mnt, &MountOptions::default()).expect_err("mounted with a 0600 /dev/fuse");
+    println!("the error: {err}");
+    match &err {
+        MountError::DevicePermission {
+            path,
+            mode,
+            owner,
+            fusermount,
+            ..
+        } => {
+            assert_eq!(path, &mnt);
+            assert_eq!((*mode, *owner), (0o600, 0));
+            assert!(fusermount.contains("/dev/fuse"), "{fusermount}");
+        }
+        other => panic!("expected DevicePermission, got {other:?}"),
+    }
+    let text = err.to_string();
+    for part in [
+        "/dev/fuse is mode 0600",
+        "users other than root cannot open it",
+        "chmod 0666 /dev/fuse",
+        "udev rule",
+        "or mount as root",
+    ] {
+        assert!(text.contains(part), "{part:?} missing: {text}");
+    }
+    // fusermount3 alone fails the same way and is explained the same way.
+    let err = Mount::new_with_method(&mnt, &MountOptions::default(), MountMethod::Fusermount)
+        .expect_err("mounted with a 0600 /dev/fuse");
+    assert!(
+        matches!(err, MountError::DevicePermission { .. }),
+        "{err:?}"
+    );
+    assert!(mountinfo_for(&mnt).is_empty());
 }

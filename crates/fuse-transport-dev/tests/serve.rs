@@ -133,3 +133,23 @@ fn stop_ends_workers_even_when_the_mount_is_busy() {
     drop(open);
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
 }
+
+#[test]
+fn transport_counts_its_worker_threads() {
+    require_root();
+    for (workers, want) in [
+        (1, "/dev/fuse, 1 worker thread"),
+        (2, "/dev/fuse, 2 worker threads"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::new(Arc::new(Hello::default()));
+        let config = SessionConfig::default()
+            .threads(workers)
+            .max_threads(workers);
+        let session =
+            DevSession::mount(server, dir.path(), &MountOptions::default(), config).unwrap();
+        assert_eq!(session.transport(), want);
+        session.stop();
+        session.wait().unwrap();
+    }
+}

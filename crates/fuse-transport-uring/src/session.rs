@@ -274,8 +274,10 @@ impl UringSession {
             .flags
             .contains(InitFlags::HAS_IO_URING_BUFPOOL)
         {
+            // Normal before Linux 7.3, and nothing the user asked for is
+            // lost: information, not a warning.
             let why = "the kernel did not offer FUSE_HAS_IO_URING_BUFPOOL (Linux 7.3+)";
-            tracing::warn!("{why}: a payload buffer per entry instead of buffer pools");
+            tracing::info!("{why}: a payload buffer per entry instead of buffer pools");
             self.fallback_reason = Some(why.to_string());
         } else if let Err(why) = self.add_pools(dev_fd, bufs, kernel_payload, &mut pools) {
             let pooled = pools.iter().filter(|p| p.is_some()).count();
@@ -526,7 +528,8 @@ impl Session for UringSession {
         let l = self.layout;
         match self.mode {
             UringMode::DevFuse => format!(
-                "/dev/fuse, {dev_workers} worker threads (no io_uring: {})",
+                "/dev/fuse, {dev_workers} worker {} (no io_uring: {})",
+                if dev_workers == 1 { "thread" } else { "threads" },
                 self.fallback_reason.as_deref().unwrap_or("unknown")
             ),
             mode => format!(

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The workers the start line of `log` reports: the number in
-/// "/dev/fuse, N worker threads".
+/// "/dev/fuse, N worker threads" ("1 worker thread").
 fn workers_in_start_line(log: &str) -> usize {
     let line = log
         .lines()

@@ -118,6 +118,31 @@ pub enum MountError {
         /// What it wrote to standard error (trimmed).
         stderr: String,
     },
+    /// This user may not open `/dev/fuse`: its mode lets only root (or its
+    /// owner or group) read and write it. Neither `mount(2)` nor
+    /// `fusermount3` can then mount: `fusermount3` is setuid root but opens
+    /// the device as the calling user. Common where `/dev/fuse` was made
+    /// without the `fuse3` package's udev rule (containers, minimal
+    /// images), which would make it 0666.
+    #[error(
+        "cannot mount {}: /dev/fuse is mode {mode:04o}, so {} (fusermount3 opens it as the \
+         calling user); let every user open it with `chmod 0666 /dev/fuse` as root (the mode \
+         the fuse3 package's udev rule sets), or mount as root [{fusermount}]",
+        path.display(),
+        who_cannot_open(*mode, *owner, *group)
+    )]
+    DevicePermission {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The permission bits of `/dev/fuse`.
+        mode: u32,
+        /// Its owner's uid.
+        owner: u32,
+        /// Its group's gid.
+        group: u32,
+        /// What `fusermount3` wrote to standard error (trimmed).
+        fusermount: String,
+    },
     /// `fusermount3` did not hand over a `/dev/fuse` descriptor as expected.
     #[error("fusermount3 did not hand over a /dev/fuse descriptor for {}: {reason}", path.display())]
     FusermountProtocol {
@@ -145,6 +170,22 @@ pub enum MountError {
     },
 }
 
+/// Who may not open a device of `mode` owned by `owner` and `group`
+/// (root always may).
+fn who_cannot_open(mode: u32, owner: u32, group: u32) -> String {
+    let owner_rw = mode & 0o600 == 0o600 && owner != 0;
+    match (owner_rw, mode & 0o060 == 0o060) {
+        (false, false) => "users other than root cannot open it".to_string(),
+        (true, false) => format!("users other than root and uid {owner} cannot open it"),
+        (false, true) => {
+            format!("users other than root and the members of group {group} cannot open it")
+        }
+        (true, true) => format!(
+            "users other than root, uid {owner} and the members of group {group} cannot open it"
+        ),
+    }
+}
+
 impl MountError {
     /// If this is `mount(2)` (or opening `/dev/fuse`) being refused for lack
     /// of privilege, so that `fusermount3` should be tried: what fusermount3
@@ -161,5 +202,36 @@ impl MountError {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_permission_says_what_to_change() {
+        let err = MountError::DevicePermission {
+            path: "/mnt/x".into(),
+            mode: 0o600,
+            owner: 0,
+            group: 0,
+            fusermount: "fusermount3: failed to open /dev/fuse: Permission denied".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "cannot mount /mnt/x: /dev/fuse is mode 0600, so users other than root cannot \
+             open it (fusermount3 opens it as the calling user); let every user open it with \
+             `chmod 0666 /dev/fuse` as root (the mode the fuse3 package's udev rule sets), or \
+             mount as root [fusermount3: failed to open /dev/fuse: Permission denied]"
+        );
+        assert_eq!(
+            who_cannot_open(0o660, 0, 107),
+            "users other than root and the members of group 107 cannot open it"
+        );
+        assert_eq!(
+            who_cannot_open(0o600, 1000, 1000),
+            "users other than root and uid 1000 cannot open it"
+        );
     }
 }

@@ -90,6 +90,10 @@ impl Mount {
     /// the options, a `mount(2)` mount gets a watcher process that detaches
     /// it if this process dies without unmounting (see `watcher.rs`);
     /// through `fusermount3`, that program stays to do the same.
+    /// `fusermount3` opens `/dev/fuse` as the calling user, so where its
+    /// mode keeps other users out (0600, without the `fuse3` package's udev
+    /// rule) nobody but root can mount: that is
+    /// [`MountError::DevicePermission`], which says what to change.
     pub fn new(mountpoint: &Path, options: &MountOptions) -> Result<Mount, MountError> {
         options.validate()?;
         let target = Target::prepare(mountpoint)?;
@@ -157,7 +161,8 @@ impl Mount {
         options: &MountOptions,
         action: &'static str,
     ) -> Result<Mount, MountError> {
-        let (fd, helper) = mount_fusermount(&target, options, action)?;
+        let (fd, helper) = mount_fusermount(&target, options, action)
+            .map_err(|err| explain_fusermount_failure(&target.path, err))?;
         Ok(Mount::from_parts(
             fd,
             target.path,
@@ -388,6 +393,38 @@ fn classify_path_error(path: &Path, action: &'static str, err: io::Error) -> Mou
             source: err,
         },
     }
+}
+
+/// A failed `fusermount3` explained: when the mode of `/dev/fuse` is why
+/// (fusermount3 opens it as the calling user, so it fails just as this
+/// process does), [`MountError::DevicePermission`], which says what to
+/// change; any other error as it is.
+fn explain_fusermount_failure(path: &Path, err: MountError) -> MountError {
+    let MountError::FusermountFailed { stderr, .. } = &err else {
+        return err;
+    };
+    match device_mode_refusal() {
+        Some((mode, owner, group)) => MountError::DevicePermission {
+            path: path.to_owned(),
+            mode,
+            owner,
+            group,
+            fusermount: stderr.clone(),
+        },
+        None => err,
+    }
+}
+
+/// The permission bits, owner and group of `/dev/fuse`, if this process
+/// may not open it and its mode is why (others may not read and write it).
+fn device_mode_refusal() -> Option<(u32, u32, u32)> {
+    let refused = sys::open_cloexec(DEV_FUSE, libc::O_RDWR).err()?;
+    if !matches!(refused.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+        return None;
+    }
+    let meta = std::fs::metadata("/dev/fuse").ok()?;
+    let mode = meta.mode() & 0o7777;
+    (mode & 0o006 != 0o006).then_some((mode, meta.uid(), meta.gid()))
 }
 
 // ---------------------------------------------------------------------------
