@@ -65,6 +65,7 @@ pub fn page(man: &Man) -> io::Result<Vec<u8>> {
     part(&|w| man.render_synopsis_section(w))?;
     part(&|w| description(w))?;
     part(&|w| man.render_options_section(w))?;
+    part(&|w| mount_options().to_writer(w))?;
     part(&|w| signals(SIGNALS_HELP).to_writer(w))?;
     part(&|w| environment().to_writer(w))?;
     part(&|w| see_also().to_writer(w))?;
@@ -83,7 +84,13 @@ fn description(w: &mut dyn Write) -> io::Result<()> {
     roff.text([roman(about)]);
     roff.control("PP", []);
     roff.text([
-        roman("It stays in the foreground until the file system is unmounted ("),
+        roman("Without "),
+        bold("-f"),
+        roman(
+            " it goes to the background once the mount is usable, and its exit status says \
+               whether the mount came up; from then on it logs to syslog. It serves until the \
+               file system is unmounted (",
+        ),
         bold("umount"),
         roman(" "),
         italic("MOUNTPOINT"),
@@ -91,7 +98,27 @@ fn description(w: &mut dyn Write) -> io::Result<()> {
         bold("fusermount3 -u"),
         roman(" "),
         italic("MOUNTPOINT"),
-        roman(" otherwise) or it gets one of the signals below. It logs to standard error."),
+        roman(" otherwise) or it gets one of the signals below."),
+    ]);
+    roff.control("PP", []);
+    roff.text([
+        roman("From mount(8) and fstab: "),
+        bold("mount -t fuse.passthroughfs"),
+        roman(" "),
+        italic("SOURCE MOUNTPOINT"),
+        roman(" "),
+        bold("-o"),
+        roman(" "),
+        italic("OPTIONS"),
+        roman(", or a line "),
+        italic("SOURCE MOUNTPOINT"),
+        roman(" fuse.passthroughfs "),
+        italic("OPTIONS"),
+        roman(
+            " 0 0 in /etc/fstab, runs it through mount.fuse3 (installed in /usr/local/bin or \
+               another directory of the default PATH, or as /sbin/mount.fuse.passthroughfs, \
+               a link to the binary, which then takes mount(8)'s helper arguments).",
+        ),
     ]);
     roff.to_writer(w)
 }
@@ -175,10 +202,36 @@ fn environment() -> Roff {
         &mut roff,
         "NO_COLOR",
         vec![roman(
-            "Set to a non-empty value: the log has no ANSI colours (it has them otherwise, \
-             also when standard error is not a terminal).",
+            "Set to a non-empty value: the log has no ANSI colours. It has them only when \
+             standard error is a terminal.",
         )],
     );
+    var(
+        &mut roff,
+        "NOTIFY_SOCKET",
+        vec![roman(
+            "A Unix datagram socket (a path, or an abstract name after @) to tell a service \
+             manager READY=1 (with MAINPID) once the mount is usable and STOPPING=1 when \
+             unmounting: systemd's Type=notify.",
+        )],
+    );
+    roff
+}
+
+/// MOUNT OPTIONS: the `-o` names (`passthroughfs::options`).
+fn mount_options() -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["MOUNT OPTIONS"]);
+    roff.text([roman(
+        "Given with -o as a comma-separated list (a backslash escapes a comma), as mount(8), \
+         fstab and mount.fuse3 pass them; a later option wins over an earlier one and over \
+         the switches.",
+    )]);
+    for (term, text) in passthroughfs::options::help_entries() {
+        roff.control("TP", []);
+        roff.text([bold(term)]);
+        roff.text([roman(text)]);
+    }
     roff
 }
 
@@ -190,7 +243,11 @@ fn see_also() -> Roff {
         bold("fusermount3"),
         roman("(1), "),
         bold("mount.fuse3"),
-        roman("(8)"),
+        roman("(8), "),
+        bold("mount"),
+        roman("(8), "),
+        bold("fstab"),
+        roman("(5)"),
     ]);
     roff
 }

@@ -226,7 +226,8 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     let server = match runtime {
         None => Server::new(fs.clone()),
         Some(_) => Server::new_async(fs.clone()),
-    };
+    }
+    .with_request_log(args.debug);
     let mut uring_session = None;
     let session: Arc<dyn Session> = match (uring, runtime) {
         (Some(config), _) => {

@@ -289,17 +289,21 @@ const OPTIONS: &[Opt] = &[
     ),
 ];
 
-/// The `-o` list for `--help`: the named options, then the mount flags and
-/// the ignored ones.
-pub fn help() -> String {
-    let mut out = String::new();
-    for o in OPTIONS.iter().filter(|o| !o.help.is_empty()) {
-        let name = match o.effect {
-            Effect::Value(_) => format!("{}VALUE", o.name),
-            _ => o.name.to_string(),
-        };
-        out.push_str(&format!("  {name:<22} {}\n", o.help));
-    }
+/// The `-o` list as (term, text) pairs: each named option, then the mount
+/// flags, the ignored names and the refused ones as lists (`--help` and the
+/// man page render it).
+pub fn help_entries() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = OPTIONS
+        .iter()
+        .filter(|o| !o.help.is_empty())
+        .map(|o| {
+            let term = match o.effect {
+                Effect::Value(_) => format!("{}VALUE", o.name),
+                _ => o.name.to_string(),
+            };
+            (term, o.help.to_string())
+        })
+        .collect();
     let names = |want: fn(&Effect) -> bool| -> String {
         OPTIONS
             .iter()
@@ -308,22 +312,29 @@ pub fn help() -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    out.push_str(&wrap(
-        &format!("  {:<22}", "mount flags"),
-        &names(|e| matches!(e, Effect::MountFlag)),
+    out.push((
+        "mount flags".into(),
+        names(|e| matches!(e, Effect::MountFlag)),
     ));
-    out.push_str(&wrap(
-        &format!("  {:<22}", "ignored"),
-        &format!("{} x-* comment=*", names(|e| matches!(e, Effect::Ignored))),
+    out.push((
+        "ignored".into(),
+        format!("{} x-* comment=*", names(|e| matches!(e, Effect::Ignored))),
     ));
-    out.push_str(
-        wrap(
-            &format!("  {:<22}", "refused (says why)"),
-            &names(|e| matches!(e, Effect::Refused(_))),
-        )
-        .trim_end(),
-    );
+    out.push((
+        "refused (says why)".into(),
+        names(|e| matches!(e, Effect::Refused(_))),
+    ));
     out
+}
+
+/// The `-o` list for `--help`, one entry a line (lists wrapped at 80
+/// columns).
+pub fn help() -> String {
+    let lines: Vec<String> = help_entries()
+        .into_iter()
+        .map(|(term, text)| wrap(&format!("  {term:<22}"), &text))
+        .collect();
+    lines.concat().trim_end().to_string()
 }
 
 /// `words` after `lead`, wrapped at 80 columns with continuation lines

@@ -101,6 +101,7 @@ fn the_man_page_is_roff_with_every_section() {
             "SYNOPSIS",
             "DESCRIPTION",
             "OPTIONS",
+            "MOUNT OPTIONS",
             "SIGNALS",
             "ENVIRONMENT",
             "SEE ALSO",
@@ -120,7 +121,27 @@ fn the_man_page_is_roff_with_every_section() {
     );
     let synopsis = section_words(&page, "SYNOPSIS").join(" ");
     assert!(synopsis.starts_with("passthroughfs ["), "{synopsis}");
-    assert!(synopsis.contains("<SOURCE> <MOUNTPOINT>"), "{synopsis}");
+    assert!(synopsis.contains("SOURCE MOUNTPOINT [-o"), "{synopsis}");
+    let mount_options = section_words(&page, "MOUNT OPTIONS");
+    for option in [
+        "allow_other",
+        "auto_unmount",
+        "cache=VALUE",
+        "max_threads=VALUE",
+        "io_uring",
+    ] {
+        assert!(
+            mount_options.iter().any(|w| w == option),
+            "{option} is not in MOUNT OPTIONS: {mount_options:?}"
+        );
+    }
+    let environment = section_words(&page, "ENVIRONMENT");
+    for var in ["RUST_LOG", "NO_COLOR", "NOTIFY_SOCKET"] {
+        assert!(
+            environment.iter().any(|w| w == var),
+            "{var}: {environment:?}"
+        );
+    }
     let options = section_words(&page, "OPTIONS");
     for option in [
         "--cache",

@@ -91,7 +91,7 @@ fn gone(pid: i32) -> bool {
 }
 
 /// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
-fn wait_until(what: impl Fn() -> bool, why: impl Fn() -> String) {
+fn wait_until(mut what: impl FnMut() -> bool, why: impl Fn() -> String) {
     let start = Instant::now();
     while !what() {
         assert!(start.elapsed() < PATIENCE, "{}", why());
@@ -489,4 +489,117 @@ fn no_colour_unless_standard_error_is_a_terminal() {
     daemon.signal(libc::SIGTERM);
     let (_, log, _) = daemon.wait_exit(PATIENCE);
     assert!(!log.contains('\x1b'), "{log:?}");
+}
+
+#[test]
+fn debug_logs_one_line_per_request_and_stays_in_the_foreground() {
+    require_root();
+    let d = dirs();
+    std::fs::write(d.src.join("f"), b"x").unwrap();
+    // No -f: -d implies it, so the child itself serves.
+    let mut child = Command::new(BIN)
+        .args(["-d", "--cache", "never"])
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _guard = MountGuard(d.mnt.clone());
+    wait_until(
+        || is_mounted(&d.mnt) || child.try_wait().unwrap().is_some(),
+        || "the daemon did not mount".into(),
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "-d stays in the foreground"
+    );
+    std::fs::metadata(d.mnt.join("f")).unwrap();
+    assert!(std::fs::metadata(d.mnt.join("missing")).is_err());
+    // SAFETY: our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    let requests: Vec<&str> = log.lines().filter(|l| l.contains("fuse_request")).collect();
+    let has = |parts: &[&str]| requests.iter().any(|l| parts.iter().all(|p| l.contains(p)));
+    assert!(has(&["INIT", "-> ok"]), "{log}");
+    assert!(
+        has(&["LOOKUP node=1", "name=\"f\"", "-> ok node="]),
+        "{log}"
+    );
+    assert!(
+        has(&["LOOKUP node=1", "name=\"missing\"", "ENOENT"]),
+        "{log}"
+    );
+    assert!(
+        requests.iter().all(|l| l.contains(" µs)")),
+        "latency on every line: {log}"
+    );
+}
+
+/// docs/passthroughfs.service, the systemd unit the README points to: its
+/// ExecStart line (the binary and the two directories replaced by the
+/// test's) is started with its Environment= lines and a notify socket, as
+/// systemd would: READY=1 from the main process once the mount is usable,
+/// STOPPING=1 and exit 0 on SIGTERM, and auto_unmount as the unit says.
+#[test]
+fn the_documented_systemd_unit_starts_as_systemd_would() {
+    require_root();
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/passthroughfs.service"
+    ))
+    .unwrap();
+    let value = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(value("Type"), ["notify"], "{unit}");
+    let exec = value("ExecStart").pop().expect("an ExecStart line");
+    let mut words: Vec<String> = exec.split_whitespace().map(str::to_string).collect();
+    assert_eq!(words[0], "/usr/local/bin/passthroughfs", "{exec}");
+    assert!(
+        words.iter().any(|w| w == "-f"),
+        "the unit keeps it in the foreground: {exec}"
+    );
+    let d = dirs();
+    let n = words.len();
+    assert_eq!(&words[n - 2..], ["/srv/data", "/mnt/data"], "{exec}");
+    words[0] = BIN.into();
+    words[n - 2] = d.src.to_string_lossy().into_owned();
+    words[n - 1] = d.mnt.to_string_lossy().into_owned();
+
+    let path = d.dir.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut cmd = Command::new(&words[0]);
+    cmd.args(&words[1..])
+        .env("NOTIFY_SOCKET", &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for env in value("Environment") {
+        let (k, v) = env.split_once('=').unwrap();
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let _guard = MountGuard(d.mnt.clone());
+    let mut buf = [0u8; 256];
+    let n = socket.recv(&mut buf).expect("READY=1");
+    assert_eq!(text(&buf[..n]), format!("READY=1\nMAINPID={}", child.id()));
+    assert!(mount_line(&d.mnt).contains("allow_other"));
+    // SAFETY: our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let n = socket.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(text(&buf[..n]), "STOPPING=1");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains('\x1b'),
+        "NO_COLOR from the unit"
+    );
+    assert!(!is_mounted(&d.mnt));
 }

@@ -162,8 +162,13 @@ fn watch(pipe: libc::c_int, path: &CString, id: &Identity) -> ! {
             libc::dup2(null, 2);
         }
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-        // Out of the daemon's session: a Ctrl-C at its terminal is for it.
+        // Out of the daemon's session: a Ctrl-C at its terminal is for it;
+        // and deaf to every signal but SIGKILL (a service manager's SIGTERM
+        // to the whole group is for the daemon, which unmounts and says so).
         libc::setsid();
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
         // Named for what it is in ps and pgrep (not a second daemon).
         libc::prctl(libc::PR_SET_NAME, c"fuse-unmounter".as_ptr());
         let mut byte = 0u8;
