@@ -115,7 +115,7 @@ fn run_tests_in(
         format!(
             "# Written by cargo xtask xfstests (mode {mode}: passthroughfs {flags}).\n\
              export FSTYP=fuse\n\
-             export FUSE_SUBTYP=.passthroughfs\n\
+             export FUSE_SUBTYP=.passthroughfs-xfstests\n\
              export TEST_DEV={TEST_DEV}\n\
              export TEST_DIR={test_dir}\n\
              export SCRATCH_DEV={SCRATCH_DEV}\n\

@@ -10,7 +10,7 @@
 //!    [`Layout`]) from `XFSTESTS_SRC` (a tarball or a source tree), by
 //!    default `<workspace>/../shared/vendor/xfstests-63a29724.tar.gz`, else
 //!    a clone of upstream at that commit; the build is cached ([`build`]);
-//! 3. installs the mount helper `/sbin/mount.fuse.passthroughfs`, through
+//! 3. installs the mount helper `/sbin/mount.fuse.passthroughfs-xfstests`, through
 //!    which xfstests' `FSTYP=fuse` mounts start `target/release/passthroughfs`
 //!    ([`helper`]);
 //! 4. per mode ([`Mode`]: `/dev/fuse`, `--uring`, `--runtime uring

@@ -82,7 +82,7 @@ pub fn run(layout: &Layout, mode: Mode) -> Result<()> {
     }
     run_cmd(
         Command::new("mount")
-            .args(["-t", "fuse.passthroughfs", "-o"])
+            .args(["-t", "fuse.passthroughfs-xfstests", "-o"])
             .arg(format!(
                 "source={},allow_other,default_permissions{}",
                 backing.display(),
