@@ -139,7 +139,7 @@ fn goes_to_the_background_once_the_mount_is_usable() {
 }
 
 #[test]
-fn a_start_that_fails_in_the_background_says_why_with_status_1() {
+fn a_start_that_fails_in_the_background_says_why_with_status_1_needs_root() {
     require_root();
     let d = dirs();
     // Nobody may use /dev/fuse's mount(2) or fusermount3 on a directory

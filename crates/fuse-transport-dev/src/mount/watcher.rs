@@ -53,17 +53,7 @@ struct Identity {
 fn identity(path: &CString) -> io::Result<Identity> {
     // SAFETY: an all-zero statx is a valid output buffer.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated; `stx` is a valid buffer.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT,
-            libc::STATX_MNT_ID,
-            &mut stx,
-        )
-    };
-    if rc != 0 {
+    if statx_mount(path, &mut stx) != 0 {
         return Err(io::Error::last_os_error());
     }
     if stx.stx_mask & libc::STATX_MNT_ID == 0 {
@@ -80,6 +70,22 @@ fn identity(path: &CString) -> io::Result<Identity> {
         abort: CString::new(format!("/sys/fs/fuse/connections/{conn}/abort"))
             .expect("no NUL in a number"),
     })
+}
+
+/// `statx` of the topmost mount at `path` for its mount id, from the
+/// kernel's cache (a dead daemon can't answer): one system call, so the
+/// watcher may make it after the fork too.
+fn statx_mount(path: &CString, stx: &mut libc::statx) -> libc::c_int {
+    // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.
+    unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT,
+            libc::STATX_MNT_ID,
+            stx,
+        )
+    }
 }
 
 impl UnmountWatcher {
@@ -183,14 +189,7 @@ fn watch(pipe: libc::c_int, path: &CString, id: &Identity) -> ! {
         }
         // The daemon is gone. Is its mount still the topmost one there?
         let mut stx: libc::statx = std::mem::zeroed();
-        let rc = libc::statx(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT,
-            libc::STATX_MNT_ID,
-            &mut stx,
-        );
-        if rc != 0 || stx.stx_mnt_id != id.mount_id {
+        if statx_mount(path, &mut stx) != 0 || stx.stx_mnt_id != id.mount_id {
             libc::_exit(0);
         }
         let abort = libc::open(id.abort.as_ptr(), libc::O_WRONLY);
