@@ -31,7 +31,7 @@ impl Detach {
     }
 
     /// Forks. Returns in the child, which goes on to mount and serve and
-    /// must call [`Detach::ready`] or [`Detach::failed`]; the parent never
+    /// must call [`Detach::ready`] or [`Detach::report_failure`]; the parent never
     /// returns: it exits with the child's outcome. Call it before any
     /// other thread exists (only the calling thread goes on in the child).
     pub fn background() -> Result<Detach, Failure> {

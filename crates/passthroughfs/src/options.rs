@@ -1,11 +1,11 @@
 //! `-o OPT[,OPT...]`: the mount option string that mount(8), fstab lines
 //! and `mount.fuse3` hand to a FUSE daemon, applied to the parsed
-//! [`Args`](crate::cli::Args). The names are libfuse's where libfuse has
+//! [`Args`]. The names are libfuse's where libfuse has
 //! one (`allow_other`, `default_permissions`, `auto_unmount`, `max_threads=`,
 //! `io_uring`, `fsname=`, ...) and passthrough_ll's for the cache
 //! (`cache=`, `timeout=`, `writeback`); every switch of the command line
 //! also has an `-o` name, so an fstab line can say anything the command
-//! line can. One table ([`OPTIONS`]) is both the parser and `--help`'s list.
+//! line can. One table (`OPTIONS`) is both the parser and `--help`'s list.
 
 use crate::cli::Args;
 use crate::{Cache, Failure, Runtime};
