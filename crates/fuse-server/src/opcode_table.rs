@@ -438,9 +438,28 @@ opcode_table! {
     FuseInitBswapReserved: OutArgs, A::NONE, RESERVED;
 }
 
+/// The rows of the wire opcodes below 64 (every opcode but CUSE_INIT), by
+/// opcode: every request looks its row up here (one load) instead of
+/// running [`opcode_info`]'s match.
+static BY_WIRE_OPCODE: [Option<OpcodeInfo>; 64] = {
+    let mut rows = [None; 64];
+    let mut i = 0;
+    while i < TABLE.len() {
+        let code = TABLE[i].opcode as usize;
+        if code < rows.len() {
+            rows[code] = Some(TABLE[i]);
+        }
+        i += 1;
+    }
+    rows
+};
+
 /// The row of a wire opcode, if it is known.
 pub fn opcode_info_raw(opcode: u32) -> Option<OpcodeInfo> {
-    Opcode::from_u32(opcode).map(opcode_info)
+    match BY_WIRE_OPCODE.get(opcode as usize) {
+        Some(row) => *row,
+        None => Opcode::from_u32(opcode).map(opcode_info),
+    }
 }
 
 impl fmt::Display for Operation<'_> {

@@ -6,7 +6,7 @@
 //! answers with an errno.
 
 use crate::args::*;
-use crate::opcode_table::{opcode_info, DataArg, OpcodeInfo};
+use crate::opcode_table::{opcode_info_raw, DataArg, OpcodeInfo};
 use fuse_abi::{
     AccessMask, BatchForgetIn, BmapIn, CopyFileRangeIn, CreateIn, CuseInitIn, FallocateIn, FlushIn,
     ForgetIn, ForgetOne, FsyncFlags, FsyncIn, GetattrFlags, GetattrIn, GetxattrIn, InHeader,
@@ -590,9 +590,8 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
     let extensions = &payload[payload.len() - extlen..];
     payload = &payload[..payload.len() - extlen];
 
-    let opcode =
-        Opcode::from_u32(header.opcode).ok_or(DecodeError::UnknownOpcode(header.opcode))?;
-    let info = opcode_info(opcode);
+    let info = opcode_info_raw(header.opcode).ok_or(DecodeError::UnknownOpcode(header.opcode))?;
+    let opcode = info.opcode;
     if info.flags.reserved {
         return Err(DecodeError::UnknownOpcode(header.opcode));
     }

@@ -64,32 +64,65 @@ pub enum Outcome {
 }
 
 /// Counts of requests per opcode.
+///
+/// Every request bumps one, from whichever thread serves it: the counts are
+/// kept in shards, a thread's own, each on cache lines of its own, so that
+/// threads on different CPUs don't take the same line from each other on
+/// every request; reading sums the shards.
 pub struct RequestCounters {
-    counts: Vec<AtomicU64>,
+    shards: Box<[CounterShard]>,
+}
+
+/// How many shards [`RequestCounters`] keeps (threads share them round
+/// robin beyond that).
+const COUNTER_SHARDS: usize = 8;
+
+/// One thread's counts: 64 opcodes and one slot for every other.
+#[repr(align(128))]
+struct CounterShard([AtomicU64; 65]);
+
+/// The shard of the calling thread.
+fn counter_shard() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
+impl Default for RequestCounters {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl RequestCounters {
-    fn new() -> Self {
+    /// All counts zero.
+    pub fn new() -> Self {
         Self {
-            counts: (0..=64).map(|_| AtomicU64::new(0)).collect(),
+            shards: (0..COUNTER_SHARDS)
+                .map(|_| CounterShard(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
         }
     }
 
-    fn bump(&self, opcode: u32) {
-        let slot = if (opcode as usize) < 64 {
-            opcode as usize
-        } else {
-            64
-        };
-        self.counts[slot].fetch_add(1, Ordering::Relaxed);
+    /// Counts one request with `opcode` (every opcode from 64 up shares
+    /// one slot).
+    pub fn bump(&self, opcode: u32) {
+        let slot = (opcode as usize).min(64);
+        self.shards[counter_shard()].0[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests seen with `opcode`.
     pub fn get(&self, opcode: Opcode) -> u64 {
         let slot = opcode as usize;
-        self.counts
-            .get(slot)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        if slot >= 64 {
+            return 0;
+        }
+        self.shards
+            .iter()
+            .map(|s| s.0[slot].load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Every opcode with a non-zero count.

@@ -54,7 +54,7 @@
 //! after that is dropped unanswered (the session's `wait` aborts the
 //! connection, which fails it).
 
-use super::{reap, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT};
+use super::{reap_into, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT};
 use async_io::RuntimeType;
 use fuse_abi::uring::UringReqHeader;
 use fuse_abi::InHeader;
@@ -141,15 +141,21 @@ async fn serve_loop(
     // Entries whose task runs (in user space, not committed yet).
     let mut busy = 0usize;
     let mut deadline: Option<Instant> = None;
+    // Vectors that trade places with the ones filled, so that serving
+    // allocates nothing once they have grown.
+    let (mut batch, mut done) = (Vec::new(), Vec::new());
     loop {
-        for (user_data, res) in std::mem::take(&mut t.pending) {
+        std::mem::swap(&mut batch, &mut t.pending);
+        for &(user_data, res) in &batch {
             start(t, ring, &finished, &mut busy, user_data, res)?;
         }
-        let done = std::mem::take(&mut *finished.entries.borrow_mut());
-        for (index, commit_id) in done {
+        batch.clear();
+        std::mem::swap(&mut done, &mut *finished.entries.borrow_mut());
+        for &(index, commit_id) in &done {
             busy -= 1;
             t.commit(ring, index, commit_id)?;
         }
+        done.clear();
         if t.shared.stop.load(Ordering::Acquire) {
             t.stopping = true;
         }
@@ -188,14 +194,14 @@ async fn serve_loop(
             // loop does (one system call that submits the commits and
             // sleeps), not through the reactor (eventfd, epoll, enter).
             super::wait(ring)?;
-            t.pending.extend(reap(ring));
+            reap_into(ring, &mut t.pending);
             continue;
         }
         // Submit the commits and run the ring's completion work.
         enter(ring)?;
-        let cqes = reap(ring);
-        if !cqes.is_empty() {
-            t.pending.extend(cqes);
+        let before = t.pending.len();
+        reap_into(ring, &mut t.pending);
+        if t.pending.len() > before {
             continue;
         }
         if !finished.entries.borrow().is_empty() {

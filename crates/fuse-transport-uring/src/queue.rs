@@ -446,10 +446,14 @@ impl QueueThread {
     /// the connection is gone and every entry is back.
     fn serve(&mut self, ring: &mut Ring) -> io::Result<()> {
         let mut drain_deadline = None;
+        // Two vectors that trade places, so that serving allocates nothing.
+        let mut batch = Vec::new();
         loop {
-            for (user_data, res) in std::mem::take(&mut self.pending) {
+            std::mem::swap(&mut batch, &mut self.pending);
+            for &(user_data, res) in &batch {
                 self.complete(ring, user_data, res)?;
             }
+            batch.clear();
             self.commit_handed_off(ring)?;
             if self.shared.stop.load(Ordering::Acquire) {
                 self.stopping = true;
@@ -477,7 +481,7 @@ impl QueueThread {
             } else {
                 wait(ring)?;
             }
-            self.pending.extend(reap(ring));
+            reap_into(ring, &mut self.pending);
         }
     }
 
@@ -1226,9 +1230,15 @@ fn wait_timeout(ring: &mut Ring, timeout: Duration) -> io::Result<()> {
 
 /// Takes every completion off the queue.
 pub(crate) fn reap(ring: &mut Ring) -> Vec<(u64, i32)> {
-    ring.completion()
-        .map(|c| (c.user_data(), c.result()))
-        .collect()
+    let mut out = Vec::new();
+    reap_into(ring, &mut out);
+    out
+}
+
+/// Appends the completions waiting in `ring` to `out` (the serving loops
+/// keep one vector, so that reaping allocates nothing once it has grown).
+pub(crate) fn reap_into(ring: &mut Ring, out: &mut Vec<(u64, i32)>) {
+    out.extend(ring.completion().map(|c| (c.user_data(), c.result())));
 }
 
 #[cfg(test)]

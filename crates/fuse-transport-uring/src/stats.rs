@@ -7,10 +7,17 @@ use fuse_abi::Opcode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A queue's request count, on a cache line of its own: every ring
+/// thread bumps its queue's on every request.
+#[repr(align(128))]
+struct QueueCount(AtomicU64);
+
 /// Live counters, shared by the ring threads.
 pub(crate) struct Counters {
-    per_queue: Vec<AtomicU64>,
-    per_opcode: Vec<AtomicU64>,
+    per_queue: Vec<QueueCount>,
+    /// Requests served through the rings (sharded by thread, as the
+    /// server's count of every request is).
+    per_opcode: fuse_server::RequestCounters,
     pub(crate) bufpools_added: AtomicU64,
     pub(crate) pooled_requests: AtomicU64,
     offset_min: AtomicU64,
@@ -23,8 +30,8 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn new(queues: usize) -> Self {
         Self {
-            per_queue: (0..queues).map(|_| AtomicU64::new(0)).collect(),
-            per_opcode: (0..=64).map(|_| AtomicU64::new(0)).collect(),
+            per_queue: (0..queues).map(|_| QueueCount(AtomicU64::new(0))).collect(),
+            per_opcode: fuse_server::RequestCounters::new(),
             bufpools_added: AtomicU64::new(0),
             pooled_requests: AtomicU64::new(0),
             offset_min: AtomicU64::new(u64::MAX),
@@ -38,10 +45,9 @@ impl Counters {
     /// One request of `opcode` served through the ring of queue `qid`.
     pub(crate) fn request(&self, qid: usize, opcode: u32) {
         if let Some(c) = self.per_queue.get(qid) {
-            c.fetch_add(1, Ordering::Relaxed);
+            c.0.fetch_add(1, Ordering::Relaxed);
         }
-        let slot = (opcode as usize).min(64);
-        self.per_opcode[slot].fetch_add(1, Ordering::Relaxed);
+        self.per_opcode.bump(opcode);
     }
 
     /// A request's payload was in the pool at `offset`.
@@ -88,7 +94,7 @@ impl Counters {
             requests_per_queue: self
                 .per_queue
                 .iter()
-                .map(|c| c.load(Ordering::Relaxed))
+                .map(|c| c.0.load(Ordering::Relaxed))
                 .collect(),
             pooled_queues,
             bufpools_added: self.bufpools_added.load(Ordering::Relaxed),
@@ -102,9 +108,7 @@ impl Counters {
     }
 
     pub(crate) fn opcode(&self, opcode: Opcode) -> u64 {
-        self.per_opcode
-            .get(opcode as usize)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        self.per_opcode.get(opcode)
     }
 }
 
