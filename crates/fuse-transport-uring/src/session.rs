@@ -529,14 +529,18 @@ impl Session for UringSession {
         match self.mode {
             UringMode::DevFuse => format!(
                 "/dev/fuse, {dev_workers} worker {} (no io_uring: {})",
-                if dev_workers == 1 { "thread" } else { "threads" },
+                if dev_workers == 1 {
+                    "thread"
+                } else {
+                    "threads"
+                },
                 self.fallback_reason.as_deref().unwrap_or("unknown")
             ),
             mode => format!(
-                "io_uring, {} queues on {} threads, {} entries per queue{}, {}; /dev/fuse for forgets and interrupts ({dev_workers} workers)",
-                l.queues,
-                l.threads,
-                l.entries_per_queue,
+                "io_uring, {} on {}, {} per queue{}, {}; /dev/fuse for forgets and interrupts ({})",
+                counted(l.queues, "queue"),
+                counted(l.threads, "thread"),
+                counted(l.entries_per_queue, "entry"),
                 match l.async_runtime {
                     Some(rt) => format!(" served concurrently on a {rt} runtime"),
                     None => String::new(),
@@ -549,7 +553,8 @@ impl Session for UringSession {
                         l.pooled_queues
                     ),
                     _ => "a payload buffer per entry".to_string(),
-                }
+                },
+                counted(dev_workers, "worker"),
             ),
         }
     }
@@ -702,5 +707,14 @@ fn switch_kernel_to_dev_fuse(dev_fd: RawFd) -> Result<(), String> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => Ok(()),
         Err(e) => Err(format!("unexpected answer to the refused REGISTER: {e}")),
         Ok(_) => Err("the kernel took a REGISTER without iovecs".to_string()),
+    }
+}
+
+/// `n` and `noun`, plural unless `n` is 1 ("1 queue", "2 entries").
+fn counted(n: usize, noun: &str) -> String {
+    match (n, noun.strip_suffix('y')) {
+        (1, _) => format!("1 {noun}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
     }
 }
