@@ -82,7 +82,7 @@ impl Daemon {
             child: Some(child),
             mnt: mnt.to_path_buf(),
         };
-        let up = wait_until(Duration::from_secs(10), || {
+        let up = wait_until(Duration::from_secs(60), || {
             is_mounted(mnt) || d.child.as_mut().unwrap().try_wait().unwrap().is_some()
         });
         assert!(

@@ -25,7 +25,7 @@ fn start_daemon(src: &Path, mnt: &Path, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let up = wait_until(Duration::from_secs(10), || {
+    let up = wait_until(Duration::from_secs(60), || {
         is_mounted(mnt) || child.try_wait().unwrap().is_some()
     });
     assert!(up && is_mounted(mnt), "daemon did not mount");
