@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A hasher for keys that are already unique integers (node ids, handles).
@@ -76,14 +76,32 @@ pub(crate) enum PathFd<'a> {
     Borrowed(BorrowedFd<'a>),
     /// A descriptor from the cache of inodes in use (opened from the
     /// inode's file handle), kept open while this lives.
-    Shared(Arc<OwnedFd>),
+    Shared(Arc<CachedFd>),
+}
+
+/// A descriptor in the [`FdCache`], with its CLOCK bit: whether it was
+/// used since the hand last passed. The bit is in the descriptor's own
+/// allocation, so that an inode that reaches its descriptor directly
+/// ([`HandleFile::path_fd`]) marks it used without the cache's lock.
+pub(crate) struct CachedFd {
+    fd: OwnedFd,
+    used: AtomicBool,
+}
+
+impl CachedFd {
+    fn new(fd: OwnedFd) -> Arc<CachedFd> {
+        Arc::new(CachedFd {
+            fd,
+            used: AtomicBool::new(false),
+        })
+    }
 }
 
 impl AsFd for PathFd<'_> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             PathFd::Borrowed(fd) => *fd,
-            PathFd::Shared(fd) => fd.as_fd(),
+            PathFd::Shared(fd) => fd.fd.as_fd(),
         }
     }
 }
@@ -112,9 +130,8 @@ struct FdCache {
 /// One shard of the [`FdCache`].
 #[derive(Default)]
 struct Shard {
-    /// Each cached inode's descriptor, and whether it was used since the
-    /// CLOCK hand last passed.
-    fds: IdMap<(Arc<OwnedFd>, bool)>,
+    /// Each cached inode's descriptor.
+    fds: IdMap<Arc<CachedFd>>,
     /// The CLOCK: ids in the order they were cached. Removed ids stay
     /// until the hand reaches them (or a compaction drops them).
     clock: std::collections::VecDeque<u64>,
@@ -125,20 +142,19 @@ struct Shard {
 impl Shard {
     /// Makes room for one more descriptor: evicts entries not used since
     /// the hand last passed, returning them to be closed outside the lock.
-    fn make_room(&mut self, evicted: &mut Vec<Arc<OwnedFd>>) {
+    fn make_room(&mut self, evicted: &mut Vec<Arc<CachedFd>>) {
         while self.fds.len() >= self.capacity {
             let Some(id) = self.clock.pop_front() else {
                 return;
             };
-            match self.fds.get_mut(&id) {
+            match self.fds.get(&id) {
                 // Removed meanwhile: the hand just drops it.
                 None => {}
-                Some((_, used)) if *used => {
-                    *used = false;
+                Some(fd) if fd.used.swap(false, Ordering::Relaxed) => {
                     self.clock.push_back(id);
                 }
                 Some(_) => {
-                    if let Some((fd, _)) = self.fds.remove(&id) {
+                    if let Some(fd) = self.fds.remove(&id) {
                         evicted.push(fd);
                     }
                 }
@@ -191,26 +207,26 @@ impl FdCache {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, id: u64) -> Option<Arc<OwnedFd>> {
-        let mut shard = self.shard(id);
-        let (fd, used) = shard.fds.get_mut(&id)?;
-        *used = true;
+    fn get(&self, id: u64) -> Option<Arc<CachedFd>> {
+        let shard = self.shard(id);
+        let fd = shard.fds.get(&id)?;
+        fd.used.store(true, Ordering::Relaxed);
         Some(fd.clone())
     }
 
-    fn put(&self, id: u64, fd: Arc<OwnedFd>) {
+    fn put(&self, id: u64, fd: Arc<CachedFd>) {
         // Descriptors replaced or evicted close here, outside the shard's
         // lock (or later, when their last user is done).
         let mut closing = Vec::new();
         {
             let mut shard = self.shard(id);
-            if let Some((old, used)) = shard.fds.get_mut(&id) {
+            if let Some(old) = shard.fds.get_mut(&id) {
+                fd.used.store(true, Ordering::Relaxed);
                 closing.push(std::mem::replace(old, fd));
-                *used = true;
                 return;
             }
             shard.make_room(&mut closing);
-            shard.fds.insert(id, (fd, false));
+            shard.fds.insert(id, fd);
             shard.clock.push_back(id);
             shard.compact();
         }
@@ -357,11 +373,14 @@ impl InodeFiles {
         match sys::name_to_handle_fd(fd.as_fd()) {
             Ok((handle, mnt_id)) if mnt_id == opener.mnt_id => {
                 let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
-                opener.cache.put(id, Arc::new(fd));
+                let fd = CachedFd::new(fd);
+                let recent = Mutex::new(Arc::downgrade(&fd));
+                opener.cache.put(id, fd);
                 InodeFile(Repr::Handle(HandleFile {
                     handle,
                     id,
                     opener: opener.clone(),
+                    recent,
                 }))
             }
             // Another mount below the source, or a file without a handle.
@@ -376,21 +395,34 @@ struct HandleFile {
     /// Its key in the descriptor cache.
     id: u64,
     opener: Arc<HandleOpener>,
+    /// The descriptor the cache last gave it, not kept open by this: a
+    /// request on a hot inode reaches its descriptor here, in the inode's
+    /// own memory, without the cache's lock and table; once the cache has
+    /// closed it (and no request holds it), it is asked again.
+    recent: Mutex<std::sync::Weak<CachedFd>>,
 }
 
 impl HandleFile {
-    fn path_fd(&self) -> io::Result<Arc<OwnedFd>> {
-        if let Some(fd) = self.opener.cache.get(self.id) {
+    fn path_fd(&self) -> io::Result<Arc<CachedFd>> {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = recent.upgrade() {
+            fd.used.store(true, Ordering::Relaxed);
             return Ok(fd);
         }
+        if let Some(fd) = self.opener.cache.get(self.id) {
+            *recent = Arc::downgrade(&fd);
+            return Ok(fd);
+        }
+        drop(recent);
         // A thread acting as a caller lacks CAP_DAC_READ_SEARCH: open as
         // the daemon (the inode is known already; access checks happen on
         // what the request then does with the descriptor).
         let fd = crate::creds::with_fs_caps(|| {
             sys::open_by_handle(self.opener.mount_fd.as_fd(), &self.handle, libc::O_PATH)
         })?;
-        let fd = Arc::new(fd);
+        let fd = CachedFd::new(fd);
         self.opener.cache.put(self.id, fd.clone());
+        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&fd);
         Ok(fd)
     }
 }
@@ -936,8 +968,8 @@ impl InodeStore {
 mod tests {
     use super::*;
 
-    fn some_fd() -> Arc<OwnedFd> {
-        Arc::new(OwnedFd::from(std::fs::File::open("/").unwrap()))
+    fn some_fd() -> Arc<CachedFd> {
+        CachedFd::new(OwnedFd::from(std::fs::File::open("/").unwrap()))
     }
 
     #[test]
@@ -990,10 +1022,10 @@ mod tests {
         };
         let mut closed = Vec::new();
         for id in [1, 2] {
-            shard.fds.insert(id, (some_fd(), false));
+            shard.fds.insert(id, some_fd());
             shard.clock.push_back(id);
         }
-        shard.fds.get_mut(&1).unwrap().1 = true;
+        shard.fds[&1].used.store(true, Ordering::Relaxed);
         shard.make_room(&mut closed);
         assert_eq!(closed.len(), 1);
         assert!(shard.fds.contains_key(&1) && !shard.fds.contains_key(&2));
