@@ -3,8 +3,8 @@
 //! mount came up), from mount(8) and from an fstab line (through the fuse3
 //! package's `mount.fuse`), as mount(8)'s helper under its own name, with
 //! `-o` option strings, with `auto_unmount` surviving SIGKILL, telling a
-//! service manager through `NOTIFY_SOCKET`, and logging one line per
-//! request with `-d`. They need root (CI runs as root) and fail with the
+//! service manager through `NOTIFY_SOCKET`, logging one line per request
+//! with `-d`, and to syslog once in the background. They need root (CI runs as root) and fail with the
 //! reason otherwise; a test that needs a program that is missing fails and
 //! names the package.
 
@@ -602,4 +602,92 @@ fn the_documented_systemd_unit_starts_as_systemd_would() {
         "NO_COLOR from the unit"
     );
     assert!(!is_mounted(&d.mnt));
+}
+
+/// Once in the background the daemon logs to syslog. This test's thread
+/// gets a mount namespace of its own with a `/dev` holding `null`, `fuse`
+/// and a `log` socket that it reads (so the machine's /dev and syslog are
+/// left alone), starts the daemon there without -f, has it log its state
+/// (SIGUSR1) and unmounts it: both lines arrive as syslog messages of
+/// `passthroughfs[PID]`.
+#[test]
+fn the_background_daemon_logs_to_syslog_needs_root() {
+    require_root();
+    let d = dirs();
+    std::thread::spawn(move || {
+        // SAFETY: unshare and mount with valid arguments; they change only
+        // this thread's mount namespace (CLONE_NEWNS unshares its fs too).
+        unsafe {
+            assert_eq!(
+                libc::unshare(libc::CLONE_NEWNS),
+                0,
+                "unshare: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null()
+                ),
+                0
+            );
+        }
+        let dev = d.dir.path().join("dev");
+        std::fs::create_dir(&dev).unwrap();
+        for (name, major, minor) in [("null", 1, 3), ("fuse", 10, 229)] {
+            let path = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path; a character device node.
+            let rc = unsafe {
+                libc::mknod(
+                    path.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(major, minor),
+                )
+            };
+            assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+        }
+        let log = UnixDatagram::bind(dev.join("log")).unwrap();
+        log.set_read_timeout(Some(PATIENCE)).unwrap();
+        let src = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated paths; a bind mount of our directory.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                c"/dev".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "bind over /dev: {}", std::io::Error::last_os_error());
+
+        let out = output(Command::new(BIN).arg(&d.src).arg(&d.mnt));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let _guard = MountGuard(d.mnt.clone());
+        let pids = daemons_at(&d.mnt);
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let tag = format!("passthroughfs[{}]: ", pids[0]);
+        let mut buf = [0u8; 4096];
+        let mut next_line = |want: &str| loop {
+            let n = log
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("no syslog line with {want:?}: {e}"));
+            let line = text(&buf[..n]);
+            assert!(line.contains(&tag), "{line}");
+            if line.contains(want) {
+                return line;
+            }
+        };
+        // SAFETY: the daemon's pid, alive (it serves the mount).
+        assert_eq!(unsafe { libc::kill(pids[0], libc::SIGUSR1) }, 0);
+        let state = next_line("transport state");
+        assert!(!state.contains('\x1b'), "no colours in syslog: {state:?}");
+        umount_and_wait(&d.mnt);
+        next_line("unmounted; exiting");
+    })
+    .join()
+    .unwrap();
 }
