@@ -4,9 +4,9 @@
 //! package's `mount.fuse`), as mount(8)'s helper under its own name, with
 //! `-o` option strings, with `auto_unmount` surviving SIGKILL, telling a
 //! service manager through `NOTIFY_SOCKET`, logging one line per request
-//! with `-d`, and to syslog once in the background. They need root (CI runs as root) and fail with the
-//! reason otherwise; a test that needs a program that is missing fails and
-//! names the package.
+//! with `-d`, and to syslog once in the background. They need root (CI
+//! runs as root) and fail with the reason otherwise; a test that needs a
+//! program that is missing fails and names the package.
 
 #[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
 mod common;
