@@ -663,6 +663,17 @@ const NOBODY: u32 = 65534;
 /// /dev/fuse, as on a stock system. Its mounts vanish with that namespace.
 #[test]
 fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
+    run_child_as_nobody("unprivileged_child", 0o666);
+}
+
+/// Runs the ignored test `child` of this binary as user nobody, in a
+/// private mount namespace where a node of the FUSE device (10:229) with
+/// `dev_fuse_mode` is bound over /dev/fuse (the real one is never touched;
+/// the child's mounts vanish with its namespace), and checks that it ran
+/// and passed and left no mount. Fails with the reason where that can't be
+/// set up (it needs real root in the initial user namespace, and
+/// fusermount3).
+fn run_child_as_nobody(child: &str, dev_fuse_mode: libc::mode_t) {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     require_root();
@@ -688,7 +699,7 @@ fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
     command
         .args([
             "--exact",
-            "unprivileged_child",
+            child,
             "--ignored",
             "--nocapture",
             "--test-threads=1",
@@ -697,7 +708,7 @@ fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
     // SAFETY: the closure only makes raw syscalls (async-signal-safe) on
     // strings prepared before the fork.
     unsafe {
-        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c, 0o666));
+        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c, dev_fuse_mode));
     }
     let output = command.output().unwrap_or_else(|err| {
         panic!(
@@ -710,9 +721,15 @@ fn unprivileged_mount_falls_back_to_fusermount_needs_root() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success(), "child failed:\n{text}");
-    assert!(text.contains("1 passed"), "child did not run:\n{text}");
-    assert!(mountinfo_for(&dir.mnt).is_empty(), "child left a mount");
+    assert!(output.status.success(), "child {child} failed:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "child {child} did not run:\n{text}"
+    );
+    assert!(
+        mountinfo_for(&dir.mnt).is_empty(),
+        "child {child} left a mount"
+    );
 }
 
 /// In a forked child: private mount namespace, a /dev/fuse of `mode`, user
@@ -796,95 +813,13 @@ fn unprivileged_child() {
     );
 }
 
-/// Why the 0600 test below cannot run here, if it cannot.
-fn cannot_switch_users() -> Option<String> {
-    if euid() != 0 {
-        return Some(format!(
-            "it needs root to make a device node and switch to user nobody (euid {})",
-            euid()
-        ));
-    }
-    let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    if uid_map.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"] {
-        return Some(format!(
-            "it makes a device node, which needs real root in the initial user namespace \
-             (uid_map {uid_map:?})"
-        ));
-    }
-    if fusermount3().is_none() {
-        return Some("fusermount3 is not installed (apt-get install fuse3)".to_string());
-    }
-    None
-}
-
-/// Says on standard error (which the test harness does not capture) that
-/// `test` was skipped and why.
-fn skipped(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
 /// A user that isn't root, with `/dev/fuse` of mode 0600 as some systems
 /// leave it (no udev rule of the fuse3 package): the mount fails with
 /// [`MountError::DevicePermission`], which says that the mode is why and
-/// what to change. Run like the test above, as user nobody in a private
-/// mount namespace where a mode-0600 node of the device is bound over
-/// `/dev/fuse` (the real one is never touched). Skipped, with the reason on
-/// standard error, where that can't be set up.
+/// what to change.
 #[test]
 fn dev_fuse_0600_refuses_other_users_and_says_why_needs_root() {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::process::CommandExt;
-    const TEST: &str = "dev_fuse_0600_refuses_other_users_and_says_why_needs_root";
-    if let Some(why) = cannot_switch_users() {
-        skipped(TEST, &why);
-        return;
-    }
-    let dir = TestDir::new();
-    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).unwrap();
-    chown(dir.root());
-    chown(&dir.mnt);
-    let devdir = dir.root().join("dev");
-    std::fs::create_dir(&devdir).unwrap();
-    let cstring = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let devdir_c = cstring(&devdir);
-    let node_c = cstring(&devdir.join("fuse"));
-
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--exact",
-            "dev_fuse_0600_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("MOUNT_ONLY_CHILD_MNT", &dir.mnt);
-    // SAFETY: the closure only makes raw syscalls (async-signal-safe) on
-    // strings prepared before the fork.
-    unsafe {
-        command.pre_exec(move || enter_unprivileged_namespace(&devdir_c, &node_c, 0o600));
-    }
-    let output = match command.output() {
-        Ok(output) => output,
-        Err(err) => {
-            skipped(
-                TEST,
-                &format!(
-                    "cannot run the test binary as user nobody in a private mount namespace \
-                     with a 0600 /dev/fuse: {err}"
-                ),
-            );
-            return;
-        }
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "child failed:\n{text}");
-    assert!(text.contains("1 passed"), "child did not run:\n{text}");
-    assert!(mountinfo_for(&dir.mnt).is_empty(), "child left a mount");
+    run_child_as_nobody("dev_fuse_0600_child", 0o600);
 }
 
 #[test]
