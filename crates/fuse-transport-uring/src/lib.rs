@@ -96,7 +96,7 @@ mod queue;
 mod session;
 mod sys;
 
-pub use config::{UringConfig, UringMode, UringRuntime};
+pub use config::{default_threads_per_queue, UringConfig, UringMode, UringRuntime};
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub use fault::UringFault;

@@ -2,7 +2,7 @@
 //! fallback chain pools → per-entry buffers → `/dev/fuse`.
 
 use crate::cmd;
-use crate::config::{UringConfig, UringMode, UringRuntime};
+use crate::config::{ThreadLayout, UringConfig, UringMode, UringRuntime};
 use crate::queue::{self, Handshake, PoolSlice, QueuePlan, Ring, ThreadPlan};
 use crate::stats::{Counters, TransportMemory, UringStats};
 use crate::sys::{self, EventFd, Mapping};
@@ -105,6 +105,7 @@ pub struct UringSession {
 struct Layout {
     queues: usize,
     threads: usize,
+    threads_per_queue: usize,
     entries_per_queue: usize,
     pooled_queues: usize,
     /// Async mode: the runtime type's name.
@@ -294,19 +295,15 @@ impl UringSession {
             .next()
             .map_or(0, |p| p.len / p.buf_size);
 
-        // Threads: queue q is served by thread q % threads.
-        let threads = match config.threads {
-            0 => nr_queues,
-            n => n.min(nr_queues),
-        };
-        let mut plans: Vec<ThreadPlan> = Vec::with_capacity(threads);
-        for _ in 0..threads {
+        let layout = ThreadLayout::new(nr_queues, config);
+        let mut plans: Vec<ThreadPlan> = Vec::with_capacity(layout.threads);
+        for t in 0..layout.threads {
             let wake = Arc::new(EventFd::new().map_err(|e| format!("creating an eventfd: {e}"))?);
             self.wakes.push(wake.clone());
             plans.push(ThreadPlan {
                 queues: Vec::new(),
                 cpus: Vec::new(),
-                entries_per_queue: config.entries_per_queue.max(1),
+                entries_per_queue: layout.entries_per_thread(t),
                 payload_size: entry_payload,
                 dev_fd,
                 mountpoint: self.mountpoint.clone(),
@@ -318,34 +315,44 @@ impl UringSession {
             });
         }
         for (qid, pool) in pools.into_iter().enumerate() {
-            let plan = &mut plans[qid % threads];
-            // The kernel picks the queue by the CPU number a request was
-            // issued on, so queue q belongs to CPU q.
-            if config.pin_threads && cpus.contains(&qid) {
-                plan.cpus.push(qid);
+            for t in layout.threads_of(qid) {
+                let plan = &mut plans[t];
+                // The kernel picks the queue by the CPU number a request was
+                // issued on, so queue q belongs to CPU q.
+                if config.pin_threads && cpus.contains(&qid) {
+                    plan.cpus.push(qid);
+                }
+                plan.queues.push(QueuePlan {
+                    qid: qid as u16,
+                    pool: pool.clone(),
+                });
             }
-            plan.queues.push(QueuePlan {
-                qid: qid as u16,
-                pool,
-            });
         }
         self.layout = Layout {
             queues: nr_queues,
-            threads,
-            entries_per_queue: config.entries_per_queue.max(1),
+            threads: layout.threads,
+            threads_per_queue: layout.threads_per_queue(),
+            entries_per_queue: layout.entries_per_queue(),
             pooled_queues,
             async_runtime: config.runtime.map(UringRuntime::as_str),
         };
 
         let (report_tx, report_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel();
-        let mut go_rx = Some(go_rx);
+        // One go per thread serving queue 0 (they all register it last).
+        let mut go_txs = Vec::new();
         let mut spawned = 0;
         let mut failure = None;
         for (t, plan) in plans.into_iter().enumerate() {
+            let go = if plan.queues.iter().any(|q| q.qid == 0) {
+                let (go_tx, go_rx) = mpsc::channel();
+                go_txs.push(go_tx);
+                Some(go_rx)
+            } else {
+                None
+            };
             let handshake = Handshake {
                 report: report_tx.clone(),
-                go: if t == 0 { go_rx.take() } else { None },
+                go,
             };
             let shared = self.shared.clone();
             let spawn = std::thread::Builder::new()
@@ -378,16 +385,25 @@ impl UringSession {
                 }
             }
         }
-        // Round two: queue 0, which makes the ring ready.
+        // Round two: queue 0, which makes the ring ready. Threads that
+        // never started hold no go receiver: their send fails, harmlessly.
         if failure.is_none() {
-            let _ = go_tx.send(true);
-            match report_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => failure = Some(why),
-                Err(_) => failure = Some("a ring thread ended during setup".to_string()),
+            let started = go_txs.iter().filter(|go| go.send(true).is_ok()).count();
+            for _ in 0..started {
+                match report_rx.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => {
+                        failure.get_or_insert(why);
+                    }
+                    Err(_) => {
+                        failure.get_or_insert("a ring thread ended during setup".to_string());
+                    }
+                }
             }
         } else {
-            let _ = go_tx.send(false);
+            for go in &go_txs {
+                let _ = go.send(false);
+            }
         }
         if let Some(why) = failure {
             self.end_rings();
@@ -465,6 +481,17 @@ impl UringSession {
         self.shared.stop.store(false, Ordering::Release);
     }
 
+    /// Ring threads serving the queues (0 in the fallback mode).
+    pub fn ring_threads(&self) -> usize {
+        self.layout.threads
+    }
+
+    /// Entries registered on each queue, all its threads together (on
+    /// queue 0, where threads don't divide evenly; 0 in the fallback mode).
+    pub fn entries_per_queue(&self) -> usize {
+        self.layout.entries_per_queue
+    }
+
     /// Which way requests are served.
     pub fn mode(&self) -> UringMode {
         self.mode
@@ -537,9 +564,14 @@ impl Session for UringSession {
                 self.fallback_reason.as_deref().unwrap_or("unknown")
             ),
             mode => format!(
-                "io_uring, {} on {}, {} per queue{}, {}; /dev/fuse for forgets and interrupts ({})",
+                "io_uring, {} on {}{}, {} per queue{}, {}; /dev/fuse for forgets and interrupts ({})",
                 counted(l.queues, "queue"),
                 counted(l.threads, "thread"),
+                if l.threads_per_queue > 1 {
+                    format!(" ({} per queue)", l.threads_per_queue)
+                } else {
+                    String::new()
+                },
                 counted(l.entries_per_queue, "entry"),
                 match l.async_runtime {
                     Some(rt) => format!(" served concurrently on a {rt} runtime"),

@@ -307,13 +307,10 @@ fn async_uring_ring_thread_serves_one_queues_entries_concurrently() {
     one_queue_serves_its_entries_concurrently(RuntimeType::IoUring);
 }
 
-/// The synchronous loop serves one request at a time per thread: the
-/// same rendezvous is never reached (the READs time out with EIO, one
-/// after the other), which is what the async mode fixes.
-#[test]
-fn sync_ring_thread_serves_one_request_at_a_time() {
-    require_root_and_uring();
-    init_logging();
+/// Two READs issued on one CPU (so on one queue) meet in the file system
+/// (each waits up to 300 ms for the other; a READ that waits in vain gets
+/// EIO). Returns the READs' results and how many were inside at once.
+fn two_reads_on_one_queue(config: UringConfig) -> (Vec<Result<usize, Option<i32>>>, usize) {
     let fs = Arc::new(SlowReads {
         r: Rendezvous {
             want: 2,
@@ -328,7 +325,7 @@ fn sync_ring_thread_serves_one_request_at_a_time() {
         Server::new_async(fs.clone()),
         dir.path(),
         &fuse_transport_dev::MountOptions::default(),
-        UringConfig::default(),
+        config,
     )
     .expect("mounting");
     assert!(session.mode().uses_uring());
@@ -344,11 +341,38 @@ fn sync_ring_thread_serves_one_request_at_a_time() {
             })
         })
         .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), Err(Some(libc::EIO)));
-    }
-    assert_eq!(fs.r.peak.load(Ordering::SeqCst), 1);
+    let results = threads.into_iter().map(|t| t.join().unwrap()).collect();
     end(session, &mnt);
+    (results, fs.r.peak.load(Ordering::SeqCst))
+}
+
+/// One synchronous ring thread per queue serves one request at a time:
+/// the rendezvous is never reached (the READs time out with EIO, one after
+/// the other). That is what several threads per queue (the default) and
+/// the async mode fix.
+#[test]
+fn sync_ring_thread_serves_one_request_at_a_time() {
+    require_root_and_uring();
+    init_logging();
+    let (results, peak) = two_reads_on_one_queue(
+        UringConfig::default()
+            .threads_per_queue(1)
+            .entries_per_queue(8),
+    );
+    assert_eq!(results, vec![Err(Some(libc::EIO)); 2]);
+    assert_eq!(peak, 1);
+}
+
+/// The default synchronous layout (several ring threads per queue, an
+/// entry each) serves two requests of one queue at once.
+#[test]
+fn sync_default_serves_several_requests_per_queue() {
+    require_root_and_uring();
+    init_logging();
+    assert!(fuse_transport_uring::default_threads_per_queue(online_cpus().len()) >= 2);
+    let (results, peak) = two_reads_on_one_queue(UringConfig::default());
+    assert_eq!(results, vec![Ok(16); 2]);
+    assert_eq!(peak, 2);
 }
 
 #[test]

@@ -139,14 +139,26 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue)]
     pub uring_bufs: usize,
 
-    /// io_uring: ring entries per queue (requests a queue serves at once).
+    /// io_uring: ring entries per queue (requests a queue serves at once),
+    /// split among its threads; 0: one per ring thread, 8 per thread with
+    /// --runtime tokio|uring.
     #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue)]
     pub uring_entries: usize,
 
-    /// io_uring: ring threads serving the kernel's queues (it has one queue
-    /// per possible CPU); 0 gives each queue its own thread, pinned to its CPU.
+    /// io_uring: ring threads in all (the kernel has one queue per possible
+    /// CPU; fewer threads than queues serve several queues each, more
+    /// serve each queue with several); 0: --uring-threads-per-queue for
+    /// every queue.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub uring_queues: usize,
+
+    /// io_uring: ring threads per queue, all pinned to the queue's CPU
+    /// (a synchronous ring thread serves one request at a time, so more
+    /// threads let a queue serve more at once); 0: 4 on machines of up to
+    /// 4 CPUs, 2 on larger ones, 1 with --runtime tokio|uring (which
+    /// serves a queue's entries concurrently on one thread).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub uring_threads_per_queue: usize,
 
     /// What runs the request handlers: worker threads (sync), or one
     /// async-io runtime (over /dev/fuse: one thread serving every request

@@ -256,22 +256,32 @@ pub fn session_config(
     Ok(default.threads(threads).max_threads(max_threads))
 }
 
-/// FUSE over io_uring: `queues` ring threads (0: one per kernel queue),
-/// `entries` per queue, `bufs` pool buffers per queue, handlers on
-/// `runtime`; falling back to `/dev/fuse`, it serves as `dev` would.
+/// How many ring threads serve the kernel's queues, and with how many
+/// entries ([`UringConfig`]'s `threads`, `threads_per_queue` and
+/// `entries_per_queue`; 0 leaves each to the transport's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Ring threads in all (`--uring-queues`).
+    pub threads: usize,
+    /// Ring threads per queue (`--uring-threads-per-queue`).
+    pub threads_per_queue: usize,
+    /// Entries per queue (`--uring-entries`).
+    pub entries: usize,
+}
+
+/// FUSE over io_uring: ring threads and entries as `layout` says, `bufs`
+/// pool buffers per queue, handlers on `runtime`; falling back to
+/// `/dev/fuse`, it serves as `dev` would.
 pub fn uring_config(
-    queues: usize,
-    entries: usize,
+    layout: RingLayout,
     bufs: usize,
     runtime: Runtime,
     dev: &SessionConfig,
 ) -> Result<UringConfig, Failure> {
-    if entries == 0 {
-        return Err(Failure("--uring-entries must be at least 1".into()));
-    }
     Ok(UringConfig::default()
-        .threads(queues)
-        .entries_per_queue(entries)
+        .threads(layout.threads)
+        .threads_per_queue(layout.threads_per_queue)
+        .entries_per_queue(layout.entries)
         .bufs_per_queue(bufs)
         .dev_max_threads(dev.max_threads)
         .fallback_threads(dev.threads)

@@ -38,7 +38,7 @@ use passthroughfs::daemonize::Detach;
 use passthroughfs::mount_helper::{helper_args, invoked_as_helper, HelperFlags};
 use passthroughfs::{
     block_signals, check_source, log_fs_state, log_transport_state, notify, options,
-    session_config, spawn_signal_thread, uring_config, Failure,
+    session_config, spawn_signal_thread, uring_config, Failure, RingLayout,
 };
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -119,10 +119,12 @@ impl Plan {
         if !args.uring
             && (args.uring_bufs != uring_defaults.bufs_per_queue
                 || args.uring_entries != uring_defaults.entries_per_queue
-                || args.uring_queues != 0)
+                || args.uring_queues != 0
+                || args.uring_threads_per_queue != 0)
         {
             return Err(Failure(
-                "--uring-bufs, --uring-entries and --uring-queues need --uring (-o io_uring)"
+                "--uring-bufs, --uring-entries, --uring-queues and --uring-threads-per-queue \
+                 need --uring (-o io_uring)"
                     .into(),
             ));
         }
@@ -155,8 +157,11 @@ impl Plan {
         let session_config = session_config(args.threads, args.max_threads)?;
         let uring = if args.uring {
             Some(uring_config(
-                args.uring_queues,
-                args.uring_entries,
+                RingLayout {
+                    threads: args.uring_queues,
+                    threads_per_queue: args.uring_threads_per_queue,
+                    entries: args.uring_entries,
+                },
                 args.uring_bufs,
                 args.runtime,
                 &session_config,

@@ -171,6 +171,14 @@ const OPTIONS: &[Opt] = &[
         a.uring_queues = number(v)?;
         Ok(())
     }),
+    value(
+        "uring_threads_per_queue=",
+        "--uring-threads-per-queue N",
+        |a, v| {
+            a.uring_threads_per_queue = number(v)?;
+            Ok(())
+        },
+    ),
     flag("thread_pool", "--thread-pool", |a| a.fs.thread_pool = true),
     value("pool_threads=", "--pool-threads N", |a, v| {
         a.fs.pool_threads = Some(number(v)?);

@@ -157,11 +157,12 @@ fn uring_refused_falls_back_with_threads_workers() {
 fn ring_setup_failing_falls_back_with_the_default_workers_and_stops_on_ctrl_c() {
     require_root();
     let workers = plain_dev_workers();
-    // 8 entries per queue: the ring threads ask for 16-entry rings.
+    // 8 entries per queue on one thread: the ring threads ask for
+    // 16-entry rings.
     falls_back(
         Refusal::LargerThan(4),
         "creating an io_uring: Operation not permitted",
-        &["--uring-entries", "8"],
+        &["--uring-entries", "8", "--uring-threads-per-queue", "1"],
         workers,
     );
 }
@@ -171,7 +172,14 @@ fn ring_setup_failing_falls_back_with_threads_workers() {
     falls_back(
         Refusal::LargerThan(4),
         "creating an io_uring: Operation not permitted",
-        &["--uring-entries", "8", "--threads", "3"],
+        &[
+            "--uring-entries",
+            "8",
+            "--uring-threads-per-queue",
+            "1",
+            "--threads",
+            "3",
+        ],
         3,
     );
 }

@@ -72,8 +72,9 @@ pub struct DaemonArgs {
 
     /// Serving threads. `dev`/`sync`: worker threads started at mount (more
     /// start when all are busy; default: the number of CPUs, 2 to 8).
-    /// `uring` (any runtime): ring threads (0, the default: one per kernel
-    /// queue), each with its own runtime in async mode. `dev` with an async
+    /// `uring` (any runtime): ring threads in all (0, the default: the
+    /// transport's threads per kernel queue, sized to the machine; one per
+    /// queue in async mode), each with its own runtime in async mode. `dev` with an async
     /// runtime: runtime threads, each running a `FuseDevTask` on its own
     /// cloned fd (default: the number of CPUs, 2 to 8).
     #[arg(long, value_name = "N")]
@@ -205,7 +206,6 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
             require_pools,
             allow_fallback,
         } => {
-            let entries = config.entries_per_queue;
             // Async handlers serve the backend through its AsyncFileSystem.
             let server = match config.runtime {
                 None => Server::new(fs.clone()),
@@ -248,17 +248,12 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                 UringMode::PerEntry => "per-entry".to_string(),
                 UringMode::DevFuse => "dev-read".to_string(),
             };
+            let (threads, entries) = (session.ring_threads(), session.entries_per_queue());
             let stats = session.stats();
             tracing::debug!(?stats, "io_uring session started");
             let session: Arc<dyn Session> = Arc::new(session);
             let line = base_line(&args)
-                .with(
-                    "threads",
-                    match args.threads {
-                        Some(n) if n > 0 => n.to_string(),
-                        _ => "per-queue".into(),
-                    },
-                )
+                .with("threads", threads)
                 .with("buffers", buffers)
                 .with("entries", entries)
                 .with("inodes", inodes(&fs))

@@ -129,8 +129,11 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
             let dev = passthroughfs::session_config(default_threads(), None).map_err(invalid)?;
             Ok(Plan::UringSync {
                 config: passthroughfs::uring_config(
-                    args.threads.unwrap_or(default.threads),
-                    args.uring_entries.unwrap_or(default.entries_per_queue),
+                    passthroughfs::RingLayout {
+                        threads: args.threads.unwrap_or(default.threads),
+                        threads_per_queue: default.threads_per_queue,
+                        entries: args.uring_entries.unwrap_or(default.entries_per_queue),
+                    },
                     args.uring_bufs.unwrap_or(default.bufs_per_queue),
                     runtime,
                     &dev,
@@ -340,7 +343,6 @@ mod tests {
             &["--allow-fallback"][..],
             &["--max-in-flight", "3"][..],
             &["--threads", "0"][..],
-            &["--transport", "uring", "--uring-entries", "0"][..],
             &["--passthrough", "--writeback"][..],
         ] {
             let e = plan(&args(extra)).unwrap_err();
