@@ -15,7 +15,7 @@
 #   MEM_FILE_MIB  size of the file read, in MiB
 #
 # One run: a fresh `DAEMON --uring --uring-bufs B --uring-entries E
-# --no-passthrough` serves a tmpfs directory; LOAD reads the file there
+# --uring-threads-per-queue 1 --no-passthrough` serves a tmpfs directory; LOAD reads the file there
 # with random 1 MiB O_DIRECT reads from MEM_READERS threads per CPU (each
 # pinned to its CPU, so every queue is loaded) and samples the daemon's
 # /proc/PID/status; SIGUSR1 before and after the load
@@ -67,9 +67,11 @@ one_run() {
 	out=$logs/load-$round-$bufs.txt
 	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES"
 	# --no-passthrough: with kernel passthrough the kernel would read the
-	# backing file itself and no READ would reach the rings.
+	# backing file itself and no READ would reach the rings. One ring
+	# thread per queue holds all of a queue's entries, as in the runs that
+	# docs/fuse-uring-performance.md reports.
 	"$daemon" --foreground --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
-		--no-passthrough "$src" "$mnt" 2>"$log" &
+		--uring-threads-per-queue 1 --no-passthrough "$src" "$mnt" 2>"$log" &
 	pid=$!
 	if ! wait_for "$log" "passthroughfs serving" 120; then
 		echo "memory: the daemon did not start:"

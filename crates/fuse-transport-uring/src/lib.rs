@@ -3,9 +3,13 @@
 //! `FUSE_HAS_IO_URING_BUFPOOL`).
 //!
 //! [`UringSession`] mounts, answers INIT over `/dev/fuse`, and then serves
-//! requests from one io_uring per thread, one thread per kernel queue (the
-//! kernel has a queue per possible CPU and sends each request to the queue
-//! of the CPU it was issued on). `/dev/fuse` stays in use for what the
+//! requests from one io_uring per thread, with threads pinned to the CPU of
+//! their kernel queue (the kernel has a queue per possible CPU and sends
+//! each request to the queue of the CPU it was issued on). Synchronous
+//! handlers run on several threads per queue by default, each with one
+//! entry, so that a queue serves several requests at once
+//! ([`UringConfig::threads_per_queue`]); async handlers serve a queue's
+//! entries concurrently on one thread ([`UringConfig::runtime`]). `/dev/fuse` stays in use for what the
 //! kernel still sends there (FORGET, BATCH_FORGET, INTERRUPT) and for
 //! notifications. Where io_uring can't be used the session falls back, step
 //! by step, and says why ([`UringSession::mode`],

@@ -48,9 +48,11 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
 }
 
-/// A mount served over FUSE-over-io_uring: one io_uring and one thread per
-/// kernel queue (one queue per possible CPU), with `/dev/fuse` kept for what
-/// the kernel still sends there.
+/// A mount served over FUSE-over-io_uring: ring threads with an io_uring
+/// each, pinned to the CPU of their kernel queue (one queue per possible
+/// CPU; by default several synchronous threads per queue, see
+/// [`UringConfig::threads_per_queue`]), with `/dev/fuse` kept for what the
+/// kernel still sends there.
 ///
 /// Starting it:
 /// 1. `FUSE_OVER_IO_URING` is added to the server's INIT wishes (after a
