@@ -376,32 +376,12 @@ impl UringSession {
         }
         drop(report_tx);
         // Round one: every queue but queue 0 registered.
-        for _ in 0..spawned {
-            match report_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
-                    failure.get_or_insert(why);
-                }
-                Err(_) => {
-                    failure.get_or_insert("a ring thread ended during setup".to_string());
-                }
-            }
-        }
+        collect_reports(&report_rx, spawned, &mut failure);
         // Round two: queue 0, which makes the ring ready. Threads that
         // never started hold no go receiver: their send fails, harmlessly.
         if failure.is_none() {
             let started = go_txs.iter().filter(|go| go.send(true).is_ok()).count();
-            for _ in 0..started {
-                match report_rx.recv() {
-                    Ok(Ok(())) => {}
-                    Ok(Err(why)) => {
-                        failure.get_or_insert(why);
-                    }
-                    Err(_) => {
-                        failure.get_or_insert("a ring thread ended during setup".to_string());
-                    }
-                }
-            }
+            collect_reports(&report_rx, started, &mut failure);
         } else {
             for go in &go_txs {
                 let _ = go.send(false);
@@ -745,6 +725,26 @@ fn switch_kernel_to_dev_fuse(dev_fd: RawFd) -> Result<(), String> {
 }
 
 /// `n` and `noun`, plural unless `n` is 1 ("1 queue", "2 entries").
+/// Waits for `n` setup reports of the ring threads; the first failure (or
+/// a thread that ended without reporting) goes to `failure`.
+fn collect_reports(
+    reports: &mpsc::Receiver<Result<(), String>>,
+    n: usize,
+    failure: &mut Option<String>,
+) {
+    for _ in 0..n {
+        match reports.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                failure.get_or_insert(why);
+            }
+            Err(_) => {
+                failure.get_or_insert("a ring thread ended during setup".to_string());
+            }
+        }
+    }
+}
+
 fn counted(n: usize, noun: &str) -> String {
     match (n, noun.strip_suffix('y')) {
         (1, _) => format!("1 {noun}"),
