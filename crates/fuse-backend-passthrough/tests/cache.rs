@@ -47,19 +47,54 @@ fn names_through(t: &TestMount, dir: &str) -> Vec<String> {
     names
 }
 
+/// Tries `check` up to [`ATTEMPTS`] times (with the attempt's number) and
+/// passes at the first success; fails with every attempt's failure.
+///
+/// Why: that the kernel keeps a page cached is a property of the policy
+/// only as long as nothing reclaims the page, and reclaim may take any
+/// clean page at any time. These VMs run DAMON's proactive reclaim
+/// (`pageout` of physical regions it sampled as cold, up to 128 MiB/s),
+/// the likely cause of what was seen: with the other tests of this file
+/// beside it and the CPUs busy, 3 of 180 runs saw one READ more than the
+/// first open's (never the whole file again). A policy that drops the
+/// cache at open drops it in every attempt.
+fn in_one_of_a_few_attempts(mut check: impl FnMut(usize) -> Result<(), String>) {
+    let mut failures = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match check(attempt) {
+            Ok(()) => return,
+            Err(why) => failures.push(format!("attempt {attempt}: {why}")),
+        }
+    }
+    panic!("{}", failures.join("; "));
+}
+
+const ATTEMPTS: usize = 3;
+
 #[test]
 fn file_data_is_kept_across_opens_while_unchanged() {
     let t = TestMount::with(auto(), test_options());
-    fs::write(t.s("f"), pattern(256 << 10, 1)).unwrap();
-    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
-    let reads = t.count(Opcode::Read);
-    assert!(reads > 0);
-    // Unchanged, whether or not the attributes were refreshed meanwhile:
-    // the page cache answers.
-    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
-    past_the_timeout();
-    assert_eq!(read_through(&t, "f"), pattern(256 << 10, 1));
-    assert_eq!(t.count(Opcode::Read), reads, "a second open read again");
+    in_one_of_a_few_attempts(|attempt| {
+        let name = format!("f{attempt}");
+        fs::write(t.s(&name), pattern(256 << 10, 1)).unwrap();
+        let before = t.count(Opcode::Read);
+        assert_eq!(read_through(&t, &name), pattern(256 << 10, 1));
+        let reads = t.count(Opcode::Read) - before;
+        assert!(reads > 0);
+        // Unchanged, whether or not the attributes were refreshed
+        // meanwhile: the page cache answers.
+        assert_eq!(read_through(&t, &name), pattern(256 << 10, 1));
+        past_the_timeout();
+        assert_eq!(read_through(&t, &name), pattern(256 << 10, 1));
+        let again = t.count(Opcode::Read) - before - reads;
+        if again == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "reopening read again: {again} READs after the first open's {reads}"
+            ))
+        }
+    });
 }
 
 #[test]
@@ -92,13 +127,18 @@ fn directory_listings_are_cached_and_follow_changes_in_the_source() {
     }
     let before = names_through(&t, "d");
     assert_eq!(before.len(), 50);
-    let listings = t.count(Opcode::Readdir) + t.count(Opcode::Readdirplus);
-    assert_eq!(names_through(&t, "d"), before);
-    assert_eq!(
-        t.count(Opcode::Readdir) + t.count(Opcode::Readdirplus),
-        listings,
-        "a second listing went to the daemon"
-    );
+    let listings = || t.count(Opcode::Readdir) + t.count(Opcode::Readdirplus);
+    // The cached listing is page cache too (see in_one_of_a_few_attempts).
+    in_one_of_a_few_attempts(|_| {
+        let first = listings();
+        assert_eq!(names_through(&t, "d"), before);
+        match listings() - first {
+            0 => Ok(()),
+            n => Err(format!(
+                "a second listing went to the daemon ({n} requests)"
+            )),
+        }
+    });
     // Made and removed behind the mount's back.
     fs::write(t.s("d/new"), b"").unwrap();
     fs::remove_file(t.s("d/f00")).unwrap();
