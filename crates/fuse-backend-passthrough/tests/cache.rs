@@ -55,7 +55,7 @@ fn names_through(t: &TestMount, dir: &str) -> Vec<String> {
 /// clean page at any time. These VMs run DAMON's proactive reclaim
 /// (`pageout` of physical regions it sampled as cold, up to 128 MiB/s),
 /// the likely cause of what was seen: with the other tests of this file
-/// beside it and the CPUs busy, 3 of 180 runs saw one READ more than the
+/// beside it and the CPUs busy, 3 of 140 runs saw one READ more than the
 /// first open's (never the whole file again). A policy that drops the
 /// cache at open drops it in every attempt.
 fn in_one_of_a_few_attempts(mut check: impl FnMut(usize) -> Result<(), String>) {
