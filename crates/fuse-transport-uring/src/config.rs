@@ -317,6 +317,19 @@ pub(crate) struct ThreadLayout {
 }
 
 impl ThreadLayout {
+    /// No threads, no queues (a session without rings).
+    pub(crate) const NONE: Self = Self {
+        threads: 0,
+        queues: 0,
+        entries_per_queue: None,
+        auto_entries_per_thread: 0,
+    };
+
+    /// Kernel queues laid out.
+    pub(crate) fn queues(&self) -> usize {
+        self.queues
+    }
+
     /// The layout `config` asks for on `queues` queues (at least one).
     pub(crate) fn new(queues: usize, config: &UringConfig) -> Self {
         let queues = queues.max(1);
@@ -343,6 +356,9 @@ impl ThreadLayout {
 
     /// The threads serving queue `qid`.
     pub(crate) fn threads_of(&self, qid: usize) -> impl Iterator<Item = usize> {
+        if self.threads == 0 {
+            return (0..0).step_by(1);
+        }
         let (first, step) = if self.threads <= self.queues {
             (qid % self.threads, self.threads)
         } else {
@@ -497,6 +513,14 @@ mod layout_tests {
         assert_eq!(super::default_threads_per_queue(8), 2);
         assert_eq!(super::default_threads_per_queue(64), 2);
         assert_eq!(super::default_threads_per_queue(0), 4);
+    }
+
+    #[test]
+    fn no_rings_lay_out_nothing() {
+        let l = ThreadLayout::NONE;
+        assert_eq!(l.threads_of(0).count(), 0);
+        assert_eq!(l.entries_per_queue(), 0);
+        assert_eq!(l.threads_per_queue(), 0);
     }
 
     #[test]

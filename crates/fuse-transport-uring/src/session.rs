@@ -105,10 +105,8 @@ pub struct UringSession {
 /// How the rings are laid out (for display).
 #[derive(Debug, Clone, Copy, Default)]
 struct Layout {
-    queues: usize,
-    threads: usize,
-    threads_per_queue: usize,
-    entries_per_queue: usize,
+    /// Which threads serve which queue (`None` without rings).
+    rings: Option<ThreadLayout>,
     pooled_queues: usize,
     /// Async mode: the runtime type's name.
     async_runtime: Option<&'static str>,
@@ -331,10 +329,7 @@ impl UringSession {
             }
         }
         self.layout = Layout {
-            queues: nr_queues,
-            threads: layout.threads,
-            threads_per_queue: layout.threads_per_queue(),
-            entries_per_queue: layout.entries_per_queue(),
+            rings: Some(layout),
             pooled_queues,
             async_runtime: config.runtime.map(UringRuntime::as_str),
         };
@@ -465,13 +460,13 @@ impl UringSession {
 
     /// Ring threads serving the queues (0 in the fallback mode).
     pub fn ring_threads(&self) -> usize {
-        self.layout.threads
+        self.layout.rings.map_or(0, |r| r.threads)
     }
 
     /// Entries registered on each queue, all its threads together (on
     /// queue 0, where threads don't divide evenly; 0 in the fallback mode).
     pub fn entries_per_queue(&self) -> usize {
-        self.layout.entries_per_queue
+        self.layout.rings.map_or(0, |r| r.entries_per_queue())
     }
 
     /// Which way requests are served.
@@ -535,6 +530,7 @@ impl Session for UringSession {
             .as_ref()
             .map_or(0, |dev| dev.worker_count());
         let l = self.layout;
+        let rings = l.rings.unwrap_or(ThreadLayout::NONE);
         match self.mode {
             UringMode::DevFuse => format!(
                 "/dev/fuse, {dev_workers} worker {} (no io_uring: {})",
@@ -547,14 +543,13 @@ impl Session for UringSession {
             ),
             mode => format!(
                 "io_uring, {} on {}{}, {} per queue{}, {}; /dev/fuse for forgets and interrupts ({})",
-                counted(l.queues, "queue"),
-                counted(l.threads, "thread"),
-                if l.threads_per_queue > 1 {
-                    format!(" ({} per queue)", l.threads_per_queue)
-                } else {
-                    String::new()
+                counted(rings.queues(), "queue"),
+                counted(rings.threads, "thread"),
+                match rings.threads_per_queue() {
+                    n if n > 1 => format!(" ({n} per queue)"),
+                    _ => String::new(),
                 },
-                counted(l.entries_per_queue, "entry"),
+                counted(rings.entries_per_queue(), "entry"),
                 match l.async_runtime {
                     Some(rt) => format!(" served concurrently on a {rt} runtime"),
                     None => String::new(),
