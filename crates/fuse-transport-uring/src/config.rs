@@ -333,10 +333,11 @@ impl ThreadLayout {
     /// The layout `config` asks for on `queues` queues (at least one).
     pub(crate) fn new(queues: usize, config: &UringConfig) -> Self {
         let queues = queues.max(1);
-        let per_queue = match (config.runtime, config.threads_per_queue) {
-            (Some(_), 0) => 1,
-            (None, 0) => default_threads_per_queue(queues),
-            (_, n) => n,
+        let async_mode = config.runtime.is_some();
+        let per_queue = match config.threads_per_queue {
+            0 if async_mode => 1,
+            0 => default_threads_per_queue(queues),
+            n => n,
         };
         let threads = match config.threads {
             0 => queues.saturating_mul(per_queue),
@@ -346,11 +347,7 @@ impl ThreadLayout {
             threads,
             queues,
             entries_per_queue: (config.entries_per_queue > 0).then_some(config.entries_per_queue),
-            auto_entries_per_thread: if config.runtime.is_some() {
-                DEFAULT_ASYNC_ENTRIES
-            } else {
-                1
-            },
+            auto_entries_per_thread: if async_mode { DEFAULT_ASYNC_ENTRIES } else { 1 },
         }
     }
 
@@ -359,16 +356,12 @@ impl ThreadLayout {
         if self.threads == 0 {
             return (0..0).step_by(1);
         }
-        let (first, step) = if self.threads <= self.queues {
-            (qid % self.threads, self.threads)
-        } else {
-            (qid, self.queues)
-        };
         // Fewer threads than queues: one thread; more: every `queues`th.
-        let end = if self.threads <= self.queues {
-            first + 1
+        let (first, end, step) = if self.threads <= self.queues {
+            let t = qid % self.threads;
+            (t, t + 1, 1)
         } else {
-            self.threads
+            (qid, self.threads, self.queues)
         };
         (first..end).step_by(step)
     }

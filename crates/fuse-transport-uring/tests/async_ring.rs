@@ -308,13 +308,16 @@ fn async_uring_ring_thread_serves_one_queues_entries_concurrently() {
 }
 
 /// Two READs issued on one CPU (so on one queue) meet in the file system
-/// (each waits up to 300 ms for the other; a READ that waits in vain gets
+/// (each waits up to `limit` for the other; a READ that waits in vain gets
 /// EIO). Returns the READs' results and how many were inside at once.
-fn two_reads_on_one_queue(config: UringConfig) -> (Vec<Result<usize, Option<i32>>>, usize) {
+fn two_reads_on_one_queue(
+    config: UringConfig,
+    limit: Duration,
+) -> (Vec<Result<usize, Option<i32>>>, usize) {
     let fs = Arc::new(SlowReads {
         r: Rendezvous {
             want: 2,
-            limit: Duration::from_millis(300),
+            limit,
             inside: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             wakers: Mutex::new(Vec::new()),
@@ -354,10 +357,13 @@ fn two_reads_on_one_queue(config: UringConfig) -> (Vec<Result<usize, Option<i32>
 fn sync_ring_thread_serves_one_request_at_a_time() {
     require_root_and_uring();
     init_logging();
+    // A short wait: it is spent twice, and a busy machine only makes the
+    // READs more certain to miss each other.
     let (results, peak) = two_reads_on_one_queue(
         UringConfig::default()
             .threads_per_queue(1)
             .entries_per_queue(8),
+        Duration::from_millis(300),
     );
     assert_eq!(results, vec![Err(Some(libc::EIO)); 2]);
     assert_eq!(peak, 1);
@@ -370,7 +376,9 @@ fn sync_default_serves_several_requests_per_queue() {
     require_root_and_uring();
     init_logging();
     assert!(fuse_transport_uring::default_threads_per_queue(online_cpus().len()) >= 2);
-    let (results, peak) = two_reads_on_one_queue(UringConfig::default());
+    // A long wait, ended as soon as both are in: a busy machine may delay
+    // the second READ by much more than the one-at-a-time test waits.
+    let (results, peak) = two_reads_on_one_queue(UringConfig::default(), Duration::from_secs(30));
     assert_eq!(results, vec![Ok(16); 2]);
     assert_eq!(peak, 2);
 }

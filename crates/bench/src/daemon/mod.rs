@@ -74,8 +74,8 @@ pub struct DaemonArgs {
     /// start when all are busy; default: the number of CPUs, 2 to 8).
     /// `uring` (any runtime): ring threads in all (0, the default: the
     /// transport's threads per kernel queue, sized to the machine; one per
-    /// queue in async mode), each with its own runtime in async mode. `dev` with an async
-    /// runtime: runtime threads, each running a `FuseDevTask` on its own
+    /// queue in async mode), each with its own runtime in async mode. `dev`
+    /// with an async runtime: runtime threads, each running a `FuseDevTask` on its own
     /// cloned fd (default: the number of CPUs, 2 to 8).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
