@@ -4,7 +4,7 @@
 use crate::scratch::Scratch;
 use crate::tx::{split_requests, MemTx};
 use fuse_abi::{InHeader, InitFlags, InitIn, Opcode};
-use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_backend_passthrough::{KillPrivV2, PassthroughConfig, PassthroughFs};
 use fuse_server::wire::encode_request;
 use fuse_server::{Context, DecodeOptions, FileSystem, Operation, Outcome, Server};
 use std::sync::Arc;
@@ -84,7 +84,11 @@ fn config_for(pick: u8) -> PassthroughConfig {
         .no_open(pick & 1 != 0)
         .no_opendir(pick & 2 != 0)
         .writeback(pick & 4 != 0)
-        .killpriv_v2(pick & 8 != 0)
+        .killpriv_v2(if pick & 8 != 0 {
+            KillPrivV2::On
+        } else {
+            KillPrivV2::Off
+        })
         .readdirplus(pick & 16 == 0)
         .file_handles(pick & 32 == 0)
 }

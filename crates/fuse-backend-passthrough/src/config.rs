@@ -37,6 +37,35 @@ impl CachePolicy {
     }
 }
 
+/// Whether the daemon takes over clearing set-user-ID, set-group-ID and
+/// file capabilities on write, truncate and chown
+/// (`FUSE_HANDLE_KILLPRIV_V2`).
+///
+/// Without it the kernel clears them itself, and to know whether a file
+/// has a capability it asks the daemon for `security.capability` before
+/// every write(2) (FUSE marks its super block `SB_NOSEC` only with
+/// killpriv_v2): each WRITE costs two requests. With it the daemon clears
+/// the bits when the kernel says so (`FUSE_WRITE_KILL_SUIDGID`,
+/// `FATTR_KILL_SUIDGID`) and the backing file system drops the capability
+/// on the daemon's own write, which is exact as long as the daemon sees
+/// every write. Under kernel passthrough it doesn't: a file that becomes
+/// set-user-ID while open keeps the bit across other users' passthrough
+/// writes until its last close (files set-user-ID at open are served by
+/// the daemon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KillPrivV2 {
+    /// On unless kernel passthrough is on for the connection: exact
+    /// either way, and one request per write where the daemon serves
+    /// writes.
+    #[default]
+    Auto,
+    /// Always asked for, kernel passthrough or not (see the caveat above).
+    On,
+    /// Never asked for: the kernel clears the bits, at a GETXATTR per
+    /// write(2).
+    Off,
+}
+
 impl std::str::FromStr for CachePolicy {
     type Err = String;
 
@@ -94,9 +123,10 @@ pub struct PassthroughConfig {
     /// mount: a lazily loaded image whose listings are expensive to fetch,
     /// or a drop box where only who knows a name reaches the file.
     pub no_readdir: bool,
-    /// Take over clearing the set-user-ID and set-group-ID bits on write,
-    /// truncate and chown (`FUSE_HANDLE_KILLPRIV_V2`).
-    pub killpriv_v2: bool,
+    /// Whether the daemon clears the set-user-ID and set-group-ID bits on
+    /// write, truncate and chown (`FUSE_HANDLE_KILLPRIV_V2`); see
+    /// [`KillPrivV2`].
+    pub killpriv_v2: KillPrivV2,
     /// Run creating and changing operations with the caller's file system
     /// uid, gid and supplementary groups, so that new files belong to the
     /// caller and the backing file system checks the caller's permissions.
@@ -172,7 +202,7 @@ impl Default for PassthroughConfig {
             no_open: false,
             no_opendir: false,
             no_readdir: false,
-            killpriv_v2: false,
+            killpriv_v2: KillPrivV2::Auto,
             caller_credentials: true,
             passthrough: false,
             interrupt_signal: None,
@@ -253,10 +283,10 @@ impl PassthroughConfig {
         self
     }
 
-    /// Sets `FUSE_HANDLE_KILLPRIV_V2` (`killpriv_v2`).
+    /// Sets when `FUSE_HANDLE_KILLPRIV_V2` is asked for (`killpriv_v2`).
     #[must_use]
-    pub fn killpriv_v2(mut self, on: bool) -> Self {
-        self.killpriv_v2 = on;
+    pub fn killpriv_v2(mut self, when: KillPrivV2) -> Self {
+        self.killpriv_v2 = when;
         self
     }
 

@@ -116,7 +116,7 @@ mod pool;
 mod readdir_tests;
 mod sys;
 
-pub use config::{CachePolicy, PassthroughConfig};
+pub use config::{CachePolicy, KillPrivV2, PassthroughConfig};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
 pub use passthrough::PassthroughStats;
 #[cfg(feature = "async")]

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use fuse_backend_passthrough::PassthroughConfig;
+use fuse_backend_passthrough::{KillPrivV2, PassthroughConfig};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
@@ -194,12 +194,19 @@ fn setuid_cleared_on_write(config: PassthroughConfig) {
 
 #[test]
 fn setuid_cleared_on_write_needs_root() {
+    // The default (KillPrivV2::Auto) asks for killpriv_v2: no kernel
+    // passthrough here.
     setuid_cleared_on_write(uncached());
 }
 
 #[test]
+fn setuid_cleared_on_write_by_the_kernel_needs_root() {
+    setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::Off));
+}
+
+#[test]
 fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
-    setuid_cleared_on_write(uncached().killpriv_v2(true));
+    setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::On));
 }
 
 #[test]
@@ -324,6 +331,11 @@ fn setid_cleared_on_truncate_by_non_owner_needs_root() {
 }
 
 #[test]
+fn setid_cleared_on_truncate_by_the_kernel_needs_root() {
+    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::Off));
+}
+
+#[test]
 fn setid_cleared_on_truncate_by_non_owner_with_killpriv_v2_needs_root() {
-    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(true));
+    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::On));
 }

@@ -14,7 +14,7 @@ mod common;
 
 use common::*;
 use fuse_abi::Opcode;
-use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
+use fuse_backend_passthrough::{CachePolicy, KillPrivV2, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_uring::{UringConfig, UringSession};
 use std::fs::{self, File, OpenOptions};
@@ -143,6 +143,40 @@ fn without_passthrough_the_daemon_serves_io_needs_root() {
     let s = t.fs.passthrough_stats();
     assert!(!s.active);
     assert_eq!((s.live_backing_ids, s.passthrough_opens), (0, 0));
+}
+
+/// GETXATTR requests while `writes` write(2) calls go to one open file.
+fn getxattrs_for_writes(t: &TestMount, writes: u64) -> u64 {
+    let f = rw(&t.m("w"));
+    let before = t.count(Opcode::Getxattr);
+    for i in 0..writes {
+        f.write_all_at(b"x", i).unwrap();
+    }
+    t.count(Opcode::Getxattr) - before
+}
+
+#[test]
+fn killpriv_v2_follows_kernel_passthrough_by_default_needs_root() {
+    // Without FUSE_HANDLE_KILLPRIV_V2 the kernel asks for
+    // security.capability before every write(2); the default asks for it
+    // exactly where the daemon sees every write (no kernel passthrough).
+    require_root();
+    let t = TestMount::with(uncached(), test_options());
+    fs::write(t.m("w"), b"").unwrap();
+    // The first write finds no capability and marks the inode S_NOSEC.
+    assert!(getxattrs_for_writes(&t, 20) <= 1, "daemon-served, Auto");
+    drop(t);
+    let t = TestMount::with(uncached().killpriv_v2(KillPrivV2::Off), test_options());
+    fs::write(t.m("w"), b"").unwrap();
+    assert_eq!(getxattrs_for_writes(&t, 20), 20, "daemon-served, Off");
+    drop(t);
+    let t = mount();
+    fs::write(t.m("w"), b"").unwrap();
+    assert_eq!(getxattrs_for_writes(&t, 20), 20, "passthrough, Auto");
+    drop(t);
+    let t = mount_with(pt_config().killpriv_v2(KillPrivV2::On));
+    fs::write(t.m("w"), b"").unwrap();
+    assert!(getxattrs_for_writes(&t, 20) <= 1, "passthrough, On");
 }
 
 #[test]
@@ -423,7 +457,7 @@ fn the_io_mode_follows_the_inode_while_it_is_open_needs_root() {
     // The kernel fails an open (EIO) that doesn't match the io mode of the
     // inode's files already open: the daemon keeps each inode in one mode
     // until its last release.
-    let t = mount_with(pt_config().killpriv_v2(true));
+    let t = mount_with(pt_config().killpriv_v2(KillPrivV2::On));
     fs::write(t.m("p"), b"data").unwrap();
     let first = rw(&t.m("p"));
     // With FUSE_HANDLE_KILLPRIV_V2 set-user-ID files are served by the

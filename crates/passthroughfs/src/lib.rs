@@ -18,7 +18,7 @@ pub mod mount_helper;
 pub mod notify;
 pub mod options;
 
-use fuse_backend_passthrough::{CachePolicy, PassthroughConfig, PassthroughFs};
+use fuse_backend_passthrough::{CachePolicy, KillPrivV2, PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
@@ -157,9 +157,17 @@ pub struct FsArgs {
     #[arg(long)]
     pub no_file_handles: bool,
 
-    /// Clear set-user-ID/set-group-ID bits in the daemon (FUSE_HANDLE_KILLPRIV_V2).
-    #[arg(long)]
+    /// Clear set-user-ID/set-group-ID bits in the daemon
+    /// (FUSE_HANDLE_KILLPRIV_V2) even under kernel passthrough. The default
+    /// does so only when kernel passthrough is off: without it the kernel
+    /// asks the daemon for security.capability before every write.
+    #[arg(long, overrides_with = "no_killpriv_v2")]
     pub killpriv_v2: bool,
+
+    /// Never FUSE_HANDLE_KILLPRIV_V2: the kernel clears the bits, at a
+    /// GETXATTR request per write.
+    #[arg(long, overrides_with = "killpriv_v2")]
+    pub no_killpriv_v2: bool,
 
     /// The backend's blocking thread pool (needs --runtime tokio or uring):
     /// on tokio, READs that miss the page cache, WRITEs, LOOKUP, OPEN,
@@ -185,7 +193,13 @@ impl FsArgs {
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)
             .no_opendir(self.no_opendir)
-            .killpriv_v2(self.killpriv_v2)
+            .killpriv_v2(if self.killpriv_v2 {
+                KillPrivV2::On
+            } else if self.no_killpriv_v2 {
+                KillPrivV2::Off
+            } else {
+                KillPrivV2::Auto
+            })
             .passthrough(!self.no_passthrough)
             .file_handles(!self.no_file_handles))
     }

@@ -233,7 +233,14 @@ const OPTIONS: &[Opt] = &[
     flag("no_file_handles", "--no-file-handles", |a| {
         a.fs.no_file_handles = true
     }),
-    flag("killpriv_v2", "--killpriv-v2", |a| a.fs.killpriv_v2 = true),
+    flag("killpriv_v2", "--killpriv-v2", |a| {
+        a.fs.killpriv_v2 = true;
+        a.fs.no_killpriv_v2 = false;
+    }),
+    flag("no_killpriv_v2", "--no-killpriv-v2", |a| {
+        a.fs.no_killpriv_v2 = true;
+        a.fs.killpriv_v2 = false;
+    }),
     flag("unmount_dead", "--unmount-dead", |a| a.unmount_dead = true),
     // Generic mount flags (listed together in --help).
     mount_flag("suid"),

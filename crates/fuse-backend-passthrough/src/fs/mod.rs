@@ -1,6 +1,6 @@
 //! [`PassthroughFs`]: the [`FileSystem`] implementation.
 
-use crate::config::{CachePolicy, PassthroughConfig};
+use crate::config::{CachePolicy, KillPrivV2, PassthroughConfig};
 use crate::creds::Creds;
 use crate::handle::{Handle, HandleTable, LockCtx};
 use crate::inode::{Counted, Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
@@ -435,9 +435,6 @@ impl FileSystem for PassthroughFs {
         if self.cfg.writeback {
             want |= InitFlags::WRITEBACK_CACHE;
         }
-        if self.cfg.killpriv_v2 {
-            want |= InitFlags::HANDLE_KILLPRIV_V2;
-        }
         if self.cfg.xattr {
             want |= InitFlags::SETXATTR_EXT;
         }
@@ -456,10 +453,20 @@ impl FileSystem for PassthroughFs {
             want |= InitFlags::NO_OPENDIR_SUPPORT;
         }
         want |= self.passthrough_init(kernel, config);
+        let agreed = (config.flags | want) & kernel.flags;
+        let passthrough =
+            agreed.contains(InitFlags::PASSTHROUGH) && !agreed.contains(InitFlags::WRITEBACK_CACHE);
+        let killpriv_v2 = match self.cfg.killpriv_v2 {
+            KillPrivV2::On => true,
+            KillPrivV2::Off => false,
+            // Exact only where the daemon sees every write.
+            KillPrivV2::Auto => !passthrough,
+        };
+        if killpriv_v2 {
+            want |= InitFlags::HANDLE_KILLPRIV_V2;
+        }
         config.flags |= want;
         let got = config.flags & kernel.flags;
-        let passthrough =
-            got.contains(InitFlags::PASSTHROUGH) && !got.contains(InitFlags::WRITEBACK_CACHE);
         self.pt.set_active(passthrough);
         if passthrough {
             tracing::info!(
