@@ -209,6 +209,45 @@ fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
     setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::On));
 }
 
+/// The mode as `statx(STATX_MODE)` sees it: what `stat -c %A` asks for, so
+/// the kernel answers from its attribute cache unless the mode itself was
+/// invalidated (a write invalidates size and times only).
+fn cached_mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path and a zeroed statx to fill.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MODE, &mut st) };
+    assert_eq!(
+        r,
+        0,
+        "statx {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    st.stx_mode as u32 & 0o7777
+}
+
+#[test]
+fn cleared_setuid_is_seen_through_cached_attributes_needs_root() {
+    // With killpriv_v2 the daemon clears set-user-ID on a WRITE, whose
+    // reply carries no attributes: the mode the kernel cached (for a day
+    // here) must be invalidated by a notification (xfstests generic/355).
+    let config = PassthroughConfig::default()
+        .cache(fuse_backend_passthrough::CachePolicy::Always)
+        .killpriv_v2(KillPrivV2::On);
+    let t = TestMount::with(config, test_options());
+    fs::create_dir(t.m("d")).unwrap();
+    chmod(&t.s("d"), 0o777);
+    fs::write(t.m("d/prog"), b"#!/bin/sh\n").unwrap();
+    std::os::unix::fs::chown(t.m("d/prog"), Some(NOBODY), Some(NOGROUP)).unwrap();
+    fs::set_permissions(t.m("d/prog"), fs::Permissions::from_mode(0o6775)).unwrap();
+    assert_eq!(cached_mode(&t.m("d/prog")), 0o6775);
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "echo more >> prog");
+    assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o0775);
+    assert_eq!(cached_mode(&t.m("d/prog")), 0o0775);
+}
+
 #[test]
 fn writeback_write_only_files_of_other_users_needs_root() {
     let config = PassthroughConfig::default().writeback(true);

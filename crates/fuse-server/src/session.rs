@@ -1,6 +1,7 @@
 //! The seam between a daemon and a transport: a running session behind
 //! one trait object, whichever transport serves it.
 
+use crate::notify::Notifier;
 use crate::server::Server;
 use std::io;
 use std::path::Path;
@@ -30,4 +31,12 @@ pub trait Session: Send + Sync {
     /// unmount from outside), and unmounts if still mounted. Returns the
     /// first worker error.
     fn wait(&self) -> io::Result<()>;
+
+    /// A notifier for the connection, for a file system that must tell
+    /// the kernel about changes no reply carries (see [`Notifier`]);
+    /// `None` once the session has ended or where the transport has none.
+    /// It holds the connection's descriptor: drop it when the session ends.
+    fn notifier(&self) -> Option<Notifier> {
+        None
+    }
 }

@@ -391,6 +391,10 @@ impl Session for DevSession {
         self.mount.lock().unwrap_or_else(|e| e.into_inner()).take();
         first_error.map_or(Ok(()), Err)
     }
+
+    fn notifier(&self) -> Option<fuse_server::Notifier> {
+        DevSession::notifier(self).ok()
+    }
 }
 
 impl Drop for DevSession {
@@ -669,7 +673,7 @@ fn release_pages(buf: &mut [u8]) {
 }
 
 /// Sends notifications on the session's fd.
-struct DevNotificationSink(Arc<OwnedFd>);
+pub(crate) struct DevNotificationSink(pub(crate) Arc<OwnedFd>);
 
 impl NotificationSink for DevNotificationSink {
     fn send_notification(&self, parts: &[IoSlice<'_>]) -> io::Result<()> {

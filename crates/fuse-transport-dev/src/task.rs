@@ -589,4 +589,14 @@ impl Session for FuseDevTask {
             None => Ok(()),
         }
     }
+
+    /// Writes go to a duplicate of the task's descriptor (the same
+    /// connection); `None` if it can't be duplicated.
+    fn notifier(&self) -> Option<fuse_server::Notifier> {
+        let fd = self.fd.get_ref().try_clone().ok()?;
+        Some(
+            self.server
+                .notifier(Arc::new(crate::session::DevNotificationSink(Arc::new(fd)))),
+        )
+    }
 }

@@ -620,6 +620,10 @@ impl Session for UringSession {
         self.shared.counters.release_mappings();
         first_error.map_or(Ok(()), Err)
     }
+
+    fn notifier(&self) -> Option<Notifier> {
+        UringSession::notifier(self)
+    }
 }
 
 impl Drop for UringSession {

@@ -257,6 +257,9 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
                 .map_err(|e| Failure(e.to_string()))?,
         ),
     };
+    // Changes no reply carries (set-user-ID cleared by a WRITE) reach the
+    // kernel's attribute cache through it.
+    fs.set_notifier(session.notifier());
     tracing::info!(
         source = %source.display(),
         mountpoint = %session.mountpoint().display(),
@@ -271,9 +274,12 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     spawn_signal_thread(
         signals,
         session.mountpoint().to_path_buf(),
-        move || {
-            log_transport_state(logger.as_ref(), uring_session.as_deref());
-            log_fs_state(&fs);
+        {
+            let fs = fs.clone();
+            move || {
+                log_transport_state(logger.as_ref(), uring_session.as_deref());
+                log_fs_state(&fs);
+            }
         },
         move || {
             notify::stopping();
@@ -281,6 +287,7 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
         },
     )?;
     let result = session.wait();
+    fs.set_notifier(None);
     notify::stopping();
     match result {
         Ok(()) => {

@@ -48,7 +48,8 @@ pub struct XfstestsArgs {
     #[arg(long, conflicts_with_all = ["tests", "stress"])]
     full: bool,
     /// A mode to run (repeatable): dev (/dev/fuse, default options), uring
-    /// (--uring), uring-pool (--runtime uring --thread-pool). Default: all.
+    /// (--uring --no-passthrough), uring-pool (--runtime uring
+    /// --thread-pool --no-passthrough). Default: all.
     #[arg(long, value_enum, value_name = "MODE")]
     mode: Vec<Mode>,
     /// Run these tests instead of the curated lists (comma-separated), e.g.
@@ -74,12 +75,16 @@ pub struct XfstestsArgs {
 /// How passthroughfs serves a mount.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Mode {
-    /// `/dev/fuse` with worker threads (the daemon's defaults).
+    /// `/dev/fuse` with worker threads (the daemon's defaults: kernel
+    /// passthrough on, so READ and WRITE of most files never reach the
+    /// daemon).
     Dev,
-    /// FUSE over io_uring (`--uring`).
+    /// FUSE over io_uring (`--uring --no-passthrough`: the daemon serves
+    /// every READ and WRITE, so the suites cover its data path).
     Uring,
     /// `/dev/fuse` served by io_uring runtimes with the blocking thread pool
-    /// (`--runtime uring --thread-pool`).
+    /// (`--runtime uring --thread-pool --no-passthrough`: READ and WRITE
+    /// through the runtimes and the pool).
     UringPool,
 }
 
@@ -105,8 +110,8 @@ impl Mode {
     pub fn mount_options(self) -> &'static str {
         match self {
             Mode::Dev => "",
-            Mode::Uring => ",uring",
-            Mode::UringPool => ",runtime=uring,thread_pool",
+            Mode::Uring => ",uring,no_passthrough",
+            Mode::UringPool => ",runtime=uring,thread_pool,no_passthrough",
         }
     }
 
@@ -124,8 +129,8 @@ impl Mode {
     pub fn daemon_flags(self) -> &'static str {
         match self {
             Mode::Dev => "(default options)",
-            Mode::Uring => "--uring",
-            Mode::UringPool => "--runtime uring --thread-pool",
+            Mode::Uring => "--uring --no-passthrough",
+            Mode::UringPool => "--runtime uring --thread-pool --no-passthrough",
         }
     }
 }

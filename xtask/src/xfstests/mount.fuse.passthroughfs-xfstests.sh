@@ -19,6 +19,7 @@
 #   uring                    passthroughfs --uring
 #   runtime=sync|tokio|uring passthroughfs --runtime
 #   thread_pool              passthroughfs --thread-pool
+#   no_passthrough           passthroughfs --no-passthrough
 #   [no]suid [no]dev [no]exec [no]atime [no]diratime [no]relatime
 #   [no]strictatime          per-mount flags, set with a bind remount once
 #                            mounted (passthroughfs mounts nosuid,nodev)
@@ -104,6 +105,7 @@ for o in "${list[@]}"; do
 	uring) flags+=(--uring) ;;
 	runtime=sync | runtime=tokio | runtime=uring) flags+=(--runtime "${o#runtime=}") ;;
 	thread_pool) flags+=(--thread-pool) ;;
+	no_passthrough) flags+=(--no-passthrough) ;;
 	suid | nosuid | dev | nodev | exec | noexec | atime | noatime | diratime | nodiratime | \
 		relatime | norelatime | strictatime | nostrictatime) mntflags+=("$o") ;;
 	*) fail "unsupported mount option: $o" ;;

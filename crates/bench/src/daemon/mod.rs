@@ -323,14 +323,16 @@ fn serve_session(
     );
     let line = line.with("detail", session.transport());
     let stopper = session.clone();
+    fs.set_notifier(session.notifier());
+    let logged = fs.clone();
     passthroughfs::spawn_signal_thread(
         signals,
         session.mountpoint().to_path_buf(),
-        move || passthroughfs::log_fs_state(&fs),
+        move || passthroughfs::log_fs_state(&logged),
         move || stopper.stop(),
     )?;
     announce(&line);
-    session
-        .wait()
-        .map_err(|e| Failure::new(format!("serving failed: {e}")))
+    let result = session.wait();
+    fs.set_notifier(None);
+    result.map_err(|e| Failure::new(format!("serving failed: {e}")))
 }

@@ -193,7 +193,7 @@ impl PassthroughFs {
             r => r?,
         };
         if args.kill_suidgid() && self.killpriv_v2() {
-            self.kill_suidgid_fd(h.fd())?;
+            self.kill_suidgid_fd(ino, h.fd())?;
         }
         Ok(n)
     }
@@ -409,7 +409,7 @@ async fn uring_write(
         Err(e) => return Err(e),
     };
     if args.kill_suidgid() && fs.killpriv_v2() {
-        fs.kill_suidgid_fd(h.fd())?;
+        fs.kill_suidgid_fd(ino, h.fd())?;
     }
     Ok(n)
 }

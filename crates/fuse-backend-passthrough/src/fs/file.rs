@@ -97,16 +97,30 @@ impl PassthroughFs {
         }
     }
 
-    /// Clears set-user-ID and set-group-ID (if group-executable) of an open file.
-    pub(super) fn kill_suidgid_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+    /// Clears set-user-ID and set-group-ID (if group-executable) of the
+    /// open file `fd` of node `ino`, for a WRITE whose reply can't carry
+    /// the new mode: the kernel is told to drop the attributes it cached.
+    pub(super) fn kill_suidgid_fd(&self, ino: u64, fd: BorrowedFd<'_>) -> io::Result<()> {
         let st = sys::statx_fd(fd, libc::STATX_MODE)?;
         let mode = st.stx_mode as u32 & 0o7777;
         let new = killed_mode(mode);
         if new != mode {
             self.creds.root();
             sys::fchmod(fd, new)?;
+            self.attributes_changed(ino);
         }
         Ok(())
+    }
+
+    /// Tells the kernel that the attributes it cached of `ino` are stale
+    /// (an INVAL_INODE of the attributes only), if a notifier was given.
+    pub(super) fn attributes_changed(&self, ino: u64) {
+        let notifier = lock(&self.notifier).clone();
+        if let Some(n) = notifier {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                tracing::debug!(ino, error = %e, "attribute invalidation not sent");
+            }
+        }
     }
 
     /// Writes all of `data` to `fd` at `offset`, stopping at a short count.
@@ -163,7 +177,7 @@ impl PassthroughFs {
             r => r?,
         };
         if args.kill_suidgid() && self.killpriv_v2() {
-            self.kill_suidgid_fd(fd.as_fd())?;
+            self.kill_suidgid_fd(ino, fd.as_fd())?;
         }
         // Backing ids are registered with the daemon's credentials.
         self.creds.root();
@@ -206,7 +220,7 @@ impl PassthroughFs {
             r => r?,
         };
         if args.kill_suidgid() && self.killpriv_v2() {
-            self.kill_suidgid_fd(h.fd())?;
+            self.kill_suidgid_fd(ino, h.fd())?;
         }
         Ok(n)
     }

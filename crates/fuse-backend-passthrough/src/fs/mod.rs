@@ -11,9 +11,9 @@ use fuse_abi::{AccessMask, Attr, FileLock, FopenFlags, InitFlags, Kstatfs, Relea
 use fuse_server::{
     AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs, DirentPlusSink, DirentSink,
     Entry, FallocateArgs, FileSystem, FlushArgs, FsyncArgs, InitConfig, KernelInit, LockArgs,
-    LseekArgs, MkdirArgs, MknodArgs, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs, SetTime,
-    SetattrArgs, SetxattrArgs, StatxArgs, StatxReply, WriteArgs, XattrReply, ZeroCopyReader,
-    ZeroCopyWriter,
+    LseekArgs, MkdirArgs, MknodArgs, Notifier, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs,
+    SetTime, SetattrArgs, SetxattrArgs, StatxArgs, StatxReply, WriteArgs, XattrReply,
+    ZeroCopyReader, ZeroCopyWriter,
 };
 use std::ffi::{CStr, CString};
 use std::io;
@@ -97,6 +97,8 @@ pub struct PassthroughFs {
     /// Async serving: the thread pool switch and the pool.
     #[cfg(feature = "async")]
     asyncs: async_fs::AsyncServing,
+    /// Tells the kernel about attribute changes no reply carries.
+    notifier: Mutex<Option<Arc<Notifier>>>,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -177,7 +179,21 @@ impl PassthroughFs {
             pt: Passthrough::new(passthrough),
             #[cfg(feature = "async")]
             asyncs: async_fs::AsyncServing::new(),
+            notifier: Mutex::new(None),
         })
+    }
+
+    /// Gives the passthrough a way to tell the kernel that attributes it
+    /// cached changed behind its back (`None` takes it away). One case
+    /// needs it: with `FUSE_HANDLE_KILLPRIV_V2` ([`KillPrivV2`]) a WRITE by
+    /// a user without `CAP_FSETID` makes the daemon clear set-user-ID, and
+    /// a WRITE reply carries no attributes, so without a notification the
+    /// kernel shows the old mode until the attribute timeout. Set it once
+    /// the session is up (`DevSession::notifier`, `UringSession::notifier`)
+    /// and take it away when the session ends: it holds the connection's
+    /// descriptor.
+    pub fn set_notifier(&self, notifier: Option<Notifier>) {
+        *lock(&self.notifier) = notifier.map(Arc::new);
     }
 
     /// The options in force.

@@ -139,6 +139,7 @@ impl TestMount {
         let session =
             DevSession::mount(server, &mnt, &options, SessionConfig::default().threads(2))
                 .expect("mounting the passthrough");
+        fs.set_notifier(session.notifier().ok());
         let mnt = session.mountpoint().to_path_buf();
         Self {
             fs,
@@ -176,6 +177,7 @@ impl TestMount {
             session.wait().expect("session ended with an error");
             drop(session);
         }
+        self.fs.set_notifier(None);
         assert!(
             !is_mounted(&self.mnt),
             "{} still mounted after unmount",
@@ -190,6 +192,7 @@ impl Drop for TestMount {
             session.stop();
             let _ = session.wait();
         }
+        self.fs.set_notifier(None);
         if is_mounted(&self.mnt) {
             let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
         }
