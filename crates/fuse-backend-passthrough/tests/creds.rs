@@ -163,13 +163,19 @@ fn permissions_are_enforced_for_other_users_needs_root() {
     assert!(!t.s("tmp/daemons").exists());
 }
 
-fn setuid_cleared_on_write(config: PassthroughConfig) {
-    let t = TestMount::with(config, test_options());
+/// `d/prog` in a world-writable `d`, owned by nobody, mode 6775, made
+/// through the mount.
+fn setid_prog_of_nobody(t: &TestMount) {
     fs::create_dir(t.m("d")).unwrap();
     chmod(&t.s("d"), 0o777);
     fs::write(t.m("d/prog"), b"#!/bin/sh\n").unwrap();
     std::os::unix::fs::chown(t.m("d/prog"), Some(NOBODY), Some(NOGROUP)).unwrap();
     fs::set_permissions(t.m("d/prog"), fs::Permissions::from_mode(0o6775)).unwrap();
+}
+
+fn setuid_cleared_on_write(config: PassthroughConfig) {
+    let t = TestMount::with(config, test_options());
+    setid_prog_of_nobody(&t);
     assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o6775);
     run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "echo more >> prog");
     // As on any Linux file system: a write by a non-root user clears
@@ -237,11 +243,7 @@ fn cleared_setuid_is_seen_through_cached_attributes_needs_root() {
         .cache(fuse_backend_passthrough::CachePolicy::Always)
         .killpriv_v2(KillPrivV2::On);
     let t = TestMount::with(config, test_options());
-    fs::create_dir(t.m("d")).unwrap();
-    chmod(&t.s("d"), 0o777);
-    fs::write(t.m("d/prog"), b"#!/bin/sh\n").unwrap();
-    std::os::unix::fs::chown(t.m("d/prog"), Some(NOBODY), Some(NOGROUP)).unwrap();
-    fs::set_permissions(t.m("d/prog"), fs::Permissions::from_mode(0o6775)).unwrap();
+    setid_prog_of_nobody(&t);
     assert_eq!(cached_mode(&t.m("d/prog")), 0o6775);
     run_as_ok(NOBODY, NOGROUP, &[NOGROUP], &t.m("d"), "echo more >> prog");
     assert_eq!(lmeta(&t.s("d/prog")).mode() & 0o7777, 0o0775);
