@@ -114,7 +114,7 @@ impl PassthroughFs {
 
     /// Tells the kernel that the attributes it cached of `ino` are stale
     /// (an INVAL_INODE of the attributes only), if a notifier was given.
-    pub(super) fn attributes_changed(&self, ino: u64) {
+    fn attributes_changed(&self, ino: u64) {
         let notifier = lock(&self.notifier).clone();
         if let Some(n) = notifier {
             if let Err(e) = n.inval_inode(ino, -1, 0) {
