@@ -13,7 +13,9 @@ pub enum CachePolicy {
     /// with shared mmap still allowed through `FUSE_DIRECT_IO_ALLOW_MMAP`)
     /// and attributes and names are not cached (timeouts of 0).
     Never,
-    /// Attributes and names are cached for one second; file data and
+    /// Attributes and names are cached for one second (names for a day in
+    /// directories the passthrough watches for changes made behind the
+    /// mount's back: [`PassthroughConfig::watch_source`]); file data and
     /// directory listings are kept across opens (`FOPEN_KEEP_CACHE`,
     /// `FOPEN_CACHE_DIR`) until fresh attributes show the file or
     /// directory changed (another mtime or size: `FUSE_AUTO_INVAL_DATA`
@@ -99,8 +101,20 @@ pub struct PassthroughConfig {
     /// policy's default.
     pub attr_timeout: Option<Duration>,
     /// How long the kernel may cache names; `None` uses the cache policy's
-    /// default.
+    /// default (under [`CachePolicy::Auto`] with
+    /// [`PassthroughConfig::watch_source`]: a day in watched directories).
     pub entry_timeout: Option<Duration>,
+    /// Under [`CachePolicy::Auto`] with no `entry_timeout` set, watch the
+    /// directories whose names the kernel caches (fanotify) and tell the
+    /// kernel of every name another process removes or renames in the
+    /// source (`FUSE_NOTIFY_INVAL_ENTRY`), so that names can be cached for
+    /// a day ([`crate::WATCHED_ENTRY_TIMEOUT`]) instead of a second. It
+    /// starts once the passthrough has a notifier
+    /// ([`crate::PassthroughFs::set_notifier`]) on a kernel with
+    /// `FUSE_NOTIFY_INC_EPOCH` (protocol 7.44, for a full event queue);
+    /// elsewhere, or if fanotify refuses, names keep the 1 s timeout.
+    /// Default `true`.
+    pub watch_source: bool,
     /// Serve extended attributes (off: the xattr calls answer `ENOSYS`, and
     /// the kernel stops sending them).
     pub xattr: bool,
@@ -197,6 +211,7 @@ impl Default for PassthroughConfig {
             writeback: false,
             attr_timeout: None,
             entry_timeout: None,
+            watch_source: true,
             xattr: true,
             readdirplus: true,
             no_open: false,
@@ -246,6 +261,20 @@ impl PassthroughConfig {
     pub fn entry_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.entry_timeout = timeout.into();
         self
+    }
+
+    /// Sets whether to watch the source for names changed behind the
+    /// mount's back, caching names for long (`watch_source`).
+    #[must_use]
+    pub fn watch_source(mut self, on: bool) -> Self {
+        self.watch_source = on;
+        self
+    }
+
+    /// Whether names may be cached for long while the source is watched:
+    /// [`CachePolicy::Auto`], no `entry_timeout` set, `watch_source` on.
+    pub fn source_watch_wanted(&self) -> bool {
+        self.watch_source && self.cache == CachePolicy::Auto && self.entry_timeout.is_none()
     }
 
     /// Sets whether to serve extended attributes (`xattr`).

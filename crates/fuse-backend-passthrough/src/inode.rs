@@ -540,6 +540,9 @@ pub(crate) struct Inode {
     /// POSIX lock contexts per lock owner: an open file description each,
     /// holding that owner's OFD locks.
     pub locks: Mutex<Vec<(u64, Arc<LockCtx>)>>,
+    /// The source watch this directory is marked in (its number, 0: none),
+    /// so that names answered in it may be cached for long.
+    pub watched: AtomicU64,
 }
 
 impl Inode {
@@ -560,6 +563,7 @@ impl Inode {
             refs: AtomicU64::new(0),
             lazy: Mutex::new(None),
             locks: Mutex::new(Vec::new()),
+            watched: AtomicU64::new(0),
         }
     }
 
@@ -829,16 +833,17 @@ impl InodeStore {
     }
 
     /// Drops `n` lookup references of `nodeid`; the inode goes away when
-    /// none are left.
-    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+    /// none are left, and is returned then (to be dropped outside the
+    /// store's locks).
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) -> Option<Arc<Inode>> {
         if nodeid == fuse_abi::ROOT_ID || n == 0 {
-            return;
+            return None;
         }
         let reached_zero = {
             let shard = self.shard(nodeid);
             let Some(inode) = shard.get(&nodeid) else {
                 tracing::warn!(nodeid, "FORGET of an unknown node id");
-                return;
+                return None;
             };
             let mut cur = inode.refs.load(Ordering::Acquire);
             loop {
@@ -886,12 +891,14 @@ impl InodeStore {
                 let shrunk = removed.is_some() && self.shrink(&mut maps);
                 (removed, shrunk)
             };
-            // Close descriptors and free memory outside the lock.
-            drop(removed);
             if shrunk {
                 sys::release_free_memory();
             }
+            // Descriptors close and memory is freed outside the lock, when
+            // the caller drops it.
+            return removed;
         }
+        None
     }
 
     /// After the store shrank to an eighth of its peak (a FORGET storm),

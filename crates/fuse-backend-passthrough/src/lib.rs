@@ -115,6 +115,7 @@ mod pool;
 #[cfg(test)]
 mod readdir_tests;
 mod sys;
+mod watch;
 
 pub use config::{CachePolicy, KillPrivV2, PassthroughConfig};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
@@ -122,3 +123,4 @@ pub use passthrough::PassthroughStats;
 #[cfg(feature = "async")]
 pub use pool::AsyncPoolStats;
 pub use sys::raise_nofile_limit;
+pub use watch::{SourceWatchStats, WATCHED_ENTRY_TIMEOUT};

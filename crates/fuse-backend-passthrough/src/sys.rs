@@ -580,8 +580,8 @@ pub(crate) const MAX_HANDLE_SZ: usize = 128;
 /// descriptor again (or `ESTALE` once the inode is gone).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct FileHandle {
-    kind: i32,
-    bytes: Box<[u8]>,
+    pub(crate) kind: i32,
+    pub(crate) bytes: Box<[u8]>,
 }
 
 impl std::fmt::Debug for FileHandle {
@@ -629,6 +629,15 @@ struct RawFileHandle {
 /// `name_to_handle_at(2)` of the descriptor itself (`AT_EMPTY_PATH`):
 /// its handle and the id of the mount it is on.
 pub(crate) fn name_to_handle_fd(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, u64)> {
+    name_to_handle_fd_flags(fd, 0)
+}
+
+/// [`name_to_handle_fd`] with more `flags` (`AT_HANDLE_FID`: the handle
+/// fanotify reports the file by, which needn't be one to open).
+pub(crate) fn name_to_handle_fd_flags(
+    fd: BorrowedFd<'_>,
+    flags: libc::c_int,
+) -> io::Result<(FileHandle, u64)> {
     let mut raw = RawFileHandle {
         handle_bytes: MAX_HANDLE_SZ as u32,
         handle_type: 0,
@@ -644,7 +653,7 @@ pub(crate) fn name_to_handle_fd(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, u
             EMPTY.as_ptr(),
             &mut raw as *mut RawFileHandle,
             &mut mnt_id as *mut libc::c_int,
-            libc::AT_EMPTY_PATH,
+            libc::AT_EMPTY_PATH | flags,
         )
     })?;
     let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);

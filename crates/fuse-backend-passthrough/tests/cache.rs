@@ -151,3 +151,126 @@ fn directory_listings_are_cached_and_follow_changes_in_the_source() {
     fs::write(t.m("d/made-here"), b"").unwrap();
     assert!(names_through(&t, "d").contains(&"made-here".to_owned()));
 }
+
+/// The default policy with the source watched: names are cached for a
+/// day, yet a name removed, renamed away, renamed over or a directory
+/// removed in the source directly is gone through the mount as soon as
+/// the watcher has passed the change on (waited for up to 30 s: without
+/// the watch it would take the day). Attributes keep the short timeout.
+fn watched() -> PassthroughConfig {
+    PassthroughConfig::default()
+        .cache(CachePolicy::Auto)
+        .attr_timeout(TIMEOUT)
+}
+
+const SEEN_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn names_are_cached_for_long_in_watched_directories() {
+    let t = TestMount::with(watched(), test_options());
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watching, "the source isn't watched: {stats:?}");
+    // Another test's drop_caches may evict the cached name meanwhile
+    // (see in_one_of_a_few_attempts); a 1 s name timeout fails every
+    // attempt.
+    in_one_of_a_few_attempts(|attempt| {
+        let d = format!("d{attempt}");
+        fs::create_dir(t.s(&d)).unwrap();
+        fs::write(t.s(&format!("{d}/f")), b"x").unwrap();
+        fs::metadata(t.m(&format!("{d}/f"))).unwrap();
+        let lookups = t.count(Opcode::Lookup);
+        // Past the 1 s a name was cached for without the watch, and past
+        // the attribute timeout: the attributes are asked for again, the
+        // names not.
+        std::thread::sleep(Duration::from_millis(1500));
+        let getattrs = t.count(Opcode::Getattr);
+        fs::metadata(t.m(&format!("{d}/f"))).unwrap();
+        if t.count(Opcode::Getattr) == getattrs {
+            return Err("attributes weren't asked for again".into());
+        }
+        match t.count(Opcode::Lookup) - lookups {
+            0 => Ok(()),
+            n => Err(format!("a cached name was looked up again ({n} LOOKUPs)")),
+        }
+    });
+    let stats = t.fs.source_watch_stats();
+    assert!(
+        stats.watched_dirs >= 2,
+        "the root and a d are watched: {stats:?}"
+    );
+}
+
+#[test]
+fn names_changed_in_the_source_go_away_at_once_though_cached_for_long() {
+    let t = TestMount::with(watched(), test_options());
+    fs::create_dir_all(t.s("d/sub")).unwrap();
+    for name in ["removed", "renamed", "replaced", "replacement"] {
+        fs::write(t.s(&format!("d/{name}")), name).unwrap();
+    }
+    // Every name cached through the mount first.
+    for name in ["sub", "removed", "renamed", "replaced", "replacement"] {
+        fs::symlink_metadata(t.m(&format!("d/{name}"))).unwrap();
+    }
+    assert_eq!(fs::read(t.m("d/replaced")).unwrap(), b"replaced");
+    let before = t.fs.source_watch_stats().invalidations;
+    // Behind the mount's back.
+    fs::remove_file(t.s("d/removed")).unwrap();
+    fs::rename(t.s("d/renamed"), t.s("d/renamed-to")).unwrap();
+    fs::rename(t.s("d/replacement"), t.s("d/replaced")).unwrap();
+    fs::remove_dir(t.s("d/sub")).unwrap();
+    let gone = |name: &str| {
+        fs::symlink_metadata(t.m(&format!("d/{name}")))
+            .err()
+            .map(|e| e.kind())
+            == Some(std::io::ErrorKind::NotFound)
+    };
+    let seen = wait_until(SEEN_WITHIN, || {
+        gone("removed")
+            && gone("renamed")
+            && gone("replacement")
+            && gone("sub")
+            && fs::read(t.m("d/replaced")).ok().as_deref() == Some(b"replacement")
+    });
+    assert!(
+        seen,
+        "changes in the source not seen within {SEEN_WITHIN:?}: {:?}",
+        names_through(&t, "d")
+    );
+    assert_eq!(fs::read(t.m("d/renamed-to")).unwrap(), b"renamed");
+    let stats = t.fs.source_watch_stats();
+    assert!(
+        stats.invalidations >= before + 5,
+        "each change was passed on: {stats:?}"
+    );
+    assert_eq!(stats.overflows, 0);
+}
+
+#[test]
+fn forgotten_directories_are_no_longer_watched_needs_root() {
+    let t = TestMount::with(watched(), test_options());
+    for i in 0..20 {
+        fs::create_dir(t.s(&format!("d{i}"))).unwrap();
+        fs::write(t.s(&format!("d{i}/f")), b"").unwrap();
+        fs::metadata(t.m(&format!("d{i}/f"))).unwrap();
+    }
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watched_dirs >= 21, "{stats:?}");
+    assert_refs_return_to_zero(&t);
+    // Only the root, whose node is never forgotten, stays watched.
+    let stats = t.fs.source_watch_stats();
+    assert_eq!(stats.watched_dirs, 1, "{stats:?}");
+}
+
+#[test]
+fn a_set_entry_timeout_or_another_policy_means_no_watch() {
+    for config in [
+        auto(),
+        PassthroughConfig::default().cache(CachePolicy::Always),
+        PassthroughConfig::default().watch_source(false),
+    ] {
+        let t = TestMount::with(config.clone(), test_options());
+        fs::write(t.s("f"), b"").unwrap();
+        fs::metadata(t.m("f")).unwrap();
+        assert!(!t.fs.source_watch_stats().watching, "{config:?}");
+    }
+}

@@ -45,6 +45,12 @@ impl Notifier {
         }
     }
 
+    /// The protocol minor version the connection negotiated (`None`
+    /// before INIT), which says what notifications the kernel takes.
+    pub fn protocol_minor(&self) -> Option<u32> {
+        self.negotiated.as_ref().map(|n| n.minor)
+    }
+
     fn require(&self, what: &str, minor: u32) -> io::Result<&crate::Negotiated> {
         let n = self.negotiated.as_ref().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotConnected, "connection not initialized")

@@ -120,9 +120,16 @@ pub struct FsArgs {
     #[arg(long, value_name = "SECS")]
     pub attr_timeout: Option<f64>,
 
-    /// Name cache timeout in seconds (default: from --cache).
+    /// Name cache timeout in seconds (default: from --cache; with
+    /// --cache auto, a day in directories watched for changes made in the
+    /// source directly, else 1 s).
     #[arg(long, value_name = "SECS")]
     pub entry_timeout: Option<f64>,
+
+    /// Don't watch the source for names changed behind the mount's back
+    /// (--cache auto then caches names for 1 s).
+    #[arg(long)]
+    pub no_watch_source: bool,
 
     /// Don't serve extended attributes.
     #[arg(long)]
@@ -189,6 +196,7 @@ impl FsArgs {
             .writeback(self.writeback)
             .attr_timeout(seconds("attr-timeout", self.attr_timeout)?)
             .entry_timeout(seconds("entry-timeout", self.entry_timeout)?)
+            .watch_source(!self.no_watch_source)
             .xattr(!self.no_xattr)
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)

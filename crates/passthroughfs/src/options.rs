@@ -210,6 +210,12 @@ const OPTIONS: &[Opt] = &[
         a.fs.entry_timeout = Some(secs(v)?);
         Ok(())
     }),
+    flag("no_watch_source", "--no-watch-source", |a| {
+        a.fs.no_watch_source = true
+    }),
+    flag("watch_source", "watch the source (the default)", |a| {
+        a.fs.no_watch_source = false
+    }),
     flag("xattr", "extended attributes (the default)", |a| {
         a.fs.no_xattr = false
     }),

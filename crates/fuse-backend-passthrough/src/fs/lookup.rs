@@ -59,15 +59,21 @@ impl PassthroughFs {
     }
 
     /// The entry of `counted`'s inode with attributes `st`, still holding
-    /// its lookup reference.
-    pub(super) fn entry<'a>(&self, counted: Counted<'a>, st: &libc::statx) -> CountedEntry<'a> {
+    /// its lookup reference, its name cached for `entry_timeout`
+    /// ([`PassthroughFs::entry_timeout_in`] of its directory).
+    pub(super) fn entry<'a>(
+        &self,
+        counted: Counted<'a>,
+        st: &libc::statx,
+        entry_timeout: Duration,
+    ) -> CountedEntry<'a> {
         let inode = counted.inode();
         let entry = Entry {
             nodeid: inode.nodeid,
             generation: inode.generation,
             attr: attr_from_statx(st),
             attr_timeout: self.attr_timeout,
-            entry_timeout: self.entry_timeout,
+            entry_timeout,
         };
         CountedEntry { counted, entry }
     }
@@ -80,6 +86,8 @@ impl PassthroughFs {
             return self.lookup_dot(parent, b == b"..");
         }
         check_name(name)?;
+        // Before the name is read: a change after it is then reported.
+        let timeout = self.entry_timeout_in(parent);
         let pfd = parent.file.path_fd()?;
         let st = sys::statx(
             pfd.as_fd(),
@@ -91,12 +99,12 @@ impl PassthroughFs {
             .inodes
             .get_live_by_key_and_ref(&InodeKey::from_statx(&st))
         {
-            return Ok(self.entry(counted, &st));
+            return Ok(self.entry(counted, &st, timeout));
         }
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         // Identify what was opened (the name may have changed meanwhile).
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        Ok(self.entry(self.insert_inode(fd, &st), &st))
+        Ok(self.entry(self.insert_inode(fd, &st), &st, timeout))
     }
 
     /// The inode of the `O_PATH` descriptor `fd` (with attributes `st`),
@@ -152,7 +160,7 @@ impl PassthroughFs {
         let pfd = target.inode().file.path_fd()?;
         let st = sys::statx_fd(pfd.as_fd(), STATX_WANTED)?;
         drop(pfd);
-        Ok(self.entry(target, &st))
+        Ok(self.entry(target, &st, self.entry_timeout))
     }
 }
 
@@ -164,7 +172,9 @@ impl PassthroughFs {
     }
 
     pub(super) fn forget(&self, _ctx: &Context, ino: u64, nlookup: u64) {
-        self.inodes.forget(ino, nlookup);
+        if let Some(gone) = self.inodes.forget(ino, nlookup) {
+            self.forgotten(gone);
+        }
     }
 
     pub(super) fn readlink(&self, _ctx: &Context, ino: u64) -> io::Result<Vec<u8>> {
@@ -294,6 +304,7 @@ impl PassthroughFs {
     ) -> io::Result<(Entry, Opened)> {
         check_name(name)?;
         let parent = self.inodes.get(parent)?;
+        let timeout = self.entry_timeout_in(&parent);
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
         let (mut flags, _) = self.backing_open_flags(args.flags);
@@ -304,7 +315,7 @@ impl PassthroughFs {
         let flags = flags | libc::O_CREAT | (args.flags as i32 & libc::O_EXCL) | libc::O_NOFOLLOW;
         let fd = sys::openat(pfd.as_fd(), name, flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
+        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st, timeout);
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
         self.created_handle(created, fd, flags)
     }
@@ -326,7 +337,12 @@ impl PassthroughFs {
         let flags = flags | libc::O_TMPFILE | (args.flags as i32 & libc::O_EXCL);
         let fd = sys::openat(pfd.as_fd(), c".", flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st);
+        // A tmpfile has no name to cache.
+        let created = self.entry(
+            self.inode_of_open_fd(fd.as_fd(), &st)?,
+            &st,
+            self.entry_timeout,
+        );
         let flags = flags & !(libc::O_TMPFILE | libc::O_EXCL);
         self.created_handle(created, fd, flags)
     }

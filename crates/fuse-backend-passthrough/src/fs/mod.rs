@@ -7,6 +7,7 @@ use crate::inode::{Counted, Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
 use crate::locks::{LockOp, Waits};
 use crate::passthrough::{self, Passthrough, PassthroughStats};
 use crate::sys::{self, errno, NumName, STATX_WANTED};
+use crate::watch::{SourceWatchStats, SourceWatcher};
 use fuse_abi::{AccessMask, Attr, FileLock, FopenFlags, InitFlags, Kstatfs, ReleaseFlags, ROOT_ID};
 use fuse_server::{
     AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs, DirentPlusSink, DirentSink,
@@ -20,7 +21,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -99,6 +100,14 @@ pub struct PassthroughFs {
     asyncs: async_fs::AsyncServing,
     /// Tells the kernel about attribute changes no reply carries.
     notifier: Mutex<Option<Arc<Notifier>>>,
+    /// Watches the source for names changed behind the mount's back
+    /// ([`PassthroughConfig::watch_source`]).
+    watcher: Mutex<Option<Arc<SourceWatcher>>>,
+    /// The number of the running source watch (0: none): a directory
+    /// whose [`Inode::watched`] holds it is marked in that watch.
+    watch_epoch: AtomicU64,
+    /// The number the next source watch gets.
+    next_watch: AtomicU64,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -180,6 +189,9 @@ impl PassthroughFs {
             #[cfg(feature = "async")]
             asyncs: async_fs::AsyncServing::new(),
             notifier: Mutex::new(None),
+            watcher: Mutex::new(None),
+            watch_epoch: AtomicU64::new(0),
+            next_watch: AtomicU64::new(1),
         })
     }
 
@@ -192,8 +204,113 @@ impl PassthroughFs {
     /// the session is up (`DevSession::notifier`, `UringSession::notifier`)
     /// and take it away when the session ends: it holds the connection's
     /// descriptor.
+    ///
+    /// The notifier also starts the source watch where the configuration
+    /// asks for it ([`PassthroughConfig::watch_source`]); `None` stops it.
     pub fn set_notifier(&self, notifier: Option<Notifier>) {
-        *lock(&self.notifier) = notifier.map(Arc::new);
+        let notifier = notifier.map(Arc::new);
+        *lock(&self.notifier) = notifier.clone();
+        self.watch_epoch.store(0, Ordering::Release);
+        let old = lock(&self.watcher).take();
+        drop(old);
+        let Some(notifier) = notifier else {
+            return;
+        };
+        if !self.cfg.source_watch_wanted() {
+            return;
+        }
+        match notifier.protocol_minor() {
+            Some(minor) if minor >= 44 => {}
+            minor => {
+                tracing::info!(
+                    ?minor,
+                    "names cached for {:?}: watching the source needs FUSE_NOTIFY_INC_EPOCH \
+                     (protocol 7.44)",
+                    self.entry_timeout
+                );
+                return;
+            }
+        }
+        match SourceWatcher::start(notifier) {
+            Ok(w) => {
+                let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.watcher) = Some(Arc::new(w));
+                self.watch_epoch.store(epoch, Ordering::Release);
+                tracing::info!(
+                    "watching the source for names changed behind the mount's back: \
+                     names cached for {:?} in watched directories",
+                    crate::WATCHED_ENTRY_TIMEOUT
+                );
+            }
+            Err(e) => tracing::info!(
+                "names cached for {:?}: the source can't be watched: {e}",
+                self.entry_timeout
+            ),
+        }
+    }
+
+    /// How long a name answered in `parent` may be cached: long if the
+    /// source watch marks `parent` (it is marked here, before the caller
+    /// reads the name, so any later change is reported), else the
+    /// configured entry timeout.
+    pub(super) fn entry_timeout_in(&self, parent: &Inode) -> Duration {
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        if epoch == 0 {
+            return self.entry_timeout;
+        }
+        if parent.watched.load(Ordering::Acquire) == epoch {
+            return crate::WATCHED_ENTRY_TIMEOUT;
+        }
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return self.entry_timeout;
+        };
+        if parent.ftype != libc::S_IFDIR {
+            return self.entry_timeout;
+        }
+        // Marking needs read access to the directory: the daemon's own.
+        self.creds.root();
+        let marked = parent
+            .file
+            .path_fd()
+            .and_then(|fd| watcher.watch(parent.nodeid, fd.as_fd()));
+        match marked {
+            // Only if the watch is still the one marked in.
+            Ok(()) if self.watch_epoch.load(Ordering::Acquire) == epoch => {
+                parent.watched.store(epoch, Ordering::Release);
+                crate::WATCHED_ENTRY_TIMEOUT
+            }
+            Ok(()) => self.entry_timeout,
+            Err(e) => {
+                tracing::debug!(nodeid = parent.nodeid, "watching a directory: {e}");
+                self.entry_timeout
+            }
+        }
+    }
+
+    /// The node `inode` went away: its directory is no longer watched.
+    pub(super) fn forgotten(&self, inode: Arc<Inode>) {
+        if inode.watched.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return;
+        };
+        if inode.watched.load(Ordering::Acquire) != self.watch_epoch.load(Ordering::Acquire) {
+            return;
+        }
+        self.creds.root();
+        if let Ok(fd) = inode.file.path_fd() {
+            watcher.unwatch(inode.nodeid, fd.as_fd());
+        }
+    }
+
+    /// What the source watch did so far ([`PassthroughConfig::watch_source`];
+    /// all zero when it doesn't run).
+    pub fn source_watch_stats(&self) -> SourceWatchStats {
+        lock(&self.watcher)
+            .as_ref()
+            .map(|w| w.stats())
+            .unwrap_or_default()
     }
 
     /// The options in force.

@@ -1,0 +1,522 @@
+//! Watching the source for names changed behind the mount's back, so that
+//! the kernel may cache names for long without showing stale ones.
+//!
+//! A cached name (a dentry) is only asked about again once its entry
+//! timeout has passed, so the timeout is how long a file removed or
+//! renamed in the source directly stays visible under its old name. A
+//! short one costs a LOOKUP per name and timeout: with 1 s, stat over
+//! 10,000 files runs at 0.6 of the same with a day (issue 13's
+//! measurements in docs/benchmarks.md). So under [`crate::CachePolicy::Auto`]
+//! the passthrough watches the directories whose names the kernel caches,
+//! with an fanotify group reporting directory entry events by directory
+//! file handle and name (`FAN_REPORT_DFID_NAME`), and tells the kernel of
+//! every name removed, renamed away or renamed over by another process
+//! (`FUSE_NOTIFY_INVAL_ENTRY`). Names answered in a watched directory are
+//! then cached for [`WATCHED_ENTRY_TIMEOUT`].
+//!
+//! - Every change is passed on, the daemon's own included (an unlink or
+//!   rename through the mount then costs one notification more, for a
+//!   name the kernel has already dropped or moved): telling the daemon's
+//!   threads from the other threads of its process needs thread ids that
+//!   fanotify hides from an unprivileged listener, and a program that
+//!   embeds the passthrough may change the source itself.
+//! - A directory is marked before any name in it is answered with the long
+//!   timeout (before the name is read), so a change after the read is
+//!   reported. Marks are inode marks, removed when the kernel forgets the
+//!   directory's node, and all dropped with the group.
+//! - A full event queue (`FAN_Q_OVERFLOW`) loses events: the watcher then
+//!   bumps the connection's epoch (`FUSE_NOTIFY_INC_EPOCH`, protocol 7.44),
+//!   which expires every cached name at once. The watcher runs only where
+//!   the kernel has it.
+//! - Names created in the source need no notification: the passthrough
+//!   answers a missing name with `ENOENT`, which the kernel doesn't cache.
+//! - Attributes and data keep the attribute timeout (1 s): the kernel asks
+//!   again for those, and a write doesn't need an event.
+
+use crate::sys;
+use fuse_server::Notifier;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a name answered in a watched directory may be cached: a day,
+/// as under [`crate::CachePolicy::Always`]; the watcher tells the kernel of
+/// every change before then.
+pub const WATCHED_ENTRY_TIMEOUT: Duration = Duration::from_secs(86400);
+
+/// The events a watched directory reports: a name removed, renamed away or
+/// renamed over, of files and directories alike.
+const MASK: u64 = libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO | libc::FAN_ONDIR;
+
+/// What the watcher did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceWatchStats {
+    /// Whether the source is watched now (and names cached for
+    /// [`WATCHED_ENTRY_TIMEOUT`] in watched directories).
+    pub watching: bool,
+    /// Directories watched now.
+    pub watched_dirs: usize,
+    /// Changes made by other processes that were passed on to the kernel
+    /// (`FUSE_NOTIFY_INVAL_ENTRY`).
+    pub invalidations: u64,
+    /// Times the event queue overflowed and every cached name was expired.
+    pub overflows: u64,
+}
+
+/// How fanotify names a directory: its file system's id and its file
+/// handle as `name_to_handle_at(AT_HANDLE_FID)` encodes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Fid {
+    fsid: [i32; 2],
+    kind: i32,
+    bytes: Box<[u8]>,
+}
+
+/// One event, as far as the watcher cares.
+#[derive(Debug, PartialEq, Eq)]
+enum Event {
+    /// Events were lost.
+    Overflow,
+    /// `name` in the directory `dir` changed.
+    Name { dir: Fid, name: Vec<u8> },
+}
+
+/// The watched directories, both ways.
+#[derive(Default)]
+struct Dirs {
+    by_fid: HashMap<Fid, u64>,
+    by_node: HashMap<u64, Fid>,
+}
+
+/// What the watcher's thread shares with the passthrough.
+struct Shared {
+    dirs: Mutex<Dirs>,
+    invalidations: AtomicU64,
+    overflows: AtomicU64,
+}
+
+impl Shared {
+    fn dirs(&self) -> MutexGuard<'_, Dirs> {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An fanotify group watching directories of the source, and the thread
+/// that passes their changes on to the kernel. Dropping it stops the
+/// thread and drops every mark.
+pub(crate) struct SourceWatcher {
+    group: Arc<OwnedFd>,
+    /// Written to stop the thread.
+    stop: OwnedFd,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SourceWatcher {
+    /// Starts watching (no directory yet) and passing changes on through
+    /// `notifier`; fails where fanotify can't report names by directory
+    /// handle (before Linux 5.9, or refused), with the reason.
+    pub(crate) fn start(notifier: Arc<Notifier>) -> io::Result<Self> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe {
+            libc::fanotify_init(
+                libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_REPORT_DFID_NAME,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor of ours.
+        let group = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: plain system call; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor of ours.
+        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
+        let stop_read = stop.try_clone()?;
+        let shared = Arc::new(Shared {
+            dirs: Mutex::new(Dirs::default()),
+            invalidations: AtomicU64::new(0),
+            overflows: AtomicU64::new(0),
+        });
+        let thread = {
+            let group = group.clone();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("source-watch".into())
+                .spawn(move || watch_loop(&group, &stop_read, &shared, &notifier))?
+        };
+        Ok(Self {
+            group,
+            stop,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Watches the directory of the `O_PATH` descriptor `dir`, node
+    /// `nodeid`; nothing if it is watched already.
+    pub(crate) fn watch(&self, nodeid: u64, dir: BorrowedFd<'_>) -> io::Result<()> {
+        if self.shared.dirs().by_node.contains_key(&nodeid) {
+            return Ok(());
+        }
+        let fid = fid_of(dir)?;
+        // `.` relative to the directory: fanotify_mark takes no O_PATH
+        // descriptor without a path.
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let r = unsafe {
+            libc::fanotify_mark(
+                self.group.as_raw_fd(),
+                libc::FAN_MARK_ADD | libc::FAN_MARK_ONLYDIR,
+                MASK,
+                dir.as_raw_fd(),
+                c".".as_ptr(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut dirs = self.shared.dirs();
+        if let Some(old) = dirs.by_node.insert(nodeid, fid.clone()) {
+            dirs.by_fid.remove(&old);
+        }
+        dirs.by_fid.insert(fid, nodeid);
+        Ok(())
+    }
+
+    /// Stops watching the directory of node `nodeid` (the kernel forgot
+    /// it), whose `O_PATH` descriptor is `dir`.
+    pub(crate) fn unwatch(&self, nodeid: u64, dir: BorrowedFd<'_>) {
+        let Some(fid) = self.shared.dirs().by_node.remove(&nodeid) else {
+            return;
+        };
+        {
+            let mut dirs = self.shared.dirs();
+            if dirs.by_fid.get(&fid) == Some(&nodeid) {
+                dirs.by_fid.remove(&fid);
+            }
+        }
+        // SAFETY: as in `watch`.
+        let r = unsafe {
+            libc::fanotify_mark(
+                self.group.as_raw_fd(),
+                libc::FAN_MARK_REMOVE | libc::FAN_MARK_ONLYDIR,
+                MASK,
+                dir.as_raw_fd(),
+                c".".as_ptr(),
+            )
+        };
+        if r < 0 {
+            // ENOENT: no mark (another node of the same directory took it).
+            tracing::debug!(
+                nodeid,
+                "removing a source watch: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// What it did so far.
+    pub(crate) fn stats(&self) -> SourceWatchStats {
+        SourceWatchStats {
+            watching: true,
+            watched_dirs: self.shared.dirs().by_node.len(),
+            invalidations: self.shared.invalidations.load(Ordering::Relaxed),
+            overflows: self.shared.overflows.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for SourceWatcher {
+    fn drop(&mut self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The fanotify id of the directory of `fd`.
+fn fid_of(fd: BorrowedFd<'_>) -> io::Result<Fid> {
+    let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
+        .or_else(|_| sys::name_to_handle_fd(fd))?;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `st` has room for a statfs; the result is checked.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded and filled it.
+    let st = unsafe { st.assume_init() };
+    // SAFETY: fsid_t is two ints, as the event's fsid.
+    let fsid: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    Ok(Fid {
+        fsid,
+        kind: handle.kind,
+        bytes: handle.bytes,
+    })
+}
+
+/// Reads events until stopped, passing changes on to the kernel.
+fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Notifier) {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut events = Vec::new();
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: group.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            tracing::warn!("source watch: poll: {}", io::Error::last_os_error());
+            return;
+        }
+        if fds[1].revents != 0 {
+            return;
+        }
+        // SAFETY: reading into our buffer.
+        let n = unsafe {
+            libc::read(
+                group.as_fd().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
+                continue;
+            }
+            tracing::warn!("source watch: reading events: {e}");
+            return;
+        }
+        events.clear();
+        parse_events(&buf[..n as usize], &mut events);
+        for event in events.drain(..) {
+            match event {
+                Event::Overflow => {
+                    shared.overflows.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "source watch: events lost (queue full); every cached name expires"
+                    );
+                    if let Err(e) = notifier.inc_epoch() {
+                        tracing::warn!("source watch: expiring cached names: {e}");
+                    }
+                }
+                Event::Name { dir, name } => {
+                    let Some(nodeid) = shared.dirs().by_fid.get(&dir).copied() else {
+                        continue;
+                    };
+                    shared.invalidations.fetch_add(1, Ordering::Relaxed);
+                    // ENOENT: the kernel has no such name cached.
+                    if let Err(e) = notifier.inval_entry(nodeid, &name, false) {
+                        if e.raw_os_error() != Some(libc::ENOENT) {
+                            tracing::debug!(nodeid, "source watch: invalidating a name: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads the events in `buf` (whole events, as `read(2)` returns them)
+/// into `out`, skipping any it can't read.
+fn parse_events(buf: &[u8], out: &mut Vec<Event>) {
+    const META: usize = size_of::<libc::fanotify_event_metadata>();
+    let mut at = 0;
+    while buf.len() - at >= META {
+        let ev = &buf[at..];
+        let event_len = u32::from_ne_bytes(ev[0..4].try_into().unwrap()) as usize;
+        let metadata_len = u16::from_ne_bytes(ev[6..8].try_into().unwrap()) as usize;
+        if event_len < META
+            || event_len > ev.len()
+            || metadata_len < META
+            || metadata_len > event_len
+        {
+            tracing::warn!(
+                event_len,
+                "source watch: malformed event; rest of the batch skipped"
+            );
+            return;
+        }
+        let mask = u64::from_ne_bytes(ev[8..16].try_into().unwrap());
+        let fd = i32::from_ne_bytes(ev[16..20].try_into().unwrap());
+        at += event_len;
+        if fd >= 0 {
+            // Not asked for (no FAN_REPORT_FID group gets one), but never
+            // leak it.
+            // SAFETY: a descriptor the kernel just gave us.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        if mask & libc::FAN_Q_OVERFLOW != 0 {
+            out.push(Event::Overflow);
+            continue;
+        }
+        let mut info = &ev[metadata_len..event_len];
+        while info.len() >= 4 {
+            let info_type = info[0];
+            let len = u16::from_ne_bytes(info[2..4].try_into().unwrap()) as usize;
+            if len < 4 || len > info.len() {
+                break;
+            }
+            if info_type == libc::FAN_EVENT_INFO_TYPE_DFID_NAME {
+                if let Some(e) = parse_dfid_name(&info[4..len]) {
+                    out.push(e);
+                }
+            }
+            info = &info[len..];
+        }
+    }
+}
+
+/// A `DFID_NAME` record after its header: fsid, `struct file_handle`,
+/// then the name, NUL-terminated.
+fn parse_dfid_name(rec: &[u8]) -> Option<Event> {
+    let fsid = [
+        i32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?),
+        i32::from_ne_bytes(rec.get(4..8)?.try_into().ok()?),
+    ];
+    let handle_bytes = u32::from_ne_bytes(rec.get(8..12)?.try_into().ok()?) as usize;
+    let kind = i32::from_ne_bytes(rec.get(12..16)?.try_into().ok()?);
+    let bytes = rec.get(16..16usize.checked_add(handle_bytes)?)?;
+    let rest = &rec[16 + handle_bytes..];
+    let name = &rest[..rest.iter().position(|&b| b == 0)?];
+    if name.is_empty() || name == b"." {
+        return None;
+    }
+    Some(Event::Name {
+        dir: Fid {
+            fsid,
+            kind,
+            bytes: bytes.into(),
+        },
+        name: name.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One event as the kernel lays it out: metadata, then a DFID_NAME
+    /// record, padded to 8 bytes.
+    fn event(mask: u64, pid: i32, fsid: [i32; 2], handle: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&fsid[0].to_ne_bytes());
+        rec.extend_from_slice(&fsid[1].to_ne_bytes());
+        rec.extend_from_slice(&(handle.len() as u32).to_ne_bytes());
+        rec.extend_from_slice(&1i32.to_ne_bytes());
+        rec.extend_from_slice(handle);
+        rec.extend_from_slice(name);
+        rec.push(0);
+        while (rec.len() + 4) % 8 != 0 {
+            rec.push(0);
+        }
+        let mut info = vec![libc::FAN_EVENT_INFO_TYPE_DFID_NAME, 0];
+        info.extend_from_slice(&((rec.len() + 4) as u16).to_ne_bytes());
+        info.extend_from_slice(&rec);
+        let meta = size_of::<libc::fanotify_event_metadata>();
+        let mut ev = Vec::new();
+        ev.extend_from_slice(&((meta + info.len()) as u32).to_ne_bytes());
+        ev.push(libc::FANOTIFY_METADATA_VERSION);
+        ev.push(0);
+        ev.extend_from_slice(&(meta as u16).to_ne_bytes());
+        ev.extend_from_slice(&mask.to_ne_bytes());
+        ev.extend_from_slice(&libc::FAN_NOFD.to_ne_bytes());
+        ev.extend_from_slice(&pid.to_ne_bytes());
+        ev.extend_from_slice(&info);
+        ev
+    }
+
+    #[test]
+    fn names_come_out() {
+        let mut buf = event(libc::FAN_DELETE, 42, [1, 2], b"\x0a\x0b\x0c\x0d", b"gone");
+        buf.extend(event(libc::FAN_MOVED_TO, 7, [1, 2], b"\x0a\x0b", b"mine"));
+        buf.extend(event(
+            libc::FAN_MOVED_FROM | libc::FAN_ONDIR,
+            0,
+            [1, 2],
+            b"\x01",
+            b"dir",
+        ));
+        let mut out = Vec::new();
+        parse_events(&buf, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Event::Name {
+                    dir: Fid {
+                        fsid: [1, 2],
+                        kind: 1,
+                        bytes: (*b"\x0a\x0b\x0c\x0d").into()
+                    },
+                    name: b"gone".to_vec()
+                },
+                Event::Name {
+                    dir: Fid {
+                        fsid: [1, 2],
+                        kind: 1,
+                        bytes: (*b"\x0a\x0b").into()
+                    },
+                    name: b"mine".to_vec()
+                },
+                Event::Name {
+                    dir: Fid {
+                        fsid: [1, 2],
+                        kind: 1,
+                        bytes: (*b"\x01").into()
+                    },
+                    name: b"dir".to_vec()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn overflow_and_garbage() {
+        let meta = size_of::<libc::fanotify_event_metadata>();
+        let mut ov = vec![0u8; meta];
+        ov[0..4].copy_from_slice(&(meta as u32).to_ne_bytes());
+        ov[6..8].copy_from_slice(&(meta as u16).to_ne_bytes());
+        ov[8..16].copy_from_slice(&libc::FAN_Q_OVERFLOW.to_ne_bytes());
+        ov[16..20].copy_from_slice(&libc::FAN_NOFD.to_ne_bytes());
+        let mut out = Vec::new();
+        parse_events(&ov, &mut out);
+        assert_eq!(out, vec![Event::Overflow]);
+        // Truncated, zero-length and oversized events end the batch
+        // without a panic.
+        for bad in [&ov[..10], &[0u8; 24][..], &[0xffu8; 64][..]] {
+            out.clear();
+            parse_events(bad, &mut out);
+            assert!(out.is_empty());
+        }
+        // A record whose handle runs past its end is dropped.
+        let mut ev = event(libc::FAN_DELETE, 3, [0, 0], b"\x01\x02", b"x");
+        let at = meta + 4 + 8;
+        ev[at..at + 4].copy_from_slice(&1000u32.to_ne_bytes());
+        out.clear();
+        parse_events(&ev, &mut out);
+        assert!(out.is_empty());
+    }
+}
