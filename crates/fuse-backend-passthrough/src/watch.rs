@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -114,13 +114,23 @@ pub(crate) struct SourceWatcher {
     stop: OwnedFd,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// Closed by the thread as it ends.
+    ended: Mutex<std::sync::mpsc::Receiver<()>>,
 }
+
+/// How long dropping a [`SourceWatcher`] waits for its thread. A
+/// notification can block in the kernel on a directory lock held by a
+/// request that nobody answers any more (the session stopped first):
+/// such a thread is left behind (it ends when the connection does)
+/// rather than hanging the shutdown.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl SourceWatcher {
     /// Starts watching (no directory yet) and passing changes on through
-    /// `notifier`; fails where fanotify can't report names by directory
-    /// handle (before Linux 5.9, or refused), with the reason.
-    pub(crate) fn start(notifier: Arc<Notifier>) -> io::Result<Self> {
+    /// `notifier` while it lives (held weakly: the notifier holds the
+    /// connection open); fails where fanotify can't report names by
+    /// directory handle (before Linux 5.9, or refused), with the reason.
+    pub(crate) fn start(notifier: Weak<Notifier>) -> io::Result<Self> {
         // SAFETY: plain system call; the result is checked.
         let fd = unsafe {
             libc::fanotify_init(
@@ -146,18 +156,23 @@ impl SourceWatcher {
             invalidations: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
         });
+        let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
         let thread = {
             let group = group.clone();
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("source-watch".into())
-                .spawn(move || watch_loop(&group, &stop_read, &shared, &notifier))?
+                .spawn(move || {
+                    watch_loop(&group, &stop_read, &shared, &notifier);
+                    drop(ended_tx);
+                })?
         };
         Ok(Self {
             group,
             stop,
             shared,
             thread: Some(thread),
+            ended: Mutex::new(ended),
         })
     }
 
@@ -239,8 +254,18 @@ impl Drop for SourceWatcher {
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to our eventfd.
         unsafe { libc::write(self.stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        match ended.recv_timeout(STOP_WAIT) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+                "source watch: a notification to the kernel is still blocked; \
+                 leaving its thread behind"
+            ),
+            _ => {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -266,7 +291,7 @@ fn fid_of(fd: BorrowedFd<'_>) -> io::Result<Fid> {
 }
 
 /// Reads events until stopped, passing changes on to the kernel.
-fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Notifier) {
+fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<Notifier>) {
     let mut buf = vec![0u8; 64 << 10];
     let mut events = Vec::new();
     loop {
@@ -312,6 +337,10 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Notif
         }
         events.clear();
         parse_events(&buf[..n as usize], &mut events);
+        // Gone with the connection: nothing to tell any more.
+        let Some(notifier) = notifier.upgrade() else {
+            return;
+        };
         for event in events.drain(..) {
             match event {
                 Event::Overflow => {
@@ -337,6 +366,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Notif
                 }
             }
         }
+        drop(notifier);
     }
 }
 

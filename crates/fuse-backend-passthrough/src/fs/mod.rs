@@ -231,7 +231,7 @@ impl PassthroughFs {
                 return;
             }
         }
-        match SourceWatcher::start(notifier) {
+        match SourceWatcher::start(Arc::downgrade(&notifier)) {
             Ok(w) => {
                 let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
                 *lock(&self.watcher) = Some(Arc::new(w));
