@@ -229,6 +229,57 @@ pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs64> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// The file system id of `fd`'s file system (`f_fsid` of `fstatfs(2)`),
+/// as fanotify reports it in its file ids.
+pub(crate) fn fsid(fd: BorrowedFd<'_>) -> io::Result<[i32; 2]> {
+    let st = fstatfs(fd)?;
+    // SAFETY: fsid_t is two ints (`__val`), whatever the libc names them.
+    Ok(unsafe { std::mem::transmute::<libc::fsid_t, [i32; 2]>(st.f_fsid) })
+}
+
+/// `fanotify_init(2)` of a notification group with `flags` (`FAN_CLOEXEC`
+/// added).
+pub(crate) fn fanotify_init(flags: libc::c_uint) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the result is checked.
+    let fd = check(unsafe {
+        libc::fanotify_init(
+            flags | libc::FAN_CLOEXEC,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
+        )
+    })?;
+    // SAFETY: a new descriptor of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fanotify_mark(2)` of the directory `dir` (an `O_PATH` descriptor will
+/// do: it is named as `.` relative to itself).
+pub(crate) fn fanotify_mark_dir(
+    group: BorrowedFd<'_>,
+    flags: libc::c_uint,
+    mask: u64,
+    dir: BorrowedFd<'_>,
+) -> io::Result<()> {
+    // SAFETY: valid descriptors and a NUL-terminated path.
+    check(unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            flags | libc::FAN_MARK_ONLYDIR,
+            mask,
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+        )
+    })?;
+    Ok(())
+}
+
+/// A new `eventfd(2)` (close-on-exec), to wake a thread in `poll`.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the result is checked.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+    // SAFETY: a new descriptor of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `mkdirat(2)`.
 pub(crate) fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated.

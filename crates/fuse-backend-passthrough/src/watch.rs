@@ -131,25 +131,10 @@ impl SourceWatcher {
     /// connection open); fails where fanotify can't report names by
     /// directory handle (before Linux 5.9, or refused), with the reason.
     pub(crate) fn start(notifier: Weak<Notifier>) -> io::Result<Self> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = unsafe {
-            libc::fanotify_init(
-                libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_REPORT_DFID_NAME,
-                (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor of ours.
-        let group = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
-        // SAFETY: plain system call; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor of ours.
-        let stop = unsafe { OwnedFd::from_raw_fd(efd) };
+        let group = Arc::new(sys::fanotify_init(
+            libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME,
+        )?);
+        let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
         let shared = Arc::new(Shared {
             dirs: Mutex::new(Dirs::default()),
@@ -183,21 +168,7 @@ impl SourceWatcher {
             return Ok(());
         }
         let fid = fid_of(dir)?;
-        // `.` relative to the directory: fanotify_mark takes no O_PATH
-        // descriptor without a path.
-        // SAFETY: a valid descriptor and a NUL-terminated path.
-        let r = unsafe {
-            libc::fanotify_mark(
-                self.group.as_raw_fd(),
-                libc::FAN_MARK_ADD | libc::FAN_MARK_ONLYDIR,
-                MASK,
-                dir.as_raw_fd(),
-                c".".as_ptr(),
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_ADD, MASK, dir)?;
         let mut dirs = self.shared.dirs();
         if let Some(old) = dirs.by_node.insert(nodeid, fid.clone()) {
             dirs.by_fid.remove(&old);
@@ -218,23 +189,10 @@ impl SourceWatcher {
                 dirs.by_fid.remove(&fid);
             }
         }
-        // SAFETY: as in `watch`.
-        let r = unsafe {
-            libc::fanotify_mark(
-                self.group.as_raw_fd(),
-                libc::FAN_MARK_REMOVE | libc::FAN_MARK_ONLYDIR,
-                MASK,
-                dir.as_raw_fd(),
-                c".".as_ptr(),
-            )
-        };
-        if r < 0 {
-            // ENOENT: no mark (another node of the same directory took it).
-            tracing::debug!(
-                nodeid,
-                "removing a source watch: {}",
-                io::Error::last_os_error()
-            );
+        if let Err(e) = sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_REMOVE, MASK, dir)
+        {
+            // ENOENT: no mark (the directory was removed, which drops it).
+            tracing::debug!(nodeid, "removing a source watch: {e}");
         }
     }
 
@@ -274,15 +232,7 @@ impl Drop for SourceWatcher {
 fn fid_of(fd: BorrowedFd<'_>) -> io::Result<Fid> {
     let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
         .or_else(|_| sys::name_to_handle_fd(fd))?;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `st` has room for a statfs; the result is checked.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatfs succeeded and filled it.
-    let st = unsafe { st.assume_init() };
-    // SAFETY: fsid_t is two ints, as the event's fsid.
-    let fsid: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    let fsid = sys::fsid(fd)?;
     Ok(Fid {
         fsid,
         kind: handle.kind,
@@ -492,33 +442,20 @@ mod tests {
         ));
         let mut out = Vec::new();
         parse_events(&buf, &mut out);
+        let named = |handle: &[u8], name: &[u8]| Event::Name {
+            dir: Fid {
+                fsid: [1, 2],
+                kind: 1,
+                bytes: handle.into(),
+            },
+            name: name.to_vec(),
+        };
         assert_eq!(
             out,
             vec![
-                Event::Name {
-                    dir: Fid {
-                        fsid: [1, 2],
-                        kind: 1,
-                        bytes: (*b"\x0a\x0b\x0c\x0d").into()
-                    },
-                    name: b"gone".to_vec()
-                },
-                Event::Name {
-                    dir: Fid {
-                        fsid: [1, 2],
-                        kind: 1,
-                        bytes: (*b"\x0a\x0b").into()
-                    },
-                    name: b"mine".to_vec()
-                },
-                Event::Name {
-                    dir: Fid {
-                        fsid: [1, 2],
-                        kind: 1,
-                        bytes: (*b"\x01").into()
-                    },
-                    name: b"dir".to_vec()
-                },
+                named(b"\x0a\x0b\x0c\x0d", b"gone"),
+                named(b"\x0a\x0b", b"mine"),
+                named(b"\x01", b"dir"),
             ]
         );
     }
