@@ -212,6 +212,11 @@ fn names_changed_in_the_source_go_away_at_once_though_cached_for_long() {
         fs::symlink_metadata(t.m(&format!("d/{name}"))).unwrap();
     }
     assert_eq!(fs::read(t.m("d/replaced")).unwrap(), b"replaced");
+    // A missing name isn't cached: made in the source, it shows at once
+    // (no notification needed).
+    assert!(fs::symlink_metadata(t.m("d/made-later")).is_err());
+    fs::write(t.s("d/made-later"), b"").unwrap();
+    fs::symlink_metadata(t.m("d/made-later")).unwrap();
     let before = t.fs.source_watch_stats().invalidations;
     // Behind the mount's back.
     fs::remove_file(t.s("d/removed")).unwrap();
