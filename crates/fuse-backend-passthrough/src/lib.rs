@@ -91,6 +91,15 @@
 //!   what happened. Elsewhere, and for files the kernel refuses, the daemon
 //!   serves READ and WRITE (logged once). `docs/passthrough.md` lists what
 //!   conflicts with it.
+//! - **Names changed in the source** ([`PassthroughConfig::watch_source`],
+//!   on by default): under [`CachePolicy::Auto`] the directories whose
+//!   names the kernel caches are watched with fanotify, every name removed
+//!   or renamed in the source is passed on to the kernel
+//!   (`FUSE_NOTIFY_INVAL_ENTRY`), and names are cached for a day
+//!   ([`WATCHED_ENTRY_TIMEOUT`]) instead of a second. It needs a notifier
+//!   ([`PassthroughFs::set_notifier`]) and protocol 7.44;
+//!   [`PassthroughFs::source_watch_stats`] tells what it did.
+//!   `docs/architecture.md` has the details.
 //!
 //! ## Lookup counts and unmounting
 //!
