@@ -9,7 +9,7 @@ use fuse_abi::{
 };
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use zerocopy::IntoBytes;
 
 /// Where notifications go: the transport writes each one, header and body,
@@ -23,7 +23,11 @@ pub trait NotificationSink: Send + Sync {
 /// version lacks fail with `ENOSYS` without writing anything.
 pub struct Notifier {
     sink: Arc<dyn NotificationSink>,
-    negotiated: Option<crate::Negotiated>,
+    /// What INIT agreed on, shared with the server when it made this
+    /// notifier ([`crate::Server::notifier`]): a notifier made before
+    /// INIT is answered (a `FuseDevTask` serves INIT itself, after its
+    /// owner took the notifier) works once it is.
+    negotiated: Arc<OnceLock<crate::Negotiated>>,
     next_retrieve: AtomicU64,
 }
 
@@ -38,6 +42,19 @@ impl Notifier {
     /// A notifier writing to `sink`, for a connection that negotiated
     /// `negotiated` (`None`: not initialized yet, every call fails).
     pub fn new(sink: Arc<dyn NotificationSink>, negotiated: Option<crate::Negotiated>) -> Self {
+        let cell = OnceLock::new();
+        if let Some(n) = negotiated {
+            let _ = cell.set(n);
+        }
+        Self::following(sink, Arc::new(cell))
+    }
+
+    /// A notifier writing to `sink` whose protocol is what `negotiated`
+    /// holds when a notification is sent (the server's own cell).
+    pub(crate) fn following(
+        sink: Arc<dyn NotificationSink>,
+        negotiated: Arc<OnceLock<crate::Negotiated>>,
+    ) -> Self {
         Self {
             sink,
             negotiated,
@@ -48,11 +65,11 @@ impl Notifier {
     /// The protocol minor version the connection negotiated (`None`
     /// before INIT), which says what notifications the kernel takes.
     pub fn protocol_minor(&self) -> Option<u32> {
-        self.negotiated.as_ref().map(|n| n.minor)
+        self.negotiated.get().map(|n| n.minor)
     }
 
     fn require(&self, what: &str, minor: u32) -> io::Result<&crate::Negotiated> {
-        let n = self.negotiated.as_ref().ok_or_else(|| {
+        let n = self.negotiated.get().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotConnected, "connection not initialized")
         })?;
         if n.minor < minor {

@@ -142,7 +142,8 @@ impl RequestCounters {
 pub struct Server {
     fs: Arc<dyn AsyncFileSystem>,
     init_config: InitConfig,
-    negotiated: OnceLock<Negotiated>,
+    /// Shared with the notifiers made from this server.
+    negotiated: Arc<OnceLock<Negotiated>>,
     destroyed: AtomicBool,
     waits_stopped: AtomicBool,
     counters: RequestCounters,
@@ -161,7 +162,7 @@ impl Server {
         Self {
             fs,
             init_config: InitConfig::default(),
-            negotiated: OnceLock::new(),
+            negotiated: Arc::new(OnceLock::new()),
             destroyed: AtomicBool::new(false),
             waits_stopped: AtomicBool::new(false),
             counters: RequestCounters::new(),
@@ -310,7 +311,7 @@ impl Server {
 
     /// A notifier sending through `sink` (the transport's `/dev/fuse`).
     pub fn notifier(&self, sink: Arc<dyn NotificationSink>) -> Notifier {
-        Notifier::new(sink, self.negotiated().copied())
+        Notifier::following(sink, self.negotiated.clone())
     }
 
     pub(crate) fn decode_options(&self) -> DecodeOptions {

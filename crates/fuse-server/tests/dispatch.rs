@@ -693,3 +693,28 @@ proptest! {
         prop_assert!(lines[0].starts_with("INFO fuse_request: unique=77 "), "{}", lines[0]);
     }
 }
+
+/// A notifier taken before INIT is answered (a `FuseDevTask` answers INIT
+/// itself, after its owner took the notifier) sends once INIT is done.
+#[test]
+fn a_notifier_taken_before_init_works_after_it() {
+    struct Sent(Mutex<Vec<Vec<u8>>>);
+    impl fuse_server::NotificationSink for Sent {
+        fn send_notification(&self, parts: &[std::io::IoSlice<'_>]) -> io::Result<()> {
+            let bytes = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            self.0.lock().unwrap().push(bytes);
+            Ok(())
+        }
+    }
+    let sink = Arc::new(Sent(Mutex::new(Vec::new())));
+    let server = Server::new(Arc::new(Counting::default()));
+    let notifier = server.notifier(sink.clone());
+    assert_eq!(notifier.protocol_minor(), None);
+    assert!(notifier.inval_inode(5, -1, 0).is_err());
+    let mut tx = MemTx::new(init_request());
+    assert_eq!(server.handle(&mut tx).unwrap(), Outcome::Replied);
+    assert_eq!(notifier.protocol_minor(), Some(46));
+    notifier.inval_inode(5, -1, 0).unwrap();
+    notifier.inc_epoch().unwrap();
+    assert_eq!(sink.0.lock().unwrap().len(), 2);
+}

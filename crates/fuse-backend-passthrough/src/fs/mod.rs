@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -108,6 +108,9 @@ pub struct PassthroughFs {
     watch_epoch: AtomicU64,
     /// The number the next source watch gets.
     next_watch: AtomicU64,
+    /// The protocol minor version the kernel offered at INIT (0: none
+    /// yet), for a notifier taken before INIT was answered.
+    kernel_minor: AtomicU32,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -192,6 +195,7 @@ impl PassthroughFs {
             watcher: Mutex::new(None),
             watch_epoch: AtomicU64::new(0),
             next_watch: AtomicU64::new(1),
+            kernel_minor: AtomicU32::new(0),
         })
     }
 
@@ -209,32 +213,51 @@ impl PassthroughFs {
     /// asks for it ([`PassthroughConfig::watch_source`]); `None` stops it.
     pub fn set_notifier(&self, notifier: Option<Notifier>) {
         let notifier = notifier.map(Arc::new);
-        *lock(&self.notifier) = notifier.clone();
+        let had = std::mem::replace(&mut *lock(&self.notifier), notifier);
+        drop(had);
         self.watch_epoch.store(0, Ordering::Release);
         let old = lock(&self.watcher).take();
         drop(old);
-        let Some(notifier) = notifier else {
-            return;
-        };
+        self.start_watch();
+    }
+
+    /// Starts the source watch if the configuration wants it, a notifier
+    /// is set, none runs, and the protocol is known (from the notifier, or
+    /// from INIT for a notifier taken before INIT was answered, when
+    /// [`FileSystem::init`] calls this again) and has
+    /// `FUSE_NOTIFY_INC_EPOCH`.
+    fn start_watch(&self) {
         if !self.cfg.source_watch_wanted() {
             return;
         }
-        match notifier.protocol_minor() {
-            Some(minor) if minor >= 44 => {}
-            minor => {
-                tracing::info!(
-                    ?minor,
-                    "names cached for {:?}: watching the source needs FUSE_NOTIFY_INC_EPOCH \
-                     (protocol 7.44)",
-                    self.entry_timeout
-                );
-                return;
-            }
+        let Some(notifier) = lock(&self.notifier).clone() else {
+            return;
+        };
+        let kernel_minor = self.kernel_minor.load(Ordering::Acquire);
+        let minor = notifier
+            .protocol_minor()
+            .or((kernel_minor != 0).then_some(kernel_minor));
+        let Some(minor) = minor else {
+            // INIT not answered yet: `init` comes back here.
+            return;
+        };
+        if minor < 44 {
+            tracing::info!(
+                minor,
+                "names cached for {:?}: watching the source needs FUSE_NOTIFY_INC_EPOCH \
+                 (protocol 7.44)",
+                self.entry_timeout
+            );
+            return;
+        }
+        let mut slot = lock(&self.watcher);
+        if slot.is_some() {
+            return;
         }
         match SourceWatcher::start(Arc::downgrade(&notifier)) {
             Ok(w) => {
+                *slot = Some(Arc::new(w));
                 let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
-                *lock(&self.watcher) = Some(Arc::new(w));
                 self.watch_epoch.store(epoch, Ordering::Release);
                 tracing::info!(
                     "watching the source for names changed behind the mount's back: \
@@ -556,6 +579,8 @@ impl PassthroughFs {
 // inherent methods of the same name there.
 impl FileSystem for PassthroughFs {
     fn init(&self, kernel: &KernelInit, config: &mut InitConfig) -> io::Result<()> {
+        self.kernel_minor.store(kernel.minor, Ordering::Release);
+        self.start_watch();
         // No FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC in OPEN
         // and checks write access for the truncation (ETXTBSY for a file
         // being executed) only after the open, so a refused open(O_RDONLY |
