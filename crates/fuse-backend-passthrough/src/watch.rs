@@ -178,8 +178,9 @@ impl SourceWatcher {
     }
 
     /// Stops watching the directory of node `nodeid` (the kernel forgot
-    /// it), whose `O_PATH` descriptor is `dir`.
-    pub(crate) fn unwatch(&self, nodeid: u64, dir: BorrowedFd<'_>) {
+    /// it), whose `O_PATH` descriptor is `dir` (`None` if it can't be
+    /// opened any more: a removed directory, whose mark went with it).
+    pub(crate) fn unwatch(&self, nodeid: u64, dir: Option<BorrowedFd<'_>>) {
         let Some(fid) = self.shared.dirs().by_node.remove(&nodeid) else {
             return;
         };
@@ -189,6 +190,9 @@ impl SourceWatcher {
                 dirs.by_fid.remove(&fid);
             }
         }
+        let Some(dir) = dir else {
+            return;
+        };
         if let Err(e) = sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_REMOVE, MASK, dir)
         {
             // ENOENT: no mark (the directory was removed, which drops it).

@@ -322,9 +322,8 @@ impl PassthroughFs {
             return;
         }
         self.creds.root();
-        if let Ok(fd) = inode.file.path_fd() {
-            watcher.unwatch(inode.nodeid, fd.as_fd());
-        }
+        let fd = inode.file.path_fd().ok();
+        watcher.unwatch(inode.nodeid, fd.as_ref().map(|fd| fd.as_fd()));
     }
 
     /// What the source watch did so far ([`PassthroughConfig::watch_source`];
