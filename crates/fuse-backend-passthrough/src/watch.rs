@@ -92,6 +92,27 @@ struct Dirs {
     by_node: HashMap<u64, Fid>,
 }
 
+impl Dirs {
+    /// Records node `nodeid` as the directory `fid`.
+    fn insert(&mut self, nodeid: u64, fid: Fid) {
+        if let Some(old) = self.by_node.insert(nodeid, fid.clone()) {
+            self.by_fid.remove(&old);
+        }
+        self.by_fid.insert(fid, nodeid);
+    }
+
+    /// Forgets node `nodeid`; whether it was recorded.
+    fn remove(&mut self, nodeid: u64) -> bool {
+        let Some(fid) = self.by_node.remove(&nodeid) else {
+            return false;
+        };
+        if self.by_fid.get(&fid) == Some(&nodeid) {
+            self.by_fid.remove(&fid);
+        }
+        true
+    }
+}
+
 /// What the watcher's thread shares with the passthrough.
 struct Shared {
     dirs: Mutex<Dirs>,
@@ -169,11 +190,7 @@ impl SourceWatcher {
         }
         let fid = fid_of(dir)?;
         sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_ADD, MASK, dir)?;
-        let mut dirs = self.shared.dirs();
-        if let Some(old) = dirs.by_node.insert(nodeid, fid.clone()) {
-            dirs.by_fid.remove(&old);
-        }
-        dirs.by_fid.insert(fid, nodeid);
+        self.shared.dirs().insert(nodeid, fid);
         Ok(())
     }
 
@@ -181,14 +198,8 @@ impl SourceWatcher {
     /// it), whose `O_PATH` descriptor is `dir` (`None` if it can't be
     /// opened any more: a removed directory, whose mark went with it).
     pub(crate) fn unwatch(&self, nodeid: u64, dir: Option<BorrowedFd<'_>>) {
-        let Some(fid) = self.shared.dirs().by_node.remove(&nodeid) else {
+        if !self.shared.dirs().remove(nodeid) {
             return;
-        };
-        {
-            let mut dirs = self.shared.dirs();
-            if dirs.by_fid.get(&fid) == Some(&nodeid) {
-                dirs.by_fid.remove(&fid);
-            }
         }
         let Some(dir) = dir else {
             return;

@@ -284,12 +284,12 @@ impl PassthroughFs {
         if parent.watched.load(Ordering::Acquire) == epoch {
             return crate::WATCHED_ENTRY_TIMEOUT;
         }
-        let Some(watcher) = lock(&self.watcher).clone() else {
-            return self.entry_timeout;
-        };
         if parent.ftype != libc::S_IFDIR {
             return self.entry_timeout;
         }
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return self.entry_timeout;
+        };
         // Marking needs read access to the directory: the daemon's own.
         self.creds.root();
         let marked = parent
