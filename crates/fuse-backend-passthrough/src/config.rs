@@ -15,7 +15,8 @@ pub enum CachePolicy {
     Never,
     /// Attributes and names are cached for one second (names for a day in
     /// directories the passthrough watches for changes made behind the
-    /// mount's back: [`PassthroughConfig::watch_source`]); file data and
+    /// mount's back, and regular files' attributes for a day where it
+    /// watches the files too: [`PassthroughConfig::watch_source`]); file data and
     /// directory listings are kept across opens (`FOPEN_KEEP_CACHE`,
     /// `FOPEN_CACHE_DIR`) until fresh attributes show the file or
     /// directory changed (another mtime or size: `FUSE_AUTO_INVAL_DATA`
@@ -108,7 +109,12 @@ pub struct PassthroughConfig {
     /// directories whose names the kernel caches (fanotify) and tell the
     /// kernel of every name another process removes or renames in the
     /// source (`FUSE_NOTIFY_INVAL_ENTRY`), so that names can be cached for
-    /// a day ([`crate::WATCHED_ENTRY_TIMEOUT`]) instead of a second. It
+    /// a day ([`crate::WATCHED_ENTRY_TIMEOUT`]) instead of a second. With
+    /// no `attr_timeout` set either, every regular file the kernel is given
+    /// an entry for is watched too, and a change another process makes to
+    /// its data or attributes is passed on (`FUSE_NOTIFY_INVAL_INODE`), so
+    /// that its attributes can be cached for a day
+    /// ([`crate::WATCHED_ATTR_TIMEOUT`]; directories keep 1 s). It
     /// starts once the passthrough has a notifier
     /// ([`crate::PassthroughFs::set_notifier`]) on a kernel with
     /// `FUSE_NOTIFY_INC_EPOCH` (protocol 7.44, for a full event queue);
@@ -275,6 +281,13 @@ impl PassthroughConfig {
     /// [`CachePolicy::Auto`], no `entry_timeout` set, `watch_source` on.
     pub fn source_watch_wanted(&self) -> bool {
         self.watch_source && self.cache == CachePolicy::Auto && self.entry_timeout.is_none()
+    }
+
+    /// Whether regular files' attributes may be cached for long while the
+    /// source is watched: [`PassthroughConfig::source_watch_wanted`] and
+    /// no `attr_timeout` set.
+    pub fn file_watch_wanted(&self) -> bool {
+        self.source_watch_wanted() && self.attr_timeout.is_none()
     }
 
     /// Sets whether to serve extended attributes (`xattr`).

@@ -543,6 +543,9 @@ pub(crate) struct Inode {
     /// The source watch this directory is marked in (its number, 0: none),
     /// so that names answered in it may be cached for long.
     pub watched: AtomicU64,
+    /// The source watch this regular file is marked in (its number, 0:
+    /// none), so that its attributes may be cached for long.
+    pub attrs_watched: AtomicU64,
 }
 
 impl Inode {
@@ -564,6 +567,7 @@ impl Inode {
             lazy: Mutex::new(None),
             locks: Mutex::new(Vec::new()),
             watched: AtomicU64::new(0),
+            attrs_watched: AtomicU64::new(0),
         }
     }
 

@@ -96,7 +96,11 @@
 //!   names the kernel caches are watched with fanotify, every name removed
 //!   or renamed in the source is passed on to the kernel
 //!   (`FUSE_NOTIFY_INVAL_ENTRY`), and names are cached for a day
-//!   ([`WATCHED_ENTRY_TIMEOUT`]) instead of a second. It needs a notifier
+//!   ([`WATCHED_ENTRY_TIMEOUT`]) instead of a second; with no attribute
+//!   timeout set, regular files are watched too (inode marks; a change of
+//!   data or attributes by another process is passed on as
+//!   `FUSE_NOTIFY_INVAL_INODE`) and their attributes cached for a day
+//!   ([`WATCHED_ATTR_TIMEOUT`]). It needs a notifier
 //!   ([`PassthroughFs::set_notifier`]) and protocol 7.44;
 //!   [`PassthroughFs::source_watch_stats`] tells what it did.
 //!   `docs/architecture.md` has the details.
@@ -132,4 +136,4 @@ pub use passthrough::PassthroughStats;
 #[cfg(feature = "async")]
 pub use pool::AsyncPoolStats;
 pub use sys::raise_nofile_limit;
-pub use watch::{SourceWatchStats, WATCHED_ENTRY_TIMEOUT};
+pub use watch::{SourceWatchStats, WATCHED_ATTR_TIMEOUT, WATCHED_ENTRY_TIMEOUT};

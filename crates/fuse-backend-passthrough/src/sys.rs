@@ -272,6 +272,28 @@ pub(crate) fn fanotify_mark_dir(
     Ok(())
 }
 
+/// `fanotify_mark(2)` of the object at `path` (followed if a symlink:
+/// `/proc/self/fd/N` reaches the file of descriptor `N`, `O_PATH` ones
+/// included, which `fanotify_mark` doesn't take as its descriptor).
+pub(crate) fn fanotify_mark_path(
+    group: BorrowedFd<'_>,
+    flags: libc::c_uint,
+    mask: u64,
+    path: &CStr,
+) -> io::Result<()> {
+    // SAFETY: a valid descriptor and a NUL-terminated path.
+    check(unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            flags,
+            mask,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+        )
+    })?;
+    Ok(())
+}
+
 /// A new `eventfd(2)` (close-on-exec), to wake a thread in `poll`.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked.

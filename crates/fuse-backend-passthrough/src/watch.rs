@@ -30,8 +30,26 @@
 //!   the kernel has it.
 //! - Names created in the source need no notification: the passthrough
 //!   answers a missing name with `ENOENT`, which the kernel doesn't cache.
-//! - Attributes and data keep the attribute timeout (1 s): the kernel asks
-//!   again for those, and a write doesn't need an event.
+//! - Regular files are watched too where the attribute timeout is left to
+//!   the policy ([`crate::PassthroughConfig::attr_timeout`] unset): each
+//!   file the kernel is given an entry for gets an inode mark for
+//!   `FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE` (an inode mark reports
+//!   a change made through any name of the file, a hard link outside the
+//!   source included, and a link count change), the group also reports
+//!   the changed file's own handle (`FAN_REPORT_FID`), and a change made by
+//!   another process is passed on as `FUSE_NOTIFY_INVAL_INODE` (data and
+//!   attributes for a write, attributes for the rest). Such files'
+//!   attributes are then cached for [`WATCHED_ATTR_TIMEOUT`]. Changes
+//!   made by the daemon's own process are not passed on: they are the
+//!   kernel's own requests, whose replies or the kernel itself already
+//!   updated what it caches (an embedding program that changes the source
+//!   itself sets an attribute timeout). Changes of one file are passed on
+//!   at most once per [`COALESCE`], so a writer in the source costs a
+//!   notification per interval, not per write. A file changed through a
+//!   shared writable mapping in the source raises no event until the
+//!   writer closes it (`FAN_CLOSE_WRITE`).
+//! - Directories' attributes keep the attribute timeout (1 s): entries
+//!   made in them change their times and sizes without an event of theirs.
 
 use crate::sys;
 use fuse_server::Notifier;
@@ -48,9 +66,29 @@ use std::time::Duration;
 /// every change before then.
 pub const WATCHED_ENTRY_TIMEOUT: Duration = Duration::from_secs(86400);
 
+/// How long the attributes of a watched regular file may be cached: a day,
+/// as under [`crate::CachePolicy::Always`]; the watcher tells the kernel of
+/// every change before then.
+pub const WATCHED_ATTR_TIMEOUT: Duration = Duration::from_secs(86400);
+
 /// The events a watched directory reports: a name removed, renamed away or
 /// renamed over, of files and directories alike.
 const MASK: u64 = libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO | libc::FAN_ONDIR;
+
+/// The events a watched regular file reports: its data written or
+/// truncated, its attributes (mode, owner, times, link count, extended
+/// attributes) changed, or a writer closed it (the one event a change
+/// through a shared mapping raises).
+const FILE_MASK: u64 = libc::FAN_MODIFY | libc::FAN_ATTRIB | libc::FAN_CLOSE_WRITE;
+
+/// Of the file events, those that may have changed the data.
+const DATA_MASK: u64 = libc::FAN_MODIFY | libc::FAN_CLOSE_WRITE;
+
+/// After passing file changes on, the watcher waits this long before it
+/// reads events again, so that the events of a busy writer in the source
+/// merge in the queue (fanotify merges equal events) into one
+/// notification per file and interval.
+pub(crate) const COALESCE: Duration = Duration::from_millis(5);
 
 /// What the watcher did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,6 +101,14 @@ pub struct SourceWatchStats {
     /// Changes made by other processes that were passed on to the kernel
     /// (`FUSE_NOTIFY_INVAL_ENTRY`).
     pub invalidations: u64,
+    /// Whether regular files are watched too (their attributes then cached
+    /// for [`WATCHED_ATTR_TIMEOUT`]).
+    pub watching_files: bool,
+    /// Regular files watched now.
+    pub watched_files: usize,
+    /// File changes made by other processes that were passed on to the
+    /// kernel (`FUSE_NOTIFY_INVAL_INODE`).
+    pub file_invalidations: u64,
     /// Times the event queue overflowed and every cached name was expired.
     pub overflows: u64,
 }
@@ -83,17 +129,19 @@ enum Event {
     Overflow,
     /// `name` in the directory `dir` changed.
     Name { dir: Fid, name: Vec<u8> },
+    /// Another process changed the file `file`: its data too if `data`.
+    Changed { file: Fid, data: bool },
 }
 
-/// The watched directories, both ways.
+/// Watched directories or files, both ways.
 #[derive(Default)]
-struct Dirs {
+struct Marked {
     by_fid: HashMap<Fid, u64>,
     by_node: HashMap<u64, Fid>,
 }
 
-impl Dirs {
-    /// Records node `nodeid` as the directory `fid`.
+impl Marked {
+    /// Records node `nodeid` as the object `fid`.
     fn insert(&mut self, nodeid: u64, fid: Fid) {
         if let Some(old) = self.by_node.insert(nodeid, fid.clone()) {
             self.by_fid.remove(&old);
@@ -115,14 +163,20 @@ impl Dirs {
 
 /// What the watcher's thread shares with the passthrough.
 struct Shared {
-    dirs: Mutex<Dirs>,
+    dirs: Mutex<Marked>,
+    files: Mutex<Marked>,
     invalidations: AtomicU64,
+    file_invalidations: AtomicU64,
     overflows: AtomicU64,
 }
 
 impl Shared {
-    fn dirs(&self) -> MutexGuard<'_, Dirs> {
+    fn dirs(&self) -> MutexGuard<'_, Marked> {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn files(&self) -> MutexGuard<'_, Marked> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -131,6 +185,9 @@ impl Shared {
 /// thread and drops every mark.
 pub(crate) struct SourceWatcher {
     group: Arc<OwnedFd>,
+    /// The group reports changed files' own handles (`FAN_REPORT_FID`), so
+    /// files can be watched.
+    watches_files: bool,
     /// Written to stop the thread.
     stop: OwnedFd,
     shared: Arc<Shared>,
@@ -151,15 +208,29 @@ impl SourceWatcher {
     /// `notifier` while it lives (held weakly: the notifier holds the
     /// connection open); fails where fanotify can't report names by
     /// directory handle (before Linux 5.9, or refused), with the reason.
-    pub(crate) fn start(notifier: Weak<Notifier>) -> io::Result<Self> {
-        let group = Arc::new(sys::fanotify_init(
-            libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME,
-        )?);
+    /// With `files`, regular files can be watched too
+    /// ([`SourceWatcher::watch_file`]) where fanotify reports their handles
+    /// as well ([`SourceWatcher::watches_files`] says whether it does).
+    pub(crate) fn start(notifier: Weak<Notifier>, files: bool) -> io::Result<Self> {
+        let names = libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME;
+        let with_files = files
+            .then(|| sys::fanotify_init(names | libc::FAN_REPORT_FID))
+            .and_then(|r| {
+                r.map_err(|e| tracing::info!("source watch: files can't be watched: {e}"))
+                    .ok()
+            });
+        let watches_files = with_files.is_some();
+        let group = Arc::new(match with_files {
+            Some(group) => group,
+            None => sys::fanotify_init(names)?,
+        });
         let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
         let shared = Arc::new(Shared {
-            dirs: Mutex::new(Dirs::default()),
+            dirs: Mutex::new(Marked::default()),
+            files: Mutex::new(Marked::default()),
             invalidations: AtomicU64::new(0),
+            file_invalidations: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
         });
         let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
@@ -175,6 +246,7 @@ impl SourceWatcher {
         };
         Ok(Self {
             group,
+            watches_files,
             stop,
             shared,
             thread: Some(thread),
@@ -211,12 +283,65 @@ impl SourceWatcher {
         }
     }
 
+    /// Whether regular files can be watched ([`SourceWatcher::watch_file`]).
+    pub(crate) fn watches_files(&self) -> bool {
+        self.watches_files
+    }
+
+    /// Watches the regular file of the `O_PATH` descriptor `file`, node
+    /// `nodeid`, for changes of its data and attributes; nothing if it is
+    /// watched already. The caller reads the attributes it answers with
+    /// after this: a change after the mark is reported.
+    pub(crate) fn watch_file(&self, nodeid: u64, file: BorrowedFd<'_>) -> io::Result<()> {
+        if !self.watches_files {
+            return Err(sys::errno(libc::EOPNOTSUPP));
+        }
+        if self.shared.files().by_node.contains_key(&nodeid) {
+            return Ok(());
+        }
+        let fid = fid_of(file)?;
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_ADD,
+            FILE_MASK,
+            path.as_cstr(),
+        )?;
+        self.shared.files().insert(nodeid, fid);
+        Ok(())
+    }
+
+    /// Stops watching the file of node `nodeid` (the kernel forgot it),
+    /// whose `O_PATH` descriptor is `file` (`None` if it can't be opened
+    /// any more: a removed file, whose mark went with it).
+    pub(crate) fn unwatch_file(&self, nodeid: u64, file: Option<BorrowedFd<'_>>) {
+        if !self.shared.files().remove(nodeid) {
+            return;
+        }
+        let Some(file) = file else {
+            return;
+        };
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        if let Err(e) = sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE,
+            FILE_MASK,
+            path.as_cstr(),
+        ) {
+            // ENOENT: no mark (the file was removed, which drops it).
+            tracing::debug!(nodeid, "removing a file's source watch: {e}");
+        }
+    }
+
     /// What it did so far.
     pub(crate) fn stats(&self) -> SourceWatchStats {
         SourceWatchStats {
             watching: true,
             watched_dirs: self.shared.dirs().by_node.len(),
             invalidations: self.shared.invalidations.load(Ordering::Relaxed),
+            watching_files: self.watches_files,
+            watched_files: self.shared.files().by_node.len(),
+            file_invalidations: self.shared.file_invalidations.load(Ordering::Relaxed),
             overflows: self.shared.overflows.load(Ordering::Relaxed),
         }
     }
@@ -259,6 +384,9 @@ fn fid_of(fd: BorrowedFd<'_>) -> io::Result<Fid> {
 fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<Notifier>) {
     let mut buf = vec![0u8; 64 << 10];
     let mut events = Vec::new();
+    // Files changed in this batch: node id -> whether the data changed.
+    let mut changed: HashMap<u64, bool> = HashMap::new();
+    let own_pid = std::process::id() as i32;
     loop {
         let mut fds = [
             libc::pollfd {
@@ -301,7 +429,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
             return;
         }
         events.clear();
-        parse_events(&buf[..n as usize], &mut events);
+        parse_events(&buf[..n as usize], own_pid, &mut events);
         // Gone with the connection: nothing to tell any more.
         let Some(notifier) = notifier.upgrade() else {
             return;
@@ -315,6 +443,14 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                     );
                     if let Err(e) = notifier.inc_epoch() {
                         tracing::warn!("source watch: expiring cached names: {e}");
+                    }
+                    // And every watched file's attributes and data.
+                    let files: Vec<u64> = shared.files().by_node.keys().copied().collect();
+                    changed.extend(files.into_iter().map(|node| (node, true)));
+                }
+                Event::Changed { file, data } => {
+                    if let Some(nodeid) = shared.files().by_fid.get(&file).copied() {
+                        *changed.entry(nodeid).or_default() |= data;
                     }
                 }
                 Event::Name { dir, name } => {
@@ -331,13 +467,29 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                 }
             }
         }
+        let coalesce = !changed.is_empty();
+        for (nodeid, data) in changed.drain() {
+            shared.file_invalidations.fetch_add(1, Ordering::Relaxed);
+            // Offset 0: the cached data too; -1: only the attributes.
+            let offset = if data { 0 } else { -1 };
+            // ENOENT: the kernel has no such inode cached any more.
+            if let Err(e) = notifier.inval_inode(nodeid, offset, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    tracing::debug!(nodeid, "source watch: invalidating a file: {e}");
+                }
+            }
+        }
         drop(notifier);
+        if coalesce {
+            std::thread::sleep(COALESCE);
+        }
     }
 }
 
 /// Reads the events in `buf` (whole events, as `read(2)` returns them)
-/// into `out`, skipping any it can't read.
-fn parse_events(buf: &[u8], out: &mut Vec<Event>) {
+/// into `out`, skipping any it can't read, and the file changes of process
+/// `own_pid`.
+fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) {
     const META: usize = size_of::<libc::fanotify_event_metadata>();
     let mut at = 0;
     while buf.len() - at >= META {
@@ -357,6 +509,7 @@ fn parse_events(buf: &[u8], out: &mut Vec<Event>) {
         }
         let mask = u64::from_ne_bytes(ev[8..16].try_into().unwrap());
         let fd = i32::from_ne_bytes(ev[16..20].try_into().unwrap());
+        let pid = i32::from_ne_bytes(ev[20..24].try_into().unwrap());
         at += event_len;
         if fd >= 0 {
             // Not asked for (no FAN_REPORT_FID group gets one), but never
@@ -368,6 +521,11 @@ fn parse_events(buf: &[u8], out: &mut Vec<Event>) {
             out.push(Event::Overflow);
             continue;
         }
+        // A name event (on a watched directory) comes with the directory's
+        // handle and the name; a file event (on a watched file) with the
+        // file's own handle (and its directory's and name, not needed).
+        let names = mask & MASK & !libc::FAN_ONDIR != 0;
+        let file = mask & FILE_MASK != 0 && mask & libc::FAN_ONDIR == 0 && pid != own_pid;
         let mut info = &ev[metadata_len..event_len];
         while info.len() >= 4 {
             let info_type = info[0];
@@ -375,37 +533,58 @@ fn parse_events(buf: &[u8], out: &mut Vec<Event>) {
             if len < 4 || len > info.len() {
                 break;
             }
-            if info_type == libc::FAN_EVENT_INFO_TYPE_DFID_NAME {
-                if let Some(e) = parse_dfid_name(&info[4..len]) {
-                    out.push(e);
+            match info_type {
+                libc::FAN_EVENT_INFO_TYPE_DFID_NAME if names => {
+                    if let Some(e) = parse_dfid_name(&info[4..len]) {
+                        out.push(e);
+                    }
                 }
+                libc::FAN_EVENT_INFO_TYPE_FID if file => {
+                    if let Some((file, _)) = parse_fid(&info[4..len]) {
+                        out.push(Event::Changed {
+                            file,
+                            data: mask & DATA_MASK != 0,
+                        });
+                    }
+                }
+                _ => {}
             }
             info = &info[len..];
         }
     }
 }
 
-/// A `DFID_NAME` record after its header: fsid, `struct file_handle`,
-/// then the name, NUL-terminated.
-fn parse_dfid_name(rec: &[u8]) -> Option<Event> {
+/// A record's fsid and `struct file_handle` (after the record's header),
+/// and what follows them.
+fn parse_fid(rec: &[u8]) -> Option<(Fid, &[u8])> {
     let fsid = [
         i32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?),
         i32::from_ne_bytes(rec.get(4..8)?.try_into().ok()?),
     ];
     let handle_bytes = u32::from_ne_bytes(rec.get(8..12)?.try_into().ok()?) as usize;
     let kind = i32::from_ne_bytes(rec.get(12..16)?.try_into().ok()?);
-    let bytes = rec.get(16..16usize.checked_add(handle_bytes)?)?;
-    let rest = &rec[16 + handle_bytes..];
+    let end = 16usize.checked_add(handle_bytes)?;
+    let bytes = rec.get(16..end)?;
+    Some((
+        Fid {
+            fsid,
+            kind,
+            bytes: bytes.into(),
+        },
+        &rec[end..],
+    ))
+}
+
+/// A `DFID_NAME` record after its header: fsid, `struct file_handle`,
+/// then the name, NUL-terminated.
+fn parse_dfid_name(rec: &[u8]) -> Option<Event> {
+    let (dir, rest) = parse_fid(rec)?;
     let name = &rest[..rest.iter().position(|&b| b == 0)?];
     if name.is_empty() || name == b"." {
         return None;
     }
     Some(Event::Name {
-        dir: Fid {
-            fsid,
-            kind,
-            bytes: bytes.into(),
-        },
+        dir,
         name: name.to_vec(),
     })
 }
@@ -456,7 +635,7 @@ mod tests {
             b"dir",
         ));
         let mut out = Vec::new();
-        parse_events(&buf, &mut out);
+        parse_events(&buf, 0, &mut out);
         let named = |handle: &[u8], name: &[u8]| Event::Name {
             dir: Fid {
                 fsid: [1, 2],
@@ -475,6 +654,62 @@ mod tests {
         );
     }
 
+    /// A file event as a `FAN_REPORT_DFID_NAME | FAN_REPORT_FID` group
+    /// gets it: a DFID_NAME record of the file's directory, then a FID
+    /// record of the file.
+    fn file_event(mask: u64, pid: i32, dir: &[u8], name: &[u8], file: &[u8]) -> Vec<u8> {
+        let mut ev = event(mask, pid, [1, 2], dir, name);
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&1i32.to_ne_bytes());
+        rec.extend_from_slice(&2i32.to_ne_bytes());
+        rec.extend_from_slice(&(file.len() as u32).to_ne_bytes());
+        rec.extend_from_slice(&1i32.to_ne_bytes());
+        rec.extend_from_slice(file);
+        while (rec.len() + 4) % 8 != 0 {
+            rec.push(0);
+        }
+        ev.push(libc::FAN_EVENT_INFO_TYPE_FID);
+        ev.push(0);
+        ev.extend_from_slice(&((rec.len() + 4) as u16).to_ne_bytes());
+        ev.extend_from_slice(&rec);
+        let len = ev.len() as u32;
+        ev[0..4].copy_from_slice(&len.to_ne_bytes());
+        ev
+    }
+
+    #[test]
+    fn file_changes_come_out_by_the_file_not_its_name() {
+        let mut buf = file_event(libc::FAN_MODIFY, 42, b"\x0d", b"f", b"\x0f\x0f");
+        buf.extend(file_event(libc::FAN_ATTRIB, 42, b"\x0d", b"g", b"\x0a"));
+        // The daemon's own change: not passed on.
+        buf.extend(file_event(libc::FAN_CLOSE_WRITE, 9, b"\x0d", b"h", b"\x0b"));
+        buf.extend(file_event(
+            libc::FAN_CLOSE_WRITE,
+            43,
+            b"\x0d",
+            b"h",
+            b"\x0b",
+        ));
+        let mut out = Vec::new();
+        parse_events(&buf, 9, &mut out);
+        let file = |handle: &[u8], data| Event::Changed {
+            file: Fid {
+                fsid: [1, 2],
+                kind: 1,
+                bytes: handle.into(),
+            },
+            data,
+        };
+        assert_eq!(
+            out,
+            vec![
+                file(b"\x0f\x0f", true),
+                file(b"\x0a", false),
+                file(b"\x0b", true)
+            ]
+        );
+    }
+
     #[test]
     fn overflow_and_garbage() {
         let meta = size_of::<libc::fanotify_event_metadata>();
@@ -484,13 +719,13 @@ mod tests {
         ov[8..16].copy_from_slice(&libc::FAN_Q_OVERFLOW.to_ne_bytes());
         ov[16..20].copy_from_slice(&libc::FAN_NOFD.to_ne_bytes());
         let mut out = Vec::new();
-        parse_events(&ov, &mut out);
+        parse_events(&ov, 0, &mut out);
         assert_eq!(out, vec![Event::Overflow]);
         // Truncated, zero-length and oversized events end the batch
         // without a panic.
         for bad in [&ov[..10], &[0u8; 24][..], &[0xffu8; 64][..]] {
             out.clear();
-            parse_events(bad, &mut out);
+            parse_events(bad, 0, &mut out);
             assert!(out.is_empty());
         }
         // A record whose handle runs past its end is dropped.
@@ -498,7 +733,7 @@ mod tests {
         let at = meta + 4 + 8;
         ev[at..at + 4].copy_from_slice(&1000u32.to_ne_bytes());
         out.clear();
-        parse_events(&ev, &mut out);
+        parse_events(&ev, 0, &mut out);
         assert!(out.is_empty());
     }
 }

@@ -281,3 +281,130 @@ fn a_set_entry_timeout_or_another_policy_means_no_watch() {
         assert!(!t.fs.source_watch_stats().watching, "{config:?}");
     }
 }
+
+/// The default policy with nothing set: regular files are watched too,
+/// and their attributes cached for a day.
+fn files_watched() -> PassthroughConfig {
+    PassthroughConfig::default().cache(CachePolicy::Auto)
+}
+
+/// Runs `script` in `sh` in the source: a change made by another process
+/// (the daemon of these tests runs in the test's own process, whose
+/// changes the watcher takes for the daemon's own and doesn't pass on).
+fn in_another_process(t: &TestMount, script: &str) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(t.s(""))
+        .status()
+        .expect("running sh");
+    assert!(status.success(), "`{script}` failed: {status}");
+}
+
+#[test]
+fn file_attributes_are_cached_for_long_in_the_default_policy() {
+    let t = TestMount::with(files_watched(), test_options());
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watching_files, "files aren't watched: {stats:?}");
+    in_one_of_a_few_attempts(|attempt| {
+        let f = format!("f{attempt}");
+        fs::write(t.s(&f), b"x").unwrap();
+        // Asked through an open file: a path walk would also ask for the
+        // directory's attributes (`default_permissions`), which keep 1 s.
+        let file = fs::File::open(t.m(&f)).unwrap();
+        file.metadata().unwrap();
+        let (lookups, getattrs) = (t.count(Opcode::Lookup), t.count(Opcode::Getattr));
+        // Past the 1 s attributes were cached for without the watch.
+        std::thread::sleep(Duration::from_millis(1500));
+        file.metadata().unwrap();
+        match (
+            t.count(Opcode::Lookup) - lookups,
+            t.count(Opcode::Getattr) - getattrs,
+        ) {
+            (0, 0) => Ok(()),
+            (l, g) => Err(format!("asked again: {l} LOOKUPs, {g} GETATTRs")),
+        }
+    });
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watched_files >= 1, "{stats:?}");
+    // Changes through the mount are the kernel's own: nothing passed on.
+    fs::write(t.m("f0"), b"through the mount").unwrap();
+    assert_eq!(fs::read(t.m("f0")).unwrap(), b"through the mount");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        t.fs.source_watch_stats().file_invalidations,
+        stats.file_invalidations,
+        "the daemon's own writes were passed on"
+    );
+}
+
+#[test]
+fn file_changes_in_the_source_show_at_once_though_attributes_are_cached_for_long() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let t = TestMount::with(files_watched(), test_options());
+    fs::create_dir(t.s("d")).unwrap();
+    for name in ["appended", "chmodded", "truncated", "touched", "linked"] {
+        fs::write(t.s(&format!("d/{name}")), name).unwrap();
+    }
+    fs::set_permissions(t.s("d/chmodded"), fs::Permissions::from_mode(0o644)).unwrap();
+    // Attributes and data cached through the mount first.
+    for name in ["appended", "chmodded", "truncated", "touched", "linked"] {
+        assert_eq!(read_through(&t, &format!("d/{name}")), name.as_bytes());
+    }
+    let touched_mtime = fs::metadata(t.m("d/touched")).unwrap().mtime();
+    let before = t.fs.source_watch_stats();
+    assert!(before.watched_files >= 5, "{before:?}");
+    // Behind the mount's back, by another process; the link is made
+    // outside the watched directory and the file changed through it.
+    in_another_process(
+        &t,
+        "printf ' and more' >> d/appended && chmod 600 d/chmodded && \
+         truncate -s 2 d/truncated && touch -d '2001-02-03 04:05:06' d/touched && \
+         ln d/linked other-name && printf ' via the link' >> other-name",
+    );
+    let seen = wait_until(SEEN_WITHIN, || {
+        let md = |name: &str| fs::metadata(t.m(&format!("d/{name}"))).unwrap();
+        read_through(&t, "d/appended") == b"appended and more"
+            && md("chmodded").permissions().mode() & 0o777 == 0o600
+            && read_through(&t, "d/truncated") == b"tr"
+            && md("truncated").len() == 2
+            && md("touched").mtime() != touched_mtime
+            && md("linked").nlink() == 2
+            && read_through(&t, "d/linked") == b"linked via the link"
+    });
+    assert!(
+        seen,
+        "changes in the source not seen within {SEEN_WITHIN:?}"
+    );
+    let stats = t.fs.source_watch_stats();
+    assert!(
+        stats.file_invalidations >= before.file_invalidations + 5,
+        "each file's change was passed on: {stats:?}"
+    );
+    assert_eq!(stats.overflows, 0);
+}
+
+#[test]
+fn forgotten_files_are_no_longer_watched_needs_root() {
+    let t = TestMount::with(files_watched(), test_options());
+    for i in 0..20 {
+        fs::write(t.s(&format!("f{i}")), b"").unwrap();
+        fs::metadata(t.m(&format!("f{i}"))).unwrap();
+    }
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watched_files >= 20, "{stats:?}");
+    // One removed in the source meanwhile (its mark goes with it).
+    fs::remove_file(t.s("f0")).unwrap();
+    assert_refs_return_to_zero(&t);
+    assert_eq!(t.fs.source_watch_stats().watched_files, 0);
+}
+
+#[test]
+fn a_set_attribute_timeout_means_no_file_watch() {
+    let t = TestMount::with(watched(), test_options());
+    fs::write(t.s("f"), b"").unwrap();
+    fs::metadata(t.m("f")).unwrap();
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watching && !stats.watching_files, "{stats:?}");
+    assert_eq!(stats.watched_files, 0);
+}

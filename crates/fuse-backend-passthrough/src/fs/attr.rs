@@ -70,20 +70,25 @@ impl PassthroughFs {
         fh: Option<u64>,
     ) -> io::Result<AttrReply> {
         self.creds.root();
-        let st = match fh {
+        let (st, timeout) = match fh {
             Some(fh) if fh != 0 => {
+                let timeout = self.attr_timeout_of_node(ino);
                 let h = self.handles.get(fh).ok_or_else(|| errno(libc::EBADF))?;
-                sys::statx_fd(h.fd(), libc::STATX_BASIC_STATS)?
+                (sys::statx_fd(h.fd(), libc::STATX_BASIC_STATS)?, timeout)
             }
             _ => {
                 let inode = self.inodes.get(ino)?;
+                let timeout = self.attr_timeout_of(&inode, false);
                 let pfd = inode.file.path_fd()?;
-                sys::statx_fd(pfd.as_fd(), libc::STATX_BASIC_STATS)?
+                (
+                    sys::statx_fd(pfd.as_fd(), libc::STATX_BASIC_STATS)?,
+                    timeout,
+                )
             }
         };
         Ok(AttrReply {
             attr: attr_from_statx(&st),
-            timeout: self.attr_timeout,
+            timeout,
         })
     }
 
@@ -170,13 +175,14 @@ impl PassthroughFs {
                 sys::chmod_path(pfd.proc_path().as_cstr(), killed_mode(mode))?;
             }
         }
+        let timeout = self.attr_timeout_of(&inode, false);
         let st = match &h {
             Some(h) => sys::statx_fd(h.fd(), libc::STATX_BASIC_STATS)?,
             None => sys::statx_fd(pfd.as_fd(), libc::STATX_BASIC_STATS)?,
         };
         Ok(AttrReply {
             attr: attr_from_statx(&st),
-            timeout: self.attr_timeout,
+            timeout,
         })
     }
 
@@ -197,20 +203,28 @@ impl PassthroughFs {
         let flags = libc::AT_EMPTY_PATH
             | libc::AT_SYMLINK_NOFOLLOW
             | (args.sx_flags as i32 & libc::AT_STATX_SYNC_TYPE);
-        let st = match args.fh {
+        let (st, timeout) = match args.fh {
             Some(fh) if fh != 0 => {
+                let timeout = self.attr_timeout_of_node(ino);
                 let h = self.handles.get(fh).ok_or_else(|| errno(libc::EBADF))?;
-                sys::statx(h.fd(), sys::EMPTY, flags, args.sx_mask)?
+                (
+                    sys::statx(h.fd(), sys::EMPTY, flags, args.sx_mask)?,
+                    timeout,
+                )
             }
             _ => {
                 let inode = self.inodes.get(ino)?;
+                let timeout = self.attr_timeout_of(&inode, false);
                 let pfd = inode.file.path_fd()?;
-                sys::statx(pfd.as_fd(), sys::EMPTY, flags, args.sx_mask)?
+                (
+                    sys::statx(pfd.as_fd(), sys::EMPTY, flags, args.sx_mask)?,
+                    timeout,
+                )
             }
         };
         Ok(StatxReply {
             statx: fuse_server::statx_from_libc(&st),
-            timeout: self.attr_timeout,
+            timeout,
         })
     }
 }

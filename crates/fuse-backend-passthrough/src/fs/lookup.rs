@@ -60,7 +60,10 @@ impl PassthroughFs {
 
     /// The entry of `counted`'s inode with attributes `st`, still holding
     /// its lookup reference, its name cached for `entry_timeout`
-    /// ([`PassthroughFs::entry_timeout_in`] of its directory).
+    /// ([`PassthroughFs::entry_timeout_in`] of its directory), its
+    /// attributes for [`PassthroughFs::attr_timeout_of`] (a regular file
+    /// the source watch marks here for the first time is read again
+    /// after the mark, so a change between `st` and the mark isn't lost).
     pub(super) fn entry<'a>(
         &self,
         counted: Counted<'a>,
@@ -68,11 +71,19 @@ impl PassthroughFs {
         entry_timeout: Duration,
     ) -> CountedEntry<'a> {
         let inode = counted.inode();
+        let was_watched = inode.attrs_watched.load(Ordering::Acquire);
+        let attr_timeout = self.attr_timeout_of(inode, true);
+        let fresh = (inode.attrs_watched.load(Ordering::Acquire) != was_watched)
+            .then(|| {
+                let pfd = inode.file.path_fd().ok()?;
+                sys::statx_fd(pfd.as_fd(), STATX_WANTED).ok()
+            })
+            .flatten();
         let entry = Entry {
             nodeid: inode.nodeid,
             generation: inode.generation,
-            attr: attr_from_statx(st),
-            attr_timeout: self.attr_timeout,
+            attr: attr_from_statx(fresh.as_ref().unwrap_or(st)),
+            attr_timeout,
             entry_timeout,
         };
         CountedEntry { counted, entry }

@@ -254,15 +254,23 @@ impl PassthroughFs {
         if slot.is_some() {
             return;
         }
-        match SourceWatcher::start(Arc::downgrade(&notifier)) {
+        match SourceWatcher::start(Arc::downgrade(&notifier), self.cfg.file_watch_wanted()) {
             Ok(w) => {
+                let files = w.watches_files();
                 *slot = Some(Arc::new(w));
                 let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
                 self.watch_epoch.store(epoch, Ordering::Release);
                 tracing::info!(
-                    "watching the source for names changed behind the mount's back: \
-                     names cached for {:?} in watched directories",
-                    crate::WATCHED_ENTRY_TIMEOUT
+                    files,
+                    "watching the source for changes behind the mount's back: \
+                     names cached for {:?} in watched directories, attributes of \
+                     watched files for {:?}",
+                    crate::WATCHED_ENTRY_TIMEOUT,
+                    if files {
+                        crate::WATCHED_ATTR_TIMEOUT
+                    } else {
+                        self.attr_timeout
+                    }
                 );
             }
             Err(e) => tracing::info!(
@@ -310,20 +318,85 @@ impl PassthroughFs {
         }
     }
 
-    /// The node `inode` went away: its directory is no longer watched.
+    /// How long the attributes of `inode` may be cached, as found now: long
+    /// for a regular file the source watch marks (marked here if it isn't
+    /// yet, when `mark`), else the configured attribute timeout. The
+    /// caller reads the attributes it answers with after this (so a
+    /// change after the mark is reported).
+    pub(super) fn attr_timeout_of(&self, inode: &Inode, mark: bool) -> Duration {
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        if epoch == 0 || !inode.is_reg() {
+            return self.attr_timeout;
+        }
+        if inode.attrs_watched.load(Ordering::Acquire) == epoch {
+            return crate::WATCHED_ATTR_TIMEOUT;
+        }
+        if !mark {
+            return self.attr_timeout;
+        }
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return self.attr_timeout;
+        };
+        if !watcher.watches_files() {
+            return self.attr_timeout;
+        }
+        // Marking needs read access to the file: the daemon's own.
+        self.creds.root();
+        let marked = inode
+            .file
+            .path_fd()
+            .and_then(|fd| watcher.watch_file(inode.nodeid, fd.as_fd()));
+        match marked {
+            // Only if the watch is still the one marked in.
+            Ok(()) if self.watch_epoch.load(Ordering::Acquire) == epoch => {
+                inode.attrs_watched.store(epoch, Ordering::Release);
+                crate::WATCHED_ATTR_TIMEOUT
+            }
+            Ok(()) => self.attr_timeout,
+            Err(e) => {
+                tracing::debug!(nodeid = inode.nodeid, "watching a file: {e}");
+                self.attr_timeout
+            }
+        }
+    }
+
+    /// How long the attributes of node `ino` may be cached, for a reply to
+    /// a request that found them through an open handle (the inode isn't
+    /// at hand): as [`PassthroughFs::attr_timeout_of`], without marking.
+    pub(super) fn attr_timeout_of_node(&self, ino: u64) -> Duration {
+        if self.watch_epoch.load(Ordering::Acquire) == 0 {
+            return self.attr_timeout;
+        }
+        match self.inodes.get(ino) {
+            Ok(inode) => self.attr_timeout_of(&inode, false),
+            Err(_) => self.attr_timeout,
+        }
+    }
+
+    /// The node `inode` went away: its directory or file is no longer
+    /// watched.
     pub(super) fn forgotten(&self, inode: Arc<Inode>) {
-        if inode.watched.load(Ordering::Acquire) == 0 {
+        let dir_epoch = inode.watched.load(Ordering::Acquire);
+        let file_epoch = inode.attrs_watched.load(Ordering::Acquire);
+        if dir_epoch == 0 && file_epoch == 0 {
             return;
         }
         let Some(watcher) = lock(&self.watcher).clone() else {
             return;
         };
-        if inode.watched.load(Ordering::Acquire) != self.watch_epoch.load(Ordering::Acquire) {
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        if dir_epoch != epoch && file_epoch != epoch {
             return;
         }
         self.creds.root();
         let fd = inode.file.path_fd().ok();
-        watcher.unwatch(inode.nodeid, fd.as_ref().map(|fd| fd.as_fd()));
+        let fd = fd.as_ref().map(|fd| fd.as_fd());
+        if dir_epoch == epoch {
+            watcher.unwatch(inode.nodeid, fd);
+        }
+        if file_epoch == epoch {
+            watcher.unwatch_file(inode.nodeid, fd);
+        }
     }
 
     /// What the source watch did so far ([`PassthroughConfig::watch_source`];
