@@ -116,7 +116,9 @@ pub struct FsArgs {
     #[arg(long)]
     pub writeback: bool,
 
-    /// Attribute cache timeout in seconds (default: from --cache).
+    /// Attribute cache timeout in seconds (default: from --cache; with
+    /// --cache auto, a day for regular files watched for changes made in
+    /// the source directly, else 1 s).
     #[arg(long, value_name = "SECS")]
     pub attr_timeout: Option<f64>,
 
@@ -126,8 +128,8 @@ pub struct FsArgs {
     #[arg(long, value_name = "SECS")]
     pub entry_timeout: Option<f64>,
 
-    /// Don't watch the source for names changed behind the mount's back
-    /// (--cache auto then caches names for 1 s).
+    /// Don't watch the source for names and files changed behind the
+    /// mount's back (--cache auto then caches names and attributes for 1 s).
     #[arg(long)]
     pub no_watch_source: bool,
 
