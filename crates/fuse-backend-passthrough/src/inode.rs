@@ -546,6 +546,11 @@ pub(crate) struct Inode {
     /// The source watch this regular file is marked in (its number, 0:
     /// none), so that its attributes may be cached for long.
     pub attrs_watched: AtomicU64,
+    /// Write handles the daemon holds on this file (see
+    /// `PassthroughFs::writer_opened`), changed under this lock.
+    pub writers: Mutex<u32>,
+    /// `writers` is not 0 (read without the lock).
+    pub has_writers: AtomicBool,
 }
 
 impl Inode {
@@ -568,6 +573,8 @@ impl Inode {
             locks: Mutex::new(Vec::new()),
             watched: AtomicU64::new(0),
             attrs_watched: AtomicU64::new(0),
+            writers: Mutex::new(0),
+            has_writers: AtomicBool::new(false),
         }
     }
 

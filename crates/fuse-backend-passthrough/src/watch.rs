@@ -296,10 +296,10 @@ impl SourceWatcher {
         if !self.watches_files {
             return Err(sys::errno(libc::EOPNOTSUPP));
         }
-        if self.shared.files().by_node.contains_key(&nodeid) {
-            return Ok(());
-        }
-        let fid = fid_of(file)?;
+        let known = self.shared.files().by_node.contains_key(&nodeid);
+        // A file marked before may have had FAN_MODIFY taken off its mark
+        // (`modify_events`): adding the whole mask again restores it.
+        let fid = if known { None } else { Some(fid_of(file)?) };
         let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
         sys::fanotify_mark_path(
             self.group.as_fd(),
@@ -307,8 +307,35 @@ impl SourceWatcher {
             FILE_MASK,
             path.as_cstr(),
         )?;
-        self.shared.files().insert(nodeid, fid);
+        if let Some(fid) = fid {
+            self.shared.files().insert(nodeid, fid);
+        }
         Ok(())
+    }
+
+    /// Stops the watched file of node `nodeid` (`O_PATH` descriptor
+    /// `file`) from reporting writes (`FAN_MODIFY`) while the daemon holds
+    /// it open for writing: its own writes would raise an event each
+    /// (measured in docs/benchmarks.md). [`SourceWatcher::watch_file`]
+    /// restores it.
+    pub(crate) fn stop_write_events(&self, nodeid: u64, file: BorrowedFd<'_>) {
+        if !self.shared.files().by_node.contains_key(&nodeid) {
+            return;
+        }
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        if let Err(e) = sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE,
+            libc::FAN_MODIFY,
+            path.as_cstr(),
+        ) {
+            tracing::debug!(nodeid, "stopping a file's write events: {e}");
+        }
+    }
+
+    /// Whether the file of node `nodeid` is watched.
+    pub(crate) fn watches_file(&self, nodeid: u64) -> bool {
+        self.shared.files().by_node.contains_key(&nodeid)
     }
 
     /// Stops watching the file of node `nodeid` (the kernel forgot it),
@@ -429,7 +456,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
             return;
         }
         events.clear();
-        parse_events(&buf[..n as usize], own_pid, &mut events);
+        let file_events = parse_events(&buf[..n as usize], own_pid, &mut events);
         // Gone with the connection: nothing to tell any more.
         let Some(notifier) = notifier.upgrade() else {
             return;
@@ -467,7 +494,9 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                 }
             }
         }
-        let coalesce = !changed.is_empty();
+        // The daemon's own writes raise events too (skipped above): a
+        // thread woken per write would cost a context switch each.
+        let coalesce = file_events;
         for (nodeid, data) in changed.drain() {
             shared.file_invalidations.fetch_add(1, Ordering::Relaxed);
             // Offset 0: the cached data too; -1: only the attributes.
@@ -488,8 +517,9 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
 
 /// Reads the events in `buf` (whole events, as `read(2)` returns them)
 /// into `out`, skipping any it can't read, and the file changes of process
-/// `own_pid`.
-fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) {
+/// `own_pid`; returns whether there were file changes (skipped or not).
+fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) -> bool {
+    let mut file_events = false;
     const META: usize = size_of::<libc::fanotify_event_metadata>();
     let mut at = 0;
     while buf.len() - at >= META {
@@ -505,7 +535,7 @@ fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) {
                 event_len,
                 "source watch: malformed event; rest of the batch skipped"
             );
-            return;
+            return file_events;
         }
         let mask = u64::from_ne_bytes(ev[8..16].try_into().unwrap());
         let fd = i32::from_ne_bytes(ev[16..20].try_into().unwrap());
@@ -525,7 +555,9 @@ fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) {
         // handle and the name; a file event (on a watched file) with the
         // file's own handle (and its directory's and name, not needed).
         let names = mask & MASK & !libc::FAN_ONDIR != 0;
-        let file = mask & FILE_MASK != 0 && mask & libc::FAN_ONDIR == 0 && pid != own_pid;
+        let file_event = mask & FILE_MASK != 0 && mask & libc::FAN_ONDIR == 0;
+        file_events |= file_event;
+        let file = file_event && pid != own_pid;
         let mut info = &ev[metadata_len..event_len];
         while info.len() >= 4 {
             let info_type = info[0];
@@ -552,6 +584,7 @@ fn parse_events(buf: &[u8], own_pid: i32, out: &mut Vec<Event>) {
             info = &info[len..];
         }
     }
+    file_events
 }
 
 /// A record's fsid and `struct file_handle` (after the record's header),

@@ -408,3 +408,32 @@ fn a_set_attribute_timeout_means_no_file_watch() {
     assert!(stats.watching && !stats.watching_files, "{stats:?}");
     assert_eq!(stats.watched_files, 0);
 }
+
+#[test]
+fn a_file_written_through_the_mount_still_follows_the_source() {
+    use std::os::unix::fs::FileExt;
+    let t = TestMount::with(files_watched(), test_options());
+    fs::write(t.s("f"), b"0123456789").unwrap();
+    assert_eq!(read_through(&t, "f"), b"0123456789");
+    // While the daemon holds a write handle, the file's own writes don't
+    // raise events (and its attributes keep the short timeout): another
+    // process's change still shows.
+    let w = fs::OpenOptions::new().write(true).open(t.m("f")).unwrap();
+    w.write_all_at(b"ab", 0).unwrap();
+    in_another_process(&t, "printf xyz >> f");
+    let seen = wait_until(SEEN_WITHIN, || fs::metadata(t.m("f")).unwrap().len() == 13);
+    assert!(seen, "an append in the source while open for writing");
+    drop(w);
+    // Released: watched again.
+    in_another_process(&t, "printf q >> f");
+    let seen = wait_until(SEEN_WITHIN, || {
+        fs::metadata(t.m("f")).unwrap().len() == 14 && read_through(&t, "f") == b"ab23456789xyzq"
+    });
+    assert!(
+        seen,
+        "an append in the source after the release: {:?}",
+        String::from_utf8_lossy(&read_through(&t, "f"))
+    );
+    let stats = t.fs.source_watch_stats();
+    assert!(stats.watched_files >= 1, "{stats:?}");
+}

@@ -78,7 +78,7 @@ impl PassthroughFs {
             }
             _ => {
                 let inode = self.inodes.get(ino)?;
-                let timeout = self.attr_timeout_of(&inode, false);
+                let timeout = self.attr_timeout_of(&inode, true);
                 let pfd = inode.file.path_fd()?;
                 (
                     sys::statx_fd(pfd.as_fd(), libc::STATX_BASIC_STATS)?,
@@ -175,7 +175,7 @@ impl PassthroughFs {
                 sys::chmod_path(pfd.proc_path().as_cstr(), killed_mode(mode))?;
             }
         }
-        let timeout = self.attr_timeout_of(&inode, false);
+        let timeout = self.attr_timeout_of(&inode, true);
         let st = match &h {
             Some(h) => sys::statx_fd(h.fd(), libc::STATX_BASIC_STATS)?,
             None => sys::statx_fd(pfd.as_fd(), libc::STATX_BASIC_STATS)?,
@@ -214,7 +214,7 @@ impl PassthroughFs {
             }
             _ => {
                 let inode = self.inodes.get(ino)?;
-                let timeout = self.attr_timeout_of(&inode, false);
+                let timeout = self.attr_timeout_of(&inode, true);
                 let pfd = inode.file.path_fd()?;
                 (
                     sys::statx(pfd.as_fd(), sys::EMPTY, flags, args.sx_mask)?,

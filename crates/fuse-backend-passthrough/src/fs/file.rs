@@ -57,13 +57,22 @@ impl PassthroughFs {
     /// answers the open, passed through when possible. `mode`: the file's
     /// mode if known (else it is read when a backing id would be made).
     /// Runs with the daemon's credentials (backing ids record them).
+    ///
+    /// A writable handle counts as a writer of the file
+    /// ([`PassthroughFs::writer_opened`]) until released; `writer_counted`:
+    /// the caller counted it already (CREATE, before its entry).
     pub(super) fn open_file(
         &self,
         inode: &Inode,
         fd: OwnedFd,
         flags: i32,
         mode: Option<u32>,
+        writer_counted: bool,
     ) -> io::Result<Opened> {
+        let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writer && !writer_counted {
+            self.writer_opened(inode, true);
+        }
         let ticket = self.pt.open(inode.nodeid, fd.as_fd(), || {
             // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing
             // set-user-ID on write to the daemon's WRITE, which passthrough
@@ -91,6 +100,9 @@ impl PassthroughFs {
             Err(e) => {
                 if let Some(t) = ticket {
                     self.pt.abandon(t);
+                }
+                if writer {
+                    self.writer_closed(inode.nodeid);
                 }
                 Err(e)
             }
@@ -181,7 +193,7 @@ impl PassthroughFs {
         }
         // Backing ids are registered with the daemon's credentials.
         self.creds.root();
-        self.open_file(&inode, fd, flags, None)
+        self.open_file(&inode, fd, flags, None, false)
     }
 
     pub(super) fn read(
@@ -233,6 +245,9 @@ impl PassthroughFs {
             .handles
             .remove(args.fh)
             .ok_or_else(|| errno(libc::EBADF))?;
+        if h.flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.writer_closed(h.nodeid);
+        }
         // The last release of a passthrough inode closes its backing id.
         self.pt.release(args.fh);
         if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {

@@ -35,8 +35,10 @@ pub(super) fn is_dot_or_dotdot(name: &[u8]) -> bool {
 
 impl PassthroughFs {
     /// The reply of CREATE and TMPFILE for the new file's open descriptor
-    /// `fd`. With zero-message opens the kernel never releases handles, so
-    /// none is made: the descriptor becomes the inode's shared one (handle 0).
+    /// `fd`, whose writer the caller counted before making the entry
+    /// ([`PassthroughFs::created_writer`]). With zero-message opens the
+    /// kernel never releases handles, so none is made: the descriptor
+    /// becomes the inode's shared one (handle 0).
     pub(super) fn created_handle(
         &self,
         created: CountedEntry<'_>,
@@ -44,18 +46,32 @@ impl PassthroughFs {
         flags: i32,
     ) -> io::Result<(Entry, Opened)> {
         let inode = created.counted.inode();
+        let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if self.no_open() {
             let mut slot = lock(&inode.lazy);
             if slot.is_none() {
                 *slot = Some(Arc::new(Handle::file(fd, inode.nodeid, flags)));
+            } else if writer {
+                // Not this handle: the one in the slot counted itself.
+                self.writer_closed(inode.nodeid);
             }
             drop(slot);
             return Ok((created.hand_over(), self.file_opened(0, 0)));
         }
         // Backing ids are registered with the daemon's credentials.
         self.creds.root();
-        let opened = self.open_file(inode, fd, flags, Some(created.entry.attr.mode))?;
+        let opened = self.open_file(inode, fd, flags, Some(created.entry.attr.mode), true)?;
         Ok((created.hand_over(), opened))
+    }
+
+    /// Counts the writer of a file CREATE or TMPFILE opened with `flags`,
+    /// before its entry is made (so the entry carries the attribute
+    /// timeout of a file being written, and the file isn't marked only to
+    /// have its write events taken off again).
+    pub(super) fn created_writer(&self, counted: &Counted<'_>, flags: i32) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.writer_opened(counted.inode(), false);
+        }
     }
 
     /// The entry of `counted`'s inode with attributes `st`, still holding
@@ -326,7 +342,9 @@ impl PassthroughFs {
         let flags = flags | libc::O_CREAT | (args.flags as i32 & libc::O_EXCL) | libc::O_NOFOLLOW;
         let fd = sys::openat(pfd.as_fd(), name, flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        let created = self.entry(self.inode_of_open_fd(fd.as_fd(), &st)?, &st, timeout);
+        let counted = self.inode_of_open_fd(fd.as_fd(), &st)?;
+        self.created_writer(&counted, flags);
+        let created = self.entry(counted, &st, timeout);
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
         self.created_handle(created, fd, flags)
     }
@@ -348,12 +366,10 @@ impl PassthroughFs {
         let flags = flags | libc::O_TMPFILE | (args.flags as i32 & libc::O_EXCL);
         let fd = sys::openat(pfd.as_fd(), c".", flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
+        let counted = self.inode_of_open_fd(fd.as_fd(), &st)?;
+        self.created_writer(&counted, flags);
         // A tmpfile has no name to cache.
-        let created = self.entry(
-            self.inode_of_open_fd(fd.as_fd(), &st)?,
-            &st,
-            self.entry_timeout,
-        );
+        let created = self.entry(counted, &st, self.entry_timeout);
         let flags = flags & !(libc::O_TMPFILE | libc::O_EXCL);
         self.created_handle(created, fd, flags)
     }

@@ -124,6 +124,10 @@ impl std::fmt::Debug for PassthroughFs {
     }
 }
 
+/// Set in [`Inode::attrs_watched`] with a watch's number: marking the file
+/// failed in that watch (not tried again).
+const MARK_FAILED: u64 = 1 << 63;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -320,18 +324,20 @@ impl PassthroughFs {
 
     /// How long the attributes of `inode` may be cached, as found now: long
     /// for a regular file the source watch marks (marked here if it isn't
-    /// yet, when `mark`), else the configured attribute timeout. The
-    /// caller reads the attributes it answers with after this (so a
-    /// change after the mark is reported).
+    /// yet, when `mark`) while the daemon holds no write handle on it,
+    /// else the configured attribute timeout. The caller reads the
+    /// attributes it answers with after this (so a change after the mark
+    /// is reported).
     pub(super) fn attr_timeout_of(&self, inode: &Inode, mark: bool) -> Duration {
         let epoch = self.watch_epoch.load(Ordering::Acquire);
-        if epoch == 0 || !inode.is_reg() {
+        if epoch == 0 || !inode.is_reg() || inode.has_writers.load(Ordering::Acquire) {
             return self.attr_timeout;
         }
-        if inode.attrs_watched.load(Ordering::Acquire) == epoch {
+        let state = inode.attrs_watched.load(Ordering::Acquire);
+        if state == epoch {
             return crate::WATCHED_ATTR_TIMEOUT;
         }
-        if !mark {
+        if !mark || state == epoch | MARK_FAILED {
             return self.attr_timeout;
         }
         let Some(watcher) = lock(&self.watcher).clone() else {
@@ -355,6 +361,10 @@ impl PassthroughFs {
             Ok(()) => self.attr_timeout,
             Err(e) => {
                 tracing::debug!(nodeid = inode.nodeid, "watching a file: {e}");
+                // Not tried again in this watch.
+                inode
+                    .attrs_watched
+                    .store(epoch | MARK_FAILED, Ordering::Release);
                 self.attr_timeout
             }
         }
@@ -362,14 +372,73 @@ impl PassthroughFs {
 
     /// How long the attributes of node `ino` may be cached, for a reply to
     /// a request that found them through an open handle (the inode isn't
-    /// at hand): as [`PassthroughFs::attr_timeout_of`], without marking.
+    /// at hand): as [`PassthroughFs::attr_timeout_of`].
     pub(super) fn attr_timeout_of_node(&self, ino: u64) -> Duration {
         if self.watch_epoch.load(Ordering::Acquire) == 0 {
             return self.attr_timeout;
         }
         match self.inodes.get(ino) {
-            Ok(inode) => self.attr_timeout_of(&inode, false),
+            Ok(inode) => self.attr_timeout_of(&inode, true),
             Err(_) => self.attr_timeout,
+        }
+    }
+
+    /// The daemon opened a write handle on `inode` (a regular file). Its
+    /// own writes would raise an fanotify event each, which cost a third
+    /// of the buffered write rate (docs/benchmarks.md), so while it holds
+    /// one the file's mark doesn't report writes and its attributes keep
+    /// the configured timeout; once the last one is released, the next
+    /// reply marks it again ([`PassthroughFs::attr_timeout_of`]). If the
+    /// kernel knows the node already (`known`), attributes it cached for
+    /// long are expired, since another process's writes aren't reported
+    /// meanwhile (a reply racing with that is discarded by the kernel,
+    /// whose attribute version the notification bumps).
+    pub(super) fn writer_opened(&self, inode: &Inode, known: bool) {
+        if !inode.is_reg() {
+            return;
+        }
+        let mut writers = lock(&inode.writers);
+        *writers += 1;
+        if *writers > 1 {
+            return;
+        }
+        inode.has_writers.store(true, Ordering::Release);
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        let state = inode.attrs_watched.load(Ordering::Acquire);
+        if epoch == 0 || state & !MARK_FAILED != epoch {
+            return;
+        }
+        inode.attrs_watched.store(0, Ordering::Release);
+        if state == epoch {
+            if let Some(watcher) = lock(&self.watcher).clone() {
+                self.creds.root();
+                if let Ok(fd) = inode.file.path_fd() {
+                    watcher.stop_write_events(inode.nodeid, fd.as_fd());
+                }
+            }
+        }
+        drop(writers);
+        if known && state == epoch {
+            if let Some(notifier) = lock(&self.notifier).clone() {
+                // ENOENT: the kernel dropped the inode meanwhile.
+                let _ = notifier.inval_inode(inode.nodeid, -1, 0);
+            }
+        }
+    }
+
+    /// A write handle of node `nodeid` that [`PassthroughFs::writer_opened`]
+    /// counted was released.
+    pub(super) fn writer_closed(&self, nodeid: u64) {
+        let Ok(inode) = self.inodes.get(nodeid) else {
+            return;
+        };
+        if !inode.is_reg() {
+            return;
+        }
+        let mut writers = lock(&inode.writers);
+        *writers = writers.saturating_sub(1);
+        if *writers == 0 {
+            inode.has_writers.store(false, Ordering::Release);
         }
     }
 
@@ -377,24 +446,27 @@ impl PassthroughFs {
     /// watched.
     pub(super) fn forgotten(&self, inode: Arc<Inode>) {
         let dir_epoch = inode.watched.load(Ordering::Acquire);
-        let file_epoch = inode.attrs_watched.load(Ordering::Acquire);
-        if dir_epoch == 0 && file_epoch == 0 {
+        if dir_epoch == 0 && !inode.is_reg() {
             return;
         }
         let Some(watcher) = lock(&self.watcher).clone() else {
             return;
         };
         let epoch = self.watch_epoch.load(Ordering::Acquire);
-        if dir_epoch != epoch && file_epoch != epoch {
+        // A file stays in the watch's table while a write handle has
+        // taken its long attributes away: ask the table.
+        let dir = dir_epoch == epoch;
+        let file = inode.is_reg() && watcher.watches_file(inode.nodeid);
+        if !dir && !file {
             return;
         }
         self.creds.root();
         let fd = inode.file.path_fd().ok();
         let fd = fd.as_ref().map(|fd| fd.as_fd());
-        if dir_epoch == epoch {
+        if dir {
             watcher.unwatch(inode.nodeid, fd);
         }
-        if file_epoch == epoch {
+        if file {
             watcher.unwatch_file(inode.nodeid, fd);
         }
     }
@@ -611,6 +683,10 @@ impl PassthroughFs {
                 }
                 Err(e) => return Err(e),
             };
+            if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                // Never released: the file keeps short attributes.
+                self.writer_opened(inode, true);
+            }
             Handle::file(fd, inode.nodeid, flags)
         };
         let h = Arc::new(h);
