@@ -45,7 +45,10 @@
 //!   updated what it caches (an embedding program that changes the source
 //!   itself sets an attribute timeout). Changes of one file are passed on
 //!   at most once per [`COALESCE`], so a writer in the source costs a
-//!   notification per interval, not per write. A file changed through a
+//!   notification per interval, not per write. While the daemon holds a
+//!   write handle on a file, its mark doesn't report writes (its own would
+//!   raise an event each) and its attributes keep the short timeout
+//!   ([`SourceWatcher::stop_write_events`]). A file changed through a
 //!   shared writable mapping in the source raises no event until the
 //!   writer closes it (`FAN_CLOSE_WRITE`).
 //! - Directories' attributes keep the attribute timeout (1 s): entries
