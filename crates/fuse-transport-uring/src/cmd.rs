@@ -20,6 +20,20 @@ pub const REGISTER_IOVECS: u32 = 2;
 /// opcode, flags, ioprio, fd, off, addr, then `__u32 len`).
 const SQE_LEN_OFFSET: usize = 24;
 
+/// Byte offset of `uring_cmd_flags` (the union after `len`).
+const SQE_CMD_FLAGS_OFFSET: usize = 28;
+
+/// Byte offset of `buf_index` (`__u16`, after `user_data`).
+const SQE_BUF_INDEX_OFFSET: usize = 40;
+
+/// `IORING_URING_CMD_FIXED`: the command names a registered buffer by
+/// `sqe->buf_index`.
+const IORING_URING_CMD_FIXED: u32 = 1 << 0;
+
+/// The slot of a ring's registered buffer table that holds the buffer
+/// pools (the whole pool mapping, every queue's pool in it).
+pub const POOL_BUF_INDEX: u16 = 0;
+
 const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 const _: () = assert!(size_of::<UringCmdReq>() <= 80);
 
@@ -30,6 +44,18 @@ fn set_len(entry: &mut squeue::Entry128, len: u32) {
     // may be viewed as bytes; every bit pattern is valid for both types.
     let bytes = unsafe { &mut *(entry as *mut squeue::Entry128).cast::<[u8; 128]>() };
     bytes[SQE_LEN_OFFSET..SQE_LEN_OFFSET + 4].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// Sets `IORING_URING_CMD_FIXED` and `sqe->buf_index = index`: a command
+/// on a queue whose pool is registered (ADD_BUFPOOL, and then every
+/// REGISTER and COMMIT_AND_FETCH of the queue, which the kernel refuses
+/// without them: `fuse_uring_cmd_index_ok`).
+fn set_fixed(entry: &mut squeue::Entry128, index: u16) {
+    // SAFETY: as in `set_len`.
+    let bytes = unsafe { &mut *(entry as *mut squeue::Entry128).cast::<[u8; 128]>() };
+    bytes[SQE_CMD_FLAGS_OFFSET..SQE_CMD_FLAGS_OFFSET + 4]
+        .copy_from_slice(&IORING_URING_CMD_FIXED.to_ne_bytes());
+    bytes[SQE_BUF_INDEX_OFFSET..SQE_BUF_INDEX_OFFSET + 2].copy_from_slice(&index.to_ne_bytes());
 }
 
 fn command(
@@ -58,18 +84,30 @@ fn command(
 /// The iovec array must stay valid until the SQE is submitted (the kernel
 /// imports it during `io_uring_enter`); the memory it points to must stay
 /// valid until the kernel has given the entry back.
-pub fn register(qid: u16, iovecs: *const [libc::iovec; 2], user_data: u64) -> squeue::Entry128 {
+///
+/// `fixed`: the queue's pool is registered at that slot of the ring's
+/// buffer table.
+pub fn register(
+    qid: u16,
+    iovecs: *const [libc::iovec; 2],
+    user_data: u64,
+    fixed: Option<u16>,
+) -> squeue::Entry128 {
     let req = UringCmdReq {
         qid,
         ..UringCmdReq::default()
     };
-    command(
+    let mut entry = command(
         UringCmd::Register,
         &req,
         Some(iovecs as u64),
         REGISTER_IOVECS,
         user_data,
-    )
+    );
+    if let Some(index) = fixed {
+        set_fixed(&mut entry, index);
+    }
+    entry
 }
 
 /// A REGISTER the kernel must refuse (`sqe->len` 0): a refused REGISTER
@@ -88,13 +126,23 @@ pub fn register_refused_on_purpose(user_data: u64) -> squeue::Entry128 {
 
 /// COMMIT_AND_FETCH: commits the reply written in the entry (identified by
 /// `commit_id`) and makes the entry wait for the next request.
-pub fn commit_and_fetch(qid: u16, commit_id: u64, user_data: u64) -> squeue::Entry128 {
+/// `fixed` as for [`register`].
+pub fn commit_and_fetch(
+    qid: u16,
+    commit_id: u64,
+    user_data: u64,
+    fixed: Option<u16>,
+) -> squeue::Entry128 {
     let req = UringCmdReq {
         qid,
         commit_id,
         ..UringCmdReq::default()
     };
-    command(UringCmd::CommitAndFetch, &req, None, 0, user_data)
+    let mut entry = command(UringCmd::CommitAndFetch, &req, None, 0, user_data);
+    if let Some(index) = fixed {
+        set_fixed(&mut entry, index);
+    }
+    entry
 }
 
 /// ADD_QUEUE (7.46): creates queue `qid` so that a pool can be added before
@@ -108,8 +156,18 @@ pub fn add_queue(qid: u16, user_data: u64) -> squeue::Entry128 {
 }
 
 /// ADD_BUFPOOL (7.46): gives queue `qid` the pool at `uaddr`, `len` bytes
-/// (cut by the kernel into `len / max_payload_sz` buffers).
-pub fn add_bufpool(qid: u16, uaddr: u64, len: u32, user_data: u64) -> squeue::Entry128 {
+/// (cut by the kernel into `len / max_payload_sz` buffers). With `fixed`,
+/// the pool is registered: every ring serving the queue has the pool's
+/// memory, from the same addresses, at that slot of its buffer table, and
+/// the kernel imports payloads through it instead of pinning user pages
+/// per request.
+pub fn add_bufpool(
+    qid: u16,
+    uaddr: u64,
+    len: u32,
+    user_data: u64,
+    fixed: Option<u16>,
+) -> squeue::Entry128 {
     let req = UringCmdReq {
         qid,
         arg: UringCmdArg::from_bufpool(UringBufpool {
@@ -119,7 +177,11 @@ pub fn add_bufpool(qid: u16, uaddr: u64, len: u32, user_data: u64) -> squeue::En
         }),
         ..UringCmdReq::default()
     };
-    command(UringCmd::AddBufpool, &req, None, 0, user_data)
+    let mut entry = command(UringCmd::AddBufpool, &req, None, 0, user_data);
+    if let Some(index) = fixed {
+        set_fixed(&mut entry, index);
+    }
+    entry
 }
 
 /// A one-shot poll for readability of `fd` (the thread's wake eventfd).
@@ -134,6 +196,26 @@ pub fn poll_readable(fd: std::os::fd::RawFd, user_data: u64) -> squeue::Entry128
 mod tests {
     use super::*;
 
+    #[test]
+    fn registered_pool_commands_carry_fixed_and_the_index() {
+        let iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        for e in [
+            register(1, &iov, 2, Some(7)),
+            commit_and_fetch(1, 3, 4, Some(7)),
+            add_bufpool(1, 0x1000, 4096, 5, Some(7)),
+        ] {
+            let b = bytes(&e);
+            assert_eq!(u32::from_ne_bytes(b[28..32].try_into().unwrap()), 1);
+            assert_eq!(u16::from_ne_bytes(b[40..42].try_into().unwrap()), 7);
+            // The rest of the SQE as without: the opcode, fixed file 0.
+            assert_eq!(b[0], io_uring::opcode::UringCmd80::CODE);
+            assert_eq!(b[1] & 1, 1);
+        }
+    }
+
     fn bytes(entry: &squeue::Entry128) -> [u8; 128] {
         // SAFETY: as in `set_len`: a repr(C) 128-byte value viewed as bytes.
         unsafe { *(entry as *const squeue::Entry128).cast::<[u8; 128]>() }
@@ -145,7 +227,7 @@ mod tests {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; 2];
-        let e = register(3, &iov, 0x55);
+        let e = register(3, &iov, 0x55, None);
         let b = bytes(&e);
         assert_eq!(b[0], io_uring::opcode::UringCmd80::CODE);
         // fd: fixed file 0 with IOSQE_FIXED_FILE.
@@ -165,13 +247,13 @@ mod tests {
 
     #[test]
     fn commit_and_bufpool_sqe_layout() {
-        let b = bytes(&commit_and_fetch(1, 0xabcdef, 9));
+        let b = bytes(&commit_and_fetch(1, 0xabcdef, 9, None));
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 2);
         assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 0);
         assert_eq!(u64::from_ne_bytes(b[56..64].try_into().unwrap()), 0xabcdef);
         assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 1);
 
-        let b = bytes(&add_bufpool(2, 0x7000_0000, 4 << 20, 1));
+        let b = bytes(&add_bufpool(2, 0x7000_0000, 4 << 20, 1, None));
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 4);
         assert_eq!(u64::from_ne_bytes(b[48..56].try_into().unwrap()), 0);
         assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 2);
@@ -182,6 +264,10 @@ mod tests {
         );
         assert_eq!(u32::from_ne_bytes(b[80..84].try_into().unwrap()), 4 << 20);
         assert_eq!(u32::from_ne_bytes(b[84..88].try_into().unwrap()), 0);
+
+        // No FIXED unless asked for: flags and buf_index 0.
+        assert_eq!(u32::from_ne_bytes(b[28..32].try_into().unwrap()), 0);
+        assert_eq!(u16::from_ne_bytes(b[40..42].try_into().unwrap()), 0);
 
         let b = bytes(&add_queue(5, 1));
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 3);

@@ -65,6 +65,15 @@ pub struct UringConfig {
     /// the server's defaults). Pages cost memory once touched;
     /// [`crate::UringSession::memory`] reports both.
     pub bufs_per_queue: usize,
+    /// Register the buffer pools with every ring (ADD_BUFPOOL with
+    /// `IORING_URING_CMD_FIXED`, Linux 7.3): the kernel then copies
+    /// payloads through pages pinned once, at registration, instead of
+    /// looking up and pinning the pool's user pages for every request. The
+    /// pool memory stays pinned (locked memory, counted against
+    /// `RLIMIT_MEMLOCK` once per ring without `CAP_IPC_LOCK`); where the
+    /// registration is refused, pools stay unregistered (logged, and said
+    /// by [`crate::UringSession::fallback_reason`]). Default `true`.
+    pub registered_pools: bool,
     /// Pin each ring thread to the CPU of its queue (or the CPUs of its
     /// queues), so it runs where its requests come from. Default `true`.
     pub pin_threads: bool,
@@ -170,6 +179,7 @@ impl Default for UringConfig {
             threads_per_queue: 0,
             entries_per_queue: 0,
             bufs_per_queue: 4,
+            registered_pools: true,
             pin_threads: true,
             defer_taskrun: true,
             dev_threads: 1,
@@ -214,6 +224,14 @@ impl UringConfig {
     #[must_use]
     pub fn bufs_per_queue(mut self, n: usize) -> Self {
         self.bufs_per_queue = n;
+        self
+    }
+
+    /// Sets whether buffer pools are registered with the rings
+    /// ([`UringConfig::registered_pools`]).
+    #[must_use]
+    pub fn registered_pools(mut self, on: bool) -> Self {
+        self.registered_pools = on;
         self
     }
 
@@ -400,6 +418,9 @@ pub enum UringMode {
     Pools {
         /// Payload buffers per queue.
         bufs_per_queue: usize,
+        /// The pools are registered with the rings
+        /// ([`UringConfig::registered_pools`]).
+        registered: bool,
     },
     /// io_uring with one payload buffer per entry (kernels without pools,
     /// pools turned off, or refused by the kernel).
@@ -420,8 +441,15 @@ impl UringMode {
 impl fmt::Display for UringMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            UringMode::Pools { bufs_per_queue } => {
-                write!(f, "io_uring with buffer pools ({bufs_per_queue} per queue)")
+            UringMode::Pools {
+                bufs_per_queue,
+                registered,
+            } => {
+                let registered = if *registered { "registered " } else { "" };
+                write!(
+                    f,
+                    "io_uring with {registered}buffer pools ({bufs_per_queue} per queue)"
+                )
             }
             UringMode::PerEntry => f.write_str("io_uring with a payload buffer per entry"),
             UringMode::DevFuse => f.write_str("/dev/fuse"),

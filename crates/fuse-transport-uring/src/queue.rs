@@ -83,6 +83,10 @@ pub(crate) struct PoolSlice {
     pub(crate) len: usize,
     /// The kernel's buffer size (its `max_payload_sz`).
     pub(crate) buf_size: usize,
+    /// The pool is registered: every ring serving its queue registers the
+    /// whole region at [`cmd::POOL_BUF_INDEX`] ([`register_pool`]), and
+    /// REGISTER and COMMIT_AND_FETCH name it.
+    pub(crate) registered: bool,
 }
 
 impl PoolSlice {
@@ -358,7 +362,28 @@ impl QueueThread {
         ring.submitter()
             .register_files(&[self.plan.dev_fd])
             .map_err(|e| format!("registering /dev/fuse with an io_uring: {e}"))?;
+        // Every queue's pool lies in the one region: registered once.
+        let registered = self
+            .plan
+            .queues
+            .iter()
+            .filter_map(|q| q.pool.as_ref())
+            .find(|p| p.registered);
+        if let Some(pool) = registered {
+            register_pool(&ring, &pool.region)
+                .map_err(|e| format!("registering the buffer pools with an io_uring: {e}"))?;
+        }
         Ok(ring)
+    }
+
+    /// The registered-buffer slot commands of queue `qi` name
+    /// (`IORING_URING_CMD_FIXED`), if its pool is registered.
+    fn fixed_index(&self, qi: usize) -> Option<u16> {
+        self.plan.queues[qi]
+            .pool
+            .as_ref()
+            .filter(|p| p.registered)
+            .map(|_| cmd::POOL_BUF_INDEX)
     }
 
     /// Registers the entries, with the handshake. `Ok(false)`: setup
@@ -408,7 +433,8 @@ impl QueueThread {
             if !pick(qid) {
                 continue;
             }
-            let sqe = cmd::register(qid, &self.entries[i].iov, i as u64);
+            let fixed = self.fixed_index(self.entries[i].queue);
+            let sqe = cmd::register(qid, &self.entries[i].iov, i as u64, fixed);
             self.push(ring, sqe)
                 .map_err(|e| format!("queueing REGISTER: {e}"))?;
             self.mark_in_kernel(i);
@@ -606,8 +632,13 @@ impl QueueThread {
         if std::mem::replace(&mut e.long_wait, false) {
             self.held_by_waits[e.queue] -= 1;
         }
-        let qid = self.plan.queues[e.queue].qid;
-        self.push(ring, cmd::commit_and_fetch(qid, commit_id, index as u64))?;
+        let queue = e.queue;
+        let qid = self.plan.queues[queue].qid;
+        let fixed = self.fixed_index(queue);
+        self.push(
+            ring,
+            cmd::commit_and_fetch(qid, commit_id, index as u64, fixed),
+        )?;
         self.mark_in_kernel(index);
         Ok(())
     }
@@ -667,7 +698,12 @@ impl QueueThread {
             return Ok(());
         };
         let qid = self.plan.queues[qi].qid;
-        let sqe = cmd::register(qid, &self.entries[new].iov, new as u64);
+        let sqe = cmd::register(
+            qid,
+            &self.entries[new].iov,
+            new as u64,
+            self.fixed_index(qi),
+        );
         self.push(ring, sqe)?;
         self.mark_in_kernel(new);
         self.added[qi] += 1;
@@ -1142,6 +1178,19 @@ struct DetachedTransaction {
 
 /// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
 /// first.
+/// Registers the pool mapping `region` as slot [`cmd::POOL_BUF_INDEX`] of
+/// `ring`'s buffer table (the ring's only registered buffer).
+pub(crate) fn register_pool(ring: &Ring, region: &Mapping) -> io::Result<()> {
+    let iov = libc::iovec {
+        iov_base: region.as_ptr().cast(),
+        iov_len: region.len(),
+    };
+    // SAFETY: the region is mapped for as long as the session lives, and
+    // the ring threads' rings are closed before it goes (`run`), as is the
+    // setup ring (which unregisters it at once).
+    unsafe { ring.submitter().register_buffers(&[iov]) }
+}
+
 pub(crate) fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
     build_ring_with_cq(entries, entries.saturating_mul(2), defer_taskrun)
 }

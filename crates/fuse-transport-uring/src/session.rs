@@ -280,7 +280,13 @@ impl UringSession {
             let why = "the kernel did not offer FUSE_HAS_IO_URING_BUFPOOL (Linux 7.3+)";
             tracing::info!("{why}: a payload buffer per entry instead of buffer pools");
             self.fallback_reason = Some(why.to_string());
-        } else if let Err(why) = self.add_pools(dev_fd, bufs, kernel_payload, &mut pools) {
+        } else if let Err(why) = self.add_pools(
+            dev_fd,
+            bufs,
+            kernel_payload,
+            config.registered_pools,
+            &mut pools,
+        ) {
             let pooled = pools.iter().filter(|p| p.is_some()).count();
             tracing::warn!(
                 "buffer pools refused ({why}): a payload buffer per entry on {} of {nr_queues} queues",
@@ -294,6 +300,7 @@ impl UringSession {
             .flatten()
             .next()
             .map_or(0, |p| p.len / p.buf_size);
+        let registered = pools.iter().flatten().any(|p| p.registered);
 
         let layout = ThreadLayout::new(nr_queues, config);
         let mut plans: Vec<ThreadPlan> = Vec::with_capacity(layout.threads);
@@ -388,7 +395,10 @@ impl UringSession {
             return Err(why);
         }
         self.mode = if pooled_queues == nr_queues {
-            UringMode::Pools { bufs_per_queue }
+            UringMode::Pools {
+                bufs_per_queue,
+                registered,
+            }
         } else {
             UringMode::PerEntry
         };
@@ -398,11 +408,18 @@ impl UringSession {
     /// One mapping for every queue's pool; ADD_QUEUE then ADD_BUFPOOL per
     /// queue, before any of its entries registers. Fills `pools` for the
     /// queues that got one (a failure leaves the rest per-entry).
+    ///
+    /// With `register`, the pools are registered where the kernel takes a
+    /// registration of the whole mapping (tried on the setup ring first:
+    /// each ring thread registers it again, at [`cmd::POOL_BUF_INDEX`],
+    /// before its entries, and a refusal there would end io_uring for the
+    /// connection, so only a mapping the kernel took once is registered).
     fn add_pools(
-        &self,
+        &mut self,
         dev_fd: RawFd,
         bufs: usize,
         buf_size: usize,
+        register: bool,
         pools: &mut [Option<PoolSlice>],
     ) -> Result<(), String> {
         // ADD_BUFPOOL takes a 32-bit length.
@@ -415,12 +432,31 @@ impl UringSession {
             Mapping::new(total).map_err(|e| format!("mapping {total} bytes of pools: {e}"))?,
         );
         let mut ring = setup_ring(dev_fd)?;
+        let registered = register && {
+            match queue::register_pool(&ring, &region) {
+                Ok(()) => {
+                    // Only a trial: the ring threads register their own.
+                    let _ = ring.submitter().unregister_buffers();
+                    true
+                }
+                Err(e) => {
+                    let why = format!(
+                        "registering the buffer pools ({} bytes) with an io_uring: {e}",
+                        region.len()
+                    );
+                    tracing::info!("{why}; pools stay unregistered");
+                    self.fallback_reason = Some(why);
+                    false
+                }
+            }
+        };
+        let fixed = registered.then_some(cmd::POOL_BUF_INDEX);
         for (qid, slot) in pools.iter_mut().enumerate() {
             let start = qid * slice_len;
             run_setup_command(&mut ring, cmd::add_queue(qid as u16, 1))
                 .map_err(|e| format!("FUSE_IO_URING_CMD_ADD_QUEUE for queue {qid}: {e}"))?;
             let uaddr = region.as_ptr() as u64 + start as u64;
-            let add = cmd::add_bufpool(qid as u16, uaddr, slice_len as u32, 2);
+            let add = cmd::add_bufpool(qid as u16, uaddr, slice_len as u32, 2, fixed);
             run_setup_command(&mut ring, add)
                 .map_err(|e| format!("FUSE_IO_URING_CMD_ADD_BUFPOOL for queue {qid}: {e}"))?;
             if qid == 0 {
@@ -437,6 +473,7 @@ impl UringSession {
                 start,
                 len: slice_len,
                 buf_size,
+                registered,
             });
         }
         Ok(())
@@ -477,7 +514,9 @@ impl UringSession {
     /// Why the session took its last fallback step: in
     /// [`UringMode::DevFuse`] why it doesn't use io_uring, in
     /// [`UringMode::PerEntry`] why it has no buffer pools (`None` when
-    /// pools were turned off with `bufs_per_queue: 0`); `None` with pools.
+    /// pools were turned off with `bufs_per_queue: 0`), with unregistered
+    /// pools why they aren't registered (`None` when turned off with
+    /// `registered_pools: false`); `None` with registered pools.
     pub fn fallback_reason(&self) -> Option<&str> {
         self.fallback_reason.as_deref()
     }
@@ -555,8 +594,13 @@ impl Session for UringSession {
                     None => String::new(),
                 },
                 match mode {
-                    UringMode::Pools { bufs_per_queue } =>
-                        format!("buffer pools of {bufs_per_queue} buffers per queue"),
+                    UringMode::Pools {
+                        bufs_per_queue,
+                        registered,
+                    } => format!(
+                        "{}buffer pools of {bufs_per_queue} buffers per queue",
+                        if registered { "registered " } else { "" }
+                    ),
                     _ if l.pooled_queues > 0 => format!(
                         "buffer pools on {} queues, a payload buffer per entry on the others",
                         l.pooled_queues

@@ -125,7 +125,14 @@ fn mode_follows_the_kernels_offer() {
     assert_uring(&m.session);
     let stats = m.session.stats();
     if kernel_flags(&m.session).contains(InitFlags::HAS_IO_URING_BUFPOOL) {
-        assert_eq!(m.session.mode(), UringMode::Pools { bufs_per_queue: 4 });
+        // Registered: the tests run as root (`CAP_IPC_LOCK`).
+        assert_eq!(
+            m.session.mode(),
+            UringMode::Pools {
+                bufs_per_queue: 4,
+                registered: true
+            }
+        );
         assert_eq!(stats.pooled_queues, stats.requests_per_queue.len());
         assert_eq!(m.session.fallback_reason(), None);
     } else {
@@ -489,15 +496,34 @@ fn mount_needing_pools(config: UringConfig) -> Mounted {
 }
 
 fn pooled_writers(bufs: usize) {
-    let m = mount_needing_pools(UringConfig::default().bufs_per_queue(bufs));
+    pooled_writers_with(bufs, true);
+}
+
+fn pooled_writers_with(bufs: usize, registered: bool) {
+    let m = mount_needing_pools(
+        UringConfig::default()
+            .bufs_per_queue(bufs)
+            .registered_pools(registered),
+    );
     let expected = if bufs == 0 {
         UringMode::PerEntry
     } else {
         UringMode::Pools {
             bufs_per_queue: bufs,
+            registered,
         }
     };
     assert_eq!(m.session.mode(), expected);
+    if bufs > 0 {
+        // Turned off is no fallback; registered, there is none either.
+        assert_eq!(m.session.fallback_reason(), None);
+        let transport = m.session.transport();
+        assert_eq!(
+            transport.contains("registered buffer pools"),
+            registered,
+            "{transport}"
+        );
+    }
     // Four writers of 3 MiB files against at most `bufs` buffers per queue:
     // requests wait in the kernel for a free buffer.
     parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 3);
@@ -532,13 +558,31 @@ fn vm_pools_with_4_buffers_per_queue_serve_four_writers() {
 }
 
 #[test]
+fn vm_unregistered_pools_serve_four_writers() {
+    pooled_writers_with(4, false);
+}
+
+#[test]
+fn vm_registered_pools_with_1_buffer_per_queue_serve_four_writers() {
+    // Every request waits for the one buffer of its queue, imported
+    // through the ring that holds its entry.
+    pooled_writers_with(1, true);
+}
+
+#[test]
 fn vm_pools_are_really_used() {
     let m = mount_needing_pools(
         UringConfig::default()
             .bufs_per_queue(4)
             .entries_per_queue(8),
     );
-    assert_eq!(m.session.mode(), UringMode::Pools { bufs_per_queue: 4 });
+    assert_eq!(
+        m.session.mode(),
+        UringMode::Pools {
+            bufs_per_queue: 4,
+            registered: true
+        }
+    );
     parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);
     assert_io_went_through_the_ring(&m.session);
     let stats = m.session.stats();

@@ -244,7 +244,14 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
                 });
             }
             let buffers = match mode {
-                UringMode::Pools { bufs_per_queue } => format!("pools:{bufs_per_queue}"),
+                UringMode::Pools {
+                    bufs_per_queue,
+                    registered: true,
+                } => format!("registered-pools:{bufs_per_queue}"),
+                UringMode::Pools {
+                    bufs_per_queue,
+                    registered: false,
+                } => format!("pools:{bufs_per_queue}"),
                 UringMode::PerEntry => "per-entry".to_string(),
                 UringMode::DevFuse => "dev-read".to_string(),
             };
