@@ -7,7 +7,8 @@
 #
 # DAEMON is `passthroughfs`, LOAD the `direct_read_load` example of
 # fuse-transport-uring. The plan sets, in the environment:
-#   MEM_BUFS      buffers per queue to compare, e.g. "0 4" (0: per-entry)
+#   MEM_BUFS      buffers per queue to compare, e.g. "0 4 4u" (0: per-entry;
+#                 a trailing u: pools left unregistered)
 #   MEM_ENTRIES   ring entries per queue
 #   MEM_ROUNDS    rounds; each runs every MEM_BUFS value once, alternating
 #   MEM_SECONDS   seconds of load per run
@@ -15,7 +16,8 @@
 #   MEM_FILE_MIB  size of the file read, in MiB
 #
 # One run: a fresh `DAEMON --uring --uring-bufs B --uring-entries E
-# --uring-threads-per-queue 1 --no-passthrough` serves a tmpfs directory; LOAD reads the file there
+# --uring-threads-per-queue 1 --no-passthrough` (with
+# --uring-unregistered-pools for Bu) serves a tmpfs directory; LOAD reads the file there
 # with random 1 MiB O_DIRECT reads from MEM_READERS threads per CPU (each
 # pinned to its CPU, so every queue is loaded) and samples the daemon's
 # /proc/PID/status; SIGUSR1 before and after the load
@@ -60,18 +62,26 @@ field() {
 	grep 'transport state' "$2" | tail -n 1 | sed -n "s/.* $1=\([^ ]*\).*/\1/p"
 }
 
+# cpu_ticks PID: user + system clock ticks of the process so far.
+cpu_ticks() {
+	awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
 # one_run ROUND BUFS
 one_run() {
-	round=$1 bufs=$2
-	log=$logs/daemon-$round-$bufs.log
-	out=$logs/load-$round-$bufs.txt
-	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES"
+	round=$1 label=$2
+	bufs=${label%u}
+	unregistered=
+	[ "$bufs" != "$label" ] && unregistered=--uring-unregistered-pools
+	log=$logs/daemon-$round-$label.log
+	out=$logs/load-$round-$label.txt
+	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES $unregistered"
 	# --no-passthrough: with kernel passthrough the kernel would read the
 	# backing file itself and no READ would reach the rings. One ring
 	# thread per queue holds all of a queue's entries, as in the runs that
 	# docs/fuse-uring-performance.md reports.
 	"$daemon" --foreground --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
-		--uring-threads-per-queue 1 --no-passthrough "$src" "$mnt" 2>"$log" &
+		--uring-threads-per-queue 1 --no-passthrough $unregistered "$src" "$mnt" 2>"$log" &
 	pid=$!
 	if ! wait_for "$log" "passthroughfs serving" 120; then
 		echo "memory: the daemon did not start:"
@@ -87,8 +97,10 @@ one_run() {
 	wait_for "$log" "transport state" 30 || status=1
 	resident_idle=$(field resident "$log")
 	mounted=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+	ticks0=$(cpu_ticks "$pid")
 	"$load" "$mnt/data" --threads "$readers" --seconds "$MEM_SECONDS" \
 		--watch "$pid" >"$out" || status=$?
+	ticks1=$(cpu_ticks "$pid")
 	cat "$out"
 	huge=$(awk '/^AnonHugePages:/ {print $2}' "/proc/$pid/smaps_rollup")
 	kill -USR1 "$pid"
@@ -123,6 +135,20 @@ one_run() {
 		return 1
 	fi
 	reads=$(sed -n 's/.* reads=\([0-9]*\).*/\1/p' "$out")
+	# The serving line names the transport, "registered buffer pools" only
+	# when they are.
+	case "$(grep 'passthroughfs serving' "$log")" in
+	*"registered buffer pools"*) registered=1 ;;
+	*) registered=0 ;;
+	esac
+	if [ "$bufs" -gt 0 ] && [ -z "$unregistered" ] && [ "$registered" = 0 ]; then
+		echo "memory: --uring-bufs $bufs but the pools are not registered"
+		return 1
+	fi
+	if [ -n "$unregistered" ] && [ "$registered" = 1 ]; then
+		echo "memory: --uring-unregistered-pools but the pools are registered"
+		return 1
+	fi
 	if [ "$bufs" -gt 0 ] && [ "${pooled:-0}" -eq 0 ]; then
 		echo "memory: --uring-bufs $bufs but no request used a pool buffer"
 		return 1
@@ -135,7 +161,9 @@ one_run() {
 		echo "memory: $reads reads but only ${ring:-0} requests through the rings"
 		return 1
 	fi
-	echo "XTASK-MEMORY: cpus=$cpus possible=$possible thp=${thp:-?} bufs=$bufs entries=$MEM_ENTRIES round=$round file_mib=$MEM_FILE_MIB rss_mounted_kib=$mounted $(cat "$out") reserved=$reserved resident_idle=$resident_idle resident=$resident anon_huge_kib=${huge:-0} ring_requests=$ring pooled_requests=$pooled"
+	# The daemon's CPU time during the load, in milliseconds (USER_HZ 100).
+	cpu_ms=$(((ticks1 - ticks0) * 10))
+	echo "XTASK-MEMORY: cpus=$cpus possible=$possible thp=${thp:-?} bufs=$label cpu_ms=$cpu_ms entries=$MEM_ENTRIES round=$round file_mib=$MEM_FILE_MIB rss_mounted_kib=$mounted $(cat "$out") reserved=$reserved resident_idle=$resident_idle resident=$resident anon_huge_kib=${huge:-0} ring_requests=$ring pooled_requests=$pooled"
 }
 
 round=1

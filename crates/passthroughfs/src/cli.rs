@@ -139,6 +139,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = UringConfig::default().bufs_per_queue)]
     pub uring_bufs: usize,
 
+    /// io_uring: don't register the buffer pools with the rings (they are
+    /// by default, where the kernel takes it: payloads are then copied
+    /// through pages pinned once instead of per request).
+    #[arg(long)]
+    pub uring_unregistered_pools: bool,
+
     /// io_uring: ring entries per queue (requests a queue serves at once),
     /// split among its threads; 0: one per ring thread, 8 per thread with
     /// --runtime tokio|uring.

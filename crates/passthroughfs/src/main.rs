@@ -120,11 +120,12 @@ impl Plan {
             && (args.uring_bufs != uring_defaults.bufs_per_queue
                 || args.uring_entries != uring_defaults.entries_per_queue
                 || args.uring_queues != 0
-                || args.uring_threads_per_queue != 0)
+                || args.uring_threads_per_queue != 0
+                || args.uring_unregistered_pools)
         {
             return Err(Failure(
-                "--uring-bufs, --uring-entries, --uring-queues and --uring-threads-per-queue \
-                 need --uring (-o io_uring)"
+                "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue and \
+                 --uring-unregistered-pools need --uring (-o io_uring)"
                     .into(),
             ));
         }
@@ -156,16 +157,19 @@ impl Plan {
         args.fs.check_thread_pool(args.runtime)?;
         let session_config = session_config(args.threads, args.max_threads)?;
         let uring = if args.uring {
-            Some(uring_config(
-                RingLayout {
-                    threads: args.uring_queues,
-                    threads_per_queue: args.uring_threads_per_queue,
-                    entries: args.uring_entries,
-                },
-                args.uring_bufs,
-                args.runtime,
-                &session_config,
-            )?)
+            Some(
+                uring_config(
+                    RingLayout {
+                        threads: args.uring_queues,
+                        threads_per_queue: args.uring_threads_per_queue,
+                        entries: args.uring_entries,
+                    },
+                    args.uring_bufs,
+                    args.runtime,
+                    &session_config,
+                )?
+                .registered_pools(!args.uring_unregistered_pools),
+            )
         } else {
             None
         };

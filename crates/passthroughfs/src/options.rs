@@ -167,6 +167,11 @@ const OPTIONS: &[Opt] = &[
         a.uring_bufs = number(v)?;
         Ok(())
     }),
+    flag(
+        "uring_unregistered_pools",
+        "--uring-unregistered-pools",
+        |a| a.uring_unregistered_pools = true,
+    ),
     value("uring_queues=", "--uring-queues N", |a, v| {
         a.uring_queues = number(v)?;
         Ok(())

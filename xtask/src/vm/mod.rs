@@ -135,9 +135,10 @@ pub struct VmArgs {
     #[arg(long)]
     measure_memory: bool,
     /// --measure-memory: buffers per queue to compare (0: a payload buffer
-    /// per entry), comma-separated.
-    #[arg(long, value_name = "N,N", value_delimiter = ',', default_values_t = [0, 4], requires = "measure_memory")]
-    measure_bufs: Vec<usize>,
+    /// per entry; N: registered pools of N, Nu: unregistered pools of N),
+    /// comma-separated.
+    #[arg(long, value_name = "N,N", value_delimiter = ',', default_values = ["0", "4"], value_parser = parse_bufs, requires = "measure_memory")]
+    measure_bufs: Vec<String>,
     /// --measure-memory: ring entries per queue.
     #[arg(
         long,
@@ -536,6 +537,23 @@ fn report(
     problems
 }
 
+/// A `--measure-bufs` value: `N` or `Nu` (unregistered pools, N > 0).
+fn parse_bufs(v: &str) -> Result<String, String> {
+    let (n, unregistered) = match v.strip_suffix('u') {
+        Some(n) => (n, true),
+        None => (v, false),
+    };
+    match n.parse::<usize>() {
+        Ok(0) if unregistered => {
+            Err("0u: per-entry buffers have no pool to leave unregistered".into())
+        }
+        Ok(_) => Ok(v.to_string()),
+        Err(_) => Err(format!(
+            "{v:?}: buffers per queue, a number, with a trailing u for unregistered pools"
+        )),
+    }
+}
+
 /// One `XTASK-MEMORY:` line as key/value pairs.
 fn memory_fields(line: &str) -> std::collections::BTreeMap<&str, &str> {
     line.split_whitespace()
@@ -605,73 +623,103 @@ fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
     }
     let _ = writeln!(
         out,
-        "\nMedians:\n\n| bufs/queue | MiB/s | RSS peak MiB | RSS steady MiB | VmSize MiB | reserved MiB |"
+        "\nMedians (daemon CPU: user and system time during the load, per GiB read):\n\n| bufs/queue | MiB/s | daemon CPU ms/GiB | RSS peak MiB | RSS steady MiB | VmSize MiB | reserved MiB |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let seconds: f64 = get("seconds").parse().unwrap_or(f64::NAN);
+    // A run's daemon CPU per GiB read.
+    let cpu_per_gib = |r: &std::collections::BTreeMap<&str, &str>| {
+        num(r, "cpu_ms") / (num(r, "mib_s") * seconds / 1024.0)
+    };
+    struct Medians<'a> {
+        bufs: &'a str,
+        mib_s: f64,
+        cpu: f64,
+        peak: f64,
+        steady: f64,
+        vmsize: f64,
+        reserved: f64,
+    }
     let mut medians = Vec::new();
     for bufs in &args.measure_bufs {
-        let of = |k: &str, scale: f64| {
-            median(
-                rows.iter()
-                    .filter(|r| r.get("bufs") == Some(&bufs.to_string().as_str()))
-                    .map(|r| num(r, k) / scale)
-                    .collect(),
-            )
+        let runs = || {
+            rows.iter()
+                .filter(|r| r.get("bufs") == Some(&bufs.as_str()))
         };
-        let m = (
-            *bufs,
-            of("mib_s", 1.0),
-            of("rss_peak_kib", KIB),
-            of("rss_steady_kib", KIB),
-            of("vmsize_kib", KIB),
-            of("reserved", MIB),
-        );
+        let of = |k: &str, scale: f64| median(runs().map(|r| num(r, k) / scale).collect());
+        let m = Medians {
+            bufs,
+            mib_s: of("mib_s", 1.0),
+            cpu: median(runs().map(cpu_per_gib).collect()),
+            peak: of("rss_peak_kib", KIB),
+            steady: of("rss_steady_kib", KIB),
+            vmsize: of("vmsize_kib", KIB),
+            reserved: of("reserved", MIB),
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            m.0, m.1, m.2, m.3, m.4, m.5
+            "| {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            m.bufs, m.mib_s, m.cpu, m.peak, m.steady, m.vmsize, m.reserved
         );
         medians.push(m);
     }
-    if let Some(per_entry) = medians.iter().find(|m| m.0 == 0) {
-        out.push('\n');
-        for m in medians.iter().filter(|m| m.0 != 0) {
-            // Throughput drifts with the host's load: also the median of
-            // the ratios within each round (runs next to each other).
-            let in_round = |bufs: usize, round: &str| {
+    // Throughput and CPU drift with the host's load: also the median of
+    // the ratios within each round (runs next to each other).
+    let paired =
+        |a: &str, b: &str, value: &dyn Fn(&std::collections::BTreeMap<&str, &str>) -> f64| {
+            median(
                 rows.iter()
-                    .find(|r| {
-                        r.get("bufs") == Some(&bufs.to_string().as_str())
-                            && r.get("round") == Some(&round)
-                    })
-                    .map(|r| num(r, "mib_s"))
-            };
-            let paired = median(
-                rows.iter()
-                    .filter(|r| r.get("bufs") == Some(&m.0.to_string().as_str()))
+                    .filter(|r| r.get("bufs") == Some(&a))
                     .filter_map(|r| {
                         let round = r.get("round")?;
-                        Some(num(r, "mib_s") / in_round(0, round)?)
+                        let other = rows
+                            .iter()
+                            .find(|o| o.get("bufs") == Some(&b) && o.get("round") == Some(round))?;
+                        Some(value(r) / value(other))
                     })
                     .collect(),
-            );
+            )
+        };
+    if let Some(per_entry) = medians.iter().find(|m| m.bufs == "0") {
+        out.push('\n');
+        for m in medians.iter().filter(|m| m.bufs != "0") {
             let _ = writeln!(
                 out,
                 "{} bufs/queue vs per-entry: RSS steady {:.2}x, RSS peak {:.2}x, reserved {:.2}x, \
-                 throughput {:.2}x (median of the per-round ratios {paired:.2}x); \
-                 target RSS <= 1/3 of per-entry: {}",
-                m.0,
-                m.3 / per_entry.3,
-                m.2 / per_entry.2,
-                m.5 / per_entry.5,
-                m.1 / per_entry.1,
-                if m.3 * 3.0 <= per_entry.3 && m.2 * 3.0 <= per_entry.2 {
+                 throughput {:.2}x (median of the per-round ratios {:.2}x), daemon CPU per GiB \
+                 {:.2}x (per round {:.2}x); target RSS <= 1/3 of per-entry: {}",
+                m.bufs,
+                m.steady / per_entry.steady,
+                m.peak / per_entry.peak,
+                m.reserved / per_entry.reserved,
+                m.mib_s / per_entry.mib_s,
+                paired(m.bufs, "0", &|r| num(r, "mib_s")),
+                m.cpu / per_entry.cpu,
+                paired(m.bufs, "0", &cpu_per_gib),
+                if m.steady * 3.0 <= per_entry.steady && m.peak * 3.0 <= per_entry.peak {
                     "met"
                 } else {
                     "NOT met"
                 }
             );
         }
+    }
+    // Registered against unregistered pools of the same size.
+    for m in &medians {
+        let unregistered = format!("{}u", m.bufs);
+        let Some(u) = medians.iter().find(|o| o.bufs == unregistered) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{} registered vs unregistered: throughput {:.2}x (per round {:.2}x), daemon CPU per \
+             GiB {:.2}x (per round {:.2}x)",
+            m.bufs,
+            m.mib_s / u.mib_s,
+            paired(m.bufs, &unregistered, &|r| num(r, "mib_s")),
+            m.cpu / u.cpu,
+            paired(m.bufs, &unregistered, &cpu_per_gib),
+        );
     }
     out
 }
@@ -786,9 +834,10 @@ mod tests {
     #[test]
     fn memory_lines() {
         let mut vm = VmRun::default();
-        vm.line("vm| XTASK-MEMORY: cpus=2 bufs=0 round=1 mib_s=100.0 rss_peak_kib=37888 rss_steady_kib=37888 reserved=33570816");
-        vm.line("XTASK-MEMORY: cpus=2 bufs=4 round=1 mib_s=98.0 rss_peak_kib=10240 rss_steady_kib=10240 reserved=8404992");
-        assert_eq!(vm.memory.len(), 2);
+        vm.line("vm| XTASK-MEMORY: cpus=2 bufs=0 seconds=10 cpu_ms=2000 round=1 mib_s=100.0 rss_peak_kib=37888 rss_steady_kib=37888 reserved=33570816");
+        vm.line("XTASK-MEMORY: cpus=2 bufs=4 seconds=10 cpu_ms=1000 round=1 mib_s=98.0 rss_peak_kib=10240 rss_steady_kib=10240 reserved=8404992");
+        vm.line("XTASK-MEMORY: cpus=2 bufs=4u seconds=10 cpu_ms=1500 round=1 mib_s=98.0 rss_peak_kib=10240 rss_steady_kib=10240 reserved=8404992");
+        assert_eq!(vm.memory.len(), 3);
         assert_eq!(memory_fields(&vm.memory[1])["reserved"], "8404992");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(Vec::new()), 0.0);
@@ -798,18 +847,36 @@ mod tests {
             vm: VmArgs,
         }
         use clap::Parser as _;
-        let args = Cli::try_parse_from(["vm", "--measure-memory", "--measure-rounds", "1"])
-            .unwrap()
-            .vm;
+        let args = Cli::try_parse_from([
+            "vm",
+            "--measure-memory",
+            "--measure-rounds",
+            "1",
+            "--measure-bufs",
+            "0,4,4u",
+        ])
+        .unwrap()
+        .vm;
         let kernel = Kernel {
             vmlinuz: PathBuf::from("vmlinuz"),
             about: "test".into(),
         };
         let table = memory_table(&vm.memory, &args, &kernel);
-        assert!(table.contains("| 4 | 98.0 | 10.0 | 10.0 |"), "{table}");
+        // 2000 ms for 1000 MiB: 2048 ms per GiB; 1000 ms for 980 MiB: 1045.
+        assert!(table.contains("| 0 | 100.0 | 2048 | 37.0 |"), "{table}");
+        assert!(
+            table.contains("| 4 | 98.0 | 1045 | 10.0 | 10.0 |"),
+            "{table}"
+        );
         assert!(table.contains("reserved 0.25x"), "{table}");
         assert!(table.contains("per-round ratios 0.98x"), "{table}");
         assert!(table.contains("1/3 of per-entry: met"), "{table}");
+        assert!(
+            table.contains("4 registered vs unregistered: throughput 1.00x (per round 1.00x), daemon CPU per GiB 0.67x"),
+            "{table}"
+        );
+        assert!(Cli::try_parse_from(["vm", "--measure-memory", "--measure-bufs", "0u"]).is_err());
+        assert!(Cli::try_parse_from(["vm", "--measure-memory", "--measure-bufs", "x"]).is_err());
         // The measurement's settings need the flag.
         assert!(Cli::try_parse_from(["vm", "--measure-rounds", "1"]).is_err());
         assert!(!Cli::try_parse_from(["vm"]).unwrap().vm.measure_memory);
