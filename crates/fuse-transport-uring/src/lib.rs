@@ -1,6 +1,6 @@
 //! Serve a FUSE file system over io_uring (`FUSE_OVER_IO_URING`, Linux
-//! 6.14+), with the kernel's buffer pools where it offers them (Linux 7.3,
-//! `FUSE_HAS_IO_URING_BUFPOOL`).
+//! 6.14+), with the kernel's buffer pools, registered with the rings, where
+//! it offers them (Linux 7.3, `FUSE_HAS_IO_URING_BUFPOOL`).
 //!
 //! [`UringSession`] mounts, answers INIT over `/dev/fuse`, and then serves
 //! requests from one io_uring per thread, with threads pinned to the CPU of
@@ -85,6 +85,16 @@
 //!   arguments (`offset` is 0 otherwise, and meaningless), keeps it while
 //!   the entry is in user space, and reuses or frees it at the commit.
 //!   A request that finds no free buffer waits in the kernel.
+//! - **Registered pools.** ADD_BUFPOOL with `IORING_URING_CMD_FIXED` and a
+//!   `buf_index` makes the queue's pool registered: the kernel imports
+//!   payloads through that slot of the buffer table of the ring whose
+//!   command holds the entry (pages pinned once instead of per request),
+//!   so every ring serving the queue registers the pool's memory there,
+//!   from the same addresses, and every REGISTER and COMMIT_AND_FETCH of
+//!   the queue carries the flag and the index (a REGISTER without them
+//!   turns io_uring off for the connection). This transport maps all
+//!   queues' pools as one region, registers it as slot 0 of every ring,
+//!   and tries that on its setup ring first ([`UringConfig::registered_pools`]).
 //! - **Teardown.** An unmount or abort stops the queues: entries waiting in
 //!   the kernel complete with `-ENOTCONN`, entries in user space are
 //!   released and their commits fail with `-ENOTCONN`. Closing a ring
