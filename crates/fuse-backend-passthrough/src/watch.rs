@@ -216,8 +216,20 @@ impl SourceWatcher {
     /// as well ([`SourceWatcher::watches_files`] says whether it does).
     pub(crate) fn start(notifier: Weak<Notifier>, files: bool) -> io::Result<Self> {
         let names = libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME;
+        // A mark per file the kernel knows: past the per-user limit
+        // (`fs.fanotify.max_user_marks`) files keep the short timeout, so
+        // a privileged daemon asks for no limit.
+        let init = |flags| {
+            sys::fanotify_init(flags | libc::FAN_UNLIMITED_MARKS).or_else(|e| {
+                if e.raw_os_error() == Some(libc::EPERM) {
+                    sys::fanotify_init(flags)
+                } else {
+                    Err(e)
+                }
+            })
+        };
         let with_files = files
-            .then(|| sys::fanotify_init(names | libc::FAN_REPORT_FID))
+            .then(|| init(names | libc::FAN_REPORT_FID))
             .and_then(|r| {
                 r.map_err(|e| tracing::info!("source watch: files can't be watched: {e}"))
                     .ok()
@@ -225,7 +237,7 @@ impl SourceWatcher {
         let watches_files = with_files.is_some();
         let group = Arc::new(match with_files {
             Some(group) => group,
-            None => sys::fanotify_init(names)?,
+            None => init(names)?,
         });
         let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
