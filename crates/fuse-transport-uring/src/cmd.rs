@@ -58,12 +58,15 @@ fn set_fixed(entry: &mut squeue::Entry128, index: u16) {
     bytes[SQE_BUF_INDEX_OFFSET..SQE_BUF_INDEX_OFFSET + 2].copy_from_slice(&index.to_ne_bytes());
 }
 
+/// The SQE of command `op`; `fixed`: the queue's registered pool slot
+/// ([`set_fixed`]).
 fn command(
     op: UringCmd,
     req: &UringCmdReq,
     addr: Option<u64>,
     len: u32,
     user_data: u64,
+    fixed: Option<u16>,
 ) -> squeue::Entry128 {
     let mut area = [0u8; 80];
     area[..size_of::<UringCmdReq>()].copy_from_slice(req.as_bytes());
@@ -74,6 +77,9 @@ fn command(
         .user_data(user_data);
     if len != 0 {
         set_len(&mut entry, len);
+    }
+    if let Some(index) = fixed {
+        set_fixed(&mut entry, index);
     }
     entry
 }
@@ -97,17 +103,14 @@ pub fn register(
         qid,
         ..UringCmdReq::default()
     };
-    let mut entry = command(
+    command(
         UringCmd::Register,
         &req,
         Some(iovecs as u64),
         REGISTER_IOVECS,
         user_data,
-    );
-    if let Some(index) = fixed {
-        set_fixed(&mut entry, index);
-    }
-    entry
+        fixed,
+    )
 }
 
 /// A REGISTER the kernel must refuse (`sqe->len` 0): a refused REGISTER
@@ -121,6 +124,7 @@ pub fn register_refused_on_purpose(user_data: u64) -> squeue::Entry128 {
         None,
         0,
         user_data,
+        None,
     )
 }
 
@@ -138,11 +142,7 @@ pub fn commit_and_fetch(
         commit_id,
         ..UringCmdReq::default()
     };
-    let mut entry = command(UringCmd::CommitAndFetch, &req, None, 0, user_data);
-    if let Some(index) = fixed {
-        set_fixed(&mut entry, index);
-    }
-    entry
+    command(UringCmd::CommitAndFetch, &req, None, 0, user_data, fixed)
 }
 
 /// ADD_QUEUE (7.46): creates queue `qid` so that a pool can be added before
@@ -152,7 +152,7 @@ pub fn add_queue(qid: u16, user_data: u64) -> squeue::Entry128 {
         qid,
         ..UringCmdReq::default()
     };
-    command(UringCmd::AddQueue, &req, None, 0, user_data)
+    command(UringCmd::AddQueue, &req, None, 0, user_data, None)
 }
 
 /// ADD_BUFPOOL (7.46): gives queue `qid` the pool at `uaddr`, `len` bytes
@@ -177,11 +177,7 @@ pub fn add_bufpool(
         }),
         ..UringCmdReq::default()
     };
-    let mut entry = command(UringCmd::AddBufpool, &req, None, 0, user_data);
-    if let Some(index) = fixed {
-        set_fixed(&mut entry, index);
-    }
-    entry
+    command(UringCmd::AddBufpool, &req, None, 0, user_data, fixed)
 }
 
 /// A one-shot poll for readability of `fd` (the thread's wake eventfd).
