@@ -89,7 +89,9 @@ impl PassthroughFs {
         let inode = counted.inode();
         let was_watched = inode.attrs_watched.load(Ordering::Acquire);
         let attr_timeout = self.attr_timeout_of(inode, true);
-        let fresh = (inode.attrs_watched.load(Ordering::Acquire) != was_watched)
+        let newly_marked = attr_timeout == crate::WATCHED_ATTR_TIMEOUT
+            && inode.attrs_watched.load(Ordering::Acquire) != was_watched;
+        let fresh = newly_marked
             .then(|| {
                 let pfd = inode.file.path_fd().ok()?;
                 sys::statx_fd(pfd.as_fd(), STATX_WANTED).ok()
