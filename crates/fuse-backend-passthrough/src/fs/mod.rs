@@ -299,27 +299,41 @@ impl PassthroughFs {
         if parent.ftype != libc::S_IFDIR {
             return self.entry_timeout;
         }
-        let Some(watcher) = lock(&self.watcher).clone() else {
-            return self.entry_timeout;
-        };
-        // Marking needs read access to the directory: the daemon's own.
-        self.creds.root();
-        let marked = parent
-            .file
-            .path_fd()
-            .and_then(|fd| watcher.watch(parent.nodeid, fd.as_fd()));
-        match marked {
-            // Only if the watch is still the one marked in.
-            Ok(()) if self.watch_epoch.load(Ordering::Acquire) == epoch => {
-                parent.watched.store(epoch, Ordering::Release);
-                crate::WATCHED_ENTRY_TIMEOUT
-            }
-            Ok(()) => self.entry_timeout,
+        match self.mark_in_watch(epoch, parent, &parent.watched, |w, fd| {
+            w.watch(parent.nodeid, fd)
+        }) {
+            Ok(true) => crate::WATCHED_ENTRY_TIMEOUT,
+            Ok(false) => self.entry_timeout,
             Err(e) => {
                 tracing::debug!(nodeid = parent.nodeid, "watching a directory: {e}");
                 self.entry_timeout
             }
         }
+    }
+
+    /// Marks `inode` in the running source watch (`watch` given the
+    /// watcher and the inode's `O_PATH` descriptor; as the daemon: marking
+    /// needs read access) and records watch `epoch` in `marked_in` if that
+    /// watch still runs. `Ok(false)`: no watch runs, or another one than
+    /// `epoch` (set up meanwhile).
+    fn mark_in_watch(
+        &self,
+        epoch: u64,
+        inode: &Inode,
+        marked_in: &AtomicU64,
+        watch: impl FnOnce(&SourceWatcher, BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<bool> {
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return Ok(false);
+        };
+        self.creds.root();
+        let fd = inode.file.path_fd()?;
+        watch(&watcher, fd.as_fd())?;
+        if self.watch_epoch.load(Ordering::Acquire) != epoch {
+            return Ok(false);
+        }
+        marked_in.store(epoch, Ordering::Release);
+        Ok(true)
     }
 
     /// How long the attributes of `inode` may be cached, as found now: long
@@ -340,25 +354,12 @@ impl PassthroughFs {
         if !mark || state == epoch | MARK_FAILED {
             return self.attr_timeout;
         }
-        let Some(watcher) = lock(&self.watcher).clone() else {
-            return self.attr_timeout;
-        };
-        if !watcher.watches_files() {
-            return self.attr_timeout;
-        }
-        // Marking needs read access to the file: the daemon's own.
-        self.creds.root();
-        let marked = inode
-            .file
-            .path_fd()
-            .and_then(|fd| watcher.watch_file(inode.nodeid, fd.as_fd()));
-        match marked {
-            // Only if the watch is still the one marked in.
-            Ok(()) if self.watch_epoch.load(Ordering::Acquire) == epoch => {
-                inode.attrs_watched.store(epoch, Ordering::Release);
-                crate::WATCHED_ATTR_TIMEOUT
-            }
-            Ok(()) => self.attr_timeout,
+        // (A watch that can't watch files refuses with EOPNOTSUPP.)
+        match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, fd| {
+            w.watch_file(inode.nodeid, fd)
+        }) {
+            Ok(true) => crate::WATCHED_ATTR_TIMEOUT,
+            Ok(false) => self.attr_timeout,
             Err(e) => {
                 tracing::debug!(nodeid = inode.nodeid, "watching a file: {e}");
                 // Not tried again in this watch.
