@@ -7,6 +7,22 @@
 //! request straight into the backing file ([`ZeroCopyReader`]), so each is
 //! one copy in user space.
 //!
+//! ## Zero copy (FUSE over io_uring, Linux 7.3)
+//!
+//! On an io_uring queue with zero copy, the kernel lends a READ or WRITE of
+//! a file opened with [`fuse_abi::FopenFlags::IO_URING_ZERO_COPY`] as
+//! pages registered in the ring's buffer table, not as bytes in transport
+//! memory. The transport then offers a writer or reader whose
+//! [`ZeroCopyWriter::is_zero_copy`] / [`ZeroCopyReader::is_zero_copy`] is
+//! true: `write_from_file` and `read_to_file` move the data between the
+//! backing file and those pages with fixed-buffer io_uring reads and
+//! writes, and the daemon never maps or copies it. So a file system that
+//! answers READ and WRITE by naming a descriptor and an offset gets zero
+//! copy by opening its files with that flag, and nothing else. The memory
+//! methods (`spare`/`commit`, `write_all`, `unconsumed`/`consume`) still
+//! work on such a writer or reader, through a bounce buffer of the
+//! transport's: correct, but a copy more than the ordinary path.
+//!
 //! ## Short-count contract
 //!
 //! Like `pread(2)`/`pwrite(2)`, each file transfer moves *up to* the bytes
@@ -51,6 +67,13 @@ pub trait ZeroCopyWriter: Send {
 
     /// Marks `n` bytes of [`ZeroCopyWriter::spare`] as written.
     fn commit(&mut self, n: usize);
+
+    /// The transport moves file data itself (see the module's "Zero
+    /// copy"): `write_from_file` is the path without a copy, and the
+    /// memory methods go through a bounce buffer.
+    fn is_zero_copy(&self) -> bool {
+        false
+    }
 }
 
 /// Source of a WRITE request's data: transport memory the data is written from.
@@ -68,6 +91,13 @@ pub trait ZeroCopyReader: Send {
 
     /// Marks `n` bytes as consumed.
     fn consume(&mut self, n: usize);
+
+    /// The transport moves file data itself (see the module's "Zero
+    /// copy"): `read_to_file` is the path without a copy, and
+    /// `unconsumed` goes through a bounce buffer.
+    fn is_zero_copy(&self) -> bool {
+        false
+    }
 }
 
 /// A [`ZeroCopyWriter`] over one contiguous slice of transport memory.

@@ -452,6 +452,18 @@ impl Transaction for LoggedTx<'_> {
         });
         r
     }
+
+    fn zero_copy_writer(&mut self) -> Option<&mut dyn crate::io::ZeroCopyWriter> {
+        self.inner.zero_copy_writer()
+    }
+
+    fn zero_copy_reader(&mut self) -> Option<&mut dyn crate::io::ZeroCopyReader> {
+        self.inner.zero_copy_reader()
+    }
+
+    fn zero_copy_queue(&self) -> bool {
+        self.inner.zero_copy_queue()
+    }
 }
 
 /// What a request's line says of its result.

@@ -6,15 +6,15 @@ use crate::async_fs::{AsyncFileSystem, SyncFs};
 use crate::backing::BackingFiles;
 use crate::filesystem::FileSystem;
 use crate::init::{negotiate, InitConfig, InitOutcome, KernelInit, Negotiated};
-use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyWriter};
+use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyReader, ZeroCopyWriter};
 use crate::notify::{NotificationSink, Notifier};
 use crate::opcode_table::opcode_info_raw;
 use crate::request::{decode, DecodeOptions, Operation, RawRequest};
 use crate::request_log;
 use crate::types::*;
 use fuse_abi::{
-    AttrOut, BmapOut, CopyFileRangeOut, GetxattrOut, InitFlags, IoctlOut, LkOut, LseekOut, Opcode,
-    PollOut, StatfsOut, StatxOut, WriteOut,
+    AttrOut, BmapOut, CopyFileRangeOut, FopenFlags, GetxattrOut, InitFlags, IoctlOut, LkOut,
+    LseekOut, Opcode, PollOut, StatfsOut, StatxOut, WriteOut,
 };
 use std::future::Future;
 use std::io;
@@ -45,6 +45,28 @@ pub trait Transaction: Send {
     /// negative errno) and the length, then the first `body_len` bytes of
     /// [`Transaction::reply_buffer`].
     fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()>;
+
+    /// The request is a READ whose data the transport moves itself (FUSE
+    /// over io_uring zero copy, see [`crate::io`]): the server answers it
+    /// through this writer instead of [`Transaction::reply_buffer`], and
+    /// the reply's body length is what was written.
+    fn zero_copy_writer(&mut self) -> Option<&mut dyn ZeroCopyWriter> {
+        None
+    }
+
+    /// The request is a WRITE whose data the transport moves itself: the
+    /// server answers it from this reader instead of the request's bytes
+    /// (which hold no data then).
+    fn zero_copy_reader(&mut self) -> Option<&mut dyn ZeroCopyReader> {
+        None
+    }
+
+    /// The request came through a queue that moves READ and WRITE data of
+    /// files opened with [`fuse_abi::FopenFlags::IO_URING_ZERO_COPY`]
+    /// itself. Elsewhere the server takes that flag off an open's reply.
+    fn zero_copy_queue(&self) -> bool {
+        false
+    }
 }
 
 /// What became of a request.
@@ -342,6 +364,9 @@ impl Server {
 
     /// The dispatch: decode, call the file system, reply.
     pub(crate) async fn dispatch(&self, tx: &mut dyn Transaction) -> io::Result<Outcome> {
+        // Asked before the request is borrowed: a zero-copy WRITE is read
+        // from the reader, not from the request's bytes.
+        let zero_copy_write = tx.zero_copy_reader().is_some();
         let raw = tx.request();
         let header = match raw.in_header() {
             Ok(h) => h,
@@ -460,6 +485,11 @@ impl Server {
                 self.reply_open(tx, &ctx, r, true).await
             }
             Operation::Read(args) => {
+                if let Some(out) = tx.zero_copy_writer() {
+                    let r = fs.read(&ctx, ino, &args, out).await;
+                    let len = out.written();
+                    return self.reply_result(tx, unique, r.map(|_| len));
+                }
                 let buf = tx.reply_buffer();
                 let size = (args.size as usize).min(buf.len());
                 let mut out = SliceWriter::new(&mut buf[..size]);
@@ -468,8 +498,16 @@ impl Server {
                 self.reply_result(tx, unique, r.map(|_| len))
             }
             Operation::Write { args, data } => {
-                let mut input = SliceReader::new(data);
-                let r = fs.write(&ctx, ino, &args, &mut input).await;
+                let r = match zero_copy_write {
+                    true => match tx.zero_copy_reader() {
+                        Some(input) => fs.write(&ctx, ino, &args, input).await,
+                        None => Err(io::Error::from_raw_os_error(libc::EIO)),
+                    },
+                    false => {
+                        let mut input = SliceReader::new(data);
+                        fs.write(&ctx, ino, &args, &mut input).await
+                    }
+                };
                 let r = r.and_then(|n| {
                     u32::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EIO))
                 });
@@ -859,7 +897,8 @@ impl Server {
             Ok(o) => o,
             Err(e) => return self.reply_error(tx, ctx.unique, errno_of(&e)),
         };
-        let outcome = self.reply_parts(tx, ctx.unique, &[opened.to_open_out().as_bytes()]);
+        let open_out = zero_copy_checked(tx, &opened).to_open_out();
+        let outcome = self.reply_parts(tx, ctx.unique, &[open_out.as_bytes()]);
         if !matches!(outcome, Ok(Outcome::Replied)) {
             self.release_unclaimed(ctx, ctx.nodeid, &opened, dir).await;
         }
@@ -876,13 +915,11 @@ impl Server {
             Ok(v) => v,
             Err(e) => return self.reply_error(tx, ctx.unique, errno_of(&e)),
         };
+        let open_out = zero_copy_checked(tx, &opened).to_open_out();
         let outcome = self.reply_parts(
             tx,
             ctx.unique,
-            &[
-                entry.to_entry_out().as_bytes(),
-                opened.to_open_out().as_bytes(),
-            ],
+            &[entry.to_entry_out().as_bytes(), open_out.as_bytes()],
         );
         if !matches!(outcome, Ok(Outcome::Replied)) {
             self.release_unclaimed(ctx, entry.nodeid, &opened, false)
@@ -934,6 +971,18 @@ impl Server {
         }
         outcome
     }
+}
+
+/// `opened` as the kernel may get it: `FOPEN_IO_URING_ZERO_COPY` only
+/// through a queue with zero copy, and never next to `FOPEN_PASSTHROUGH`
+/// (the kernel fails such an open with EIO: the flag is outside its
+/// passthrough mask).
+fn zero_copy_checked(tx: &dyn Transaction, opened: &Opened) -> Opened {
+    let mut o = *opened;
+    if !tx.zero_copy_queue() || o.flags.contains(FopenFlags::PASSTHROUGH) {
+        o.flags.remove(FopenFlags::IO_URING_ZERO_COPY);
+    }
+    o
 }
 
 /// The node ids of the entries in a READDIRPLUS reply body.

@@ -54,7 +54,8 @@
 //! after that is dropped unanswered (the session's `wait` aborts the
 //! connection, which fails it).
 
-use super::{reap_into, submit, write_reply, QueueThread, Ring, RingTransaction, DRAIN_TIMEOUT};
+use super::{reap_into, submit, write_reply, QueueThread, Ring, DRAIN_TIMEOUT};
+use crate::zero_copy::FixedRing;
 use async_io::RuntimeType;
 use fuse_abi::uring::UringReqHeader;
 use fuse_abi::InHeader;
@@ -62,7 +63,6 @@ use fuse_server::opcode_table::opcode_info_raw;
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::pin;
 use std::rc::Rc;
@@ -116,16 +116,22 @@ pub(super) fn serve(
             format!("registering an eventfd with the ring: {e}"),
         )
     })?;
+    // From here on the ring is used through `fixed` only: by the loop, and
+    // by tasks' zero-copy operations (see `zero_copy.rs`), in turns.
+    // SAFETY: `ring` outlives `fixed`, which is dropped after the runtime
+    // (and with it every task) and before `ring` is used again below.
+    let fixed = unsafe { FixedRing::new(ring as *mut Ring, Vec::new()) };
     let result = rt.block_on(async {
         // SAFETY: `RingEventFd` owns the eventfd and always returns the same
         // descriptor, open until the `AsyncFd` (which owns it) is dropped.
         let efd = unsafe { AsyncFd::register_with_interest(RingEventFd(efd), Interest::READABLE) }
             .map_err(io::Error::from)?;
-        serve_loop(thread, ring, &efd).await
+        serve_loop(thread, &fixed, &efd).await
     });
     // Every task (and the transport memory views it holds) goes first;
     // the ring and the entries' memory after, in `queue::run`.
     drop(rt);
+    drop(fixed);
     if let Err(e) = ring.submitter().unregister_eventfd() {
         tracing::debug!("unregistering the ring's eventfd: {e}");
     }
@@ -134,7 +140,7 @@ pub(super) fn serve(
 
 async fn serve_loop(
     t: &mut QueueThread,
-    ring: &mut Ring,
+    fixed: &FixedRing,
     efd: &AsyncFd<RingEventFd>,
 ) -> io::Result<()> {
     let finished = Rc::new(Finished::default());
@@ -145,15 +151,17 @@ async fn serve_loop(
     // allocates nothing once they have grown.
     let (mut batch, mut done) = (Vec::new(), Vec::new());
     loop {
+        // Completions a task's zero-copy operation reaped while waiting.
+        fixed.take_others(&mut t.pending);
         std::mem::swap(&mut batch, &mut t.pending);
         for &(user_data, res) in &batch {
-            start(t, ring, &finished, &mut busy, user_data, res)?;
+            start(t, fixed, &finished, &mut busy, user_data, res)?;
         }
         batch.clear();
         std::mem::swap(&mut done, &mut *finished.entries.borrow_mut());
         for &(index, commit_id) in &done {
             busy -= 1;
-            t.commit(ring, index, commit_id)?;
+            fixed.with(|ring| t.commit(ring, index, commit_id))??;
         }
         done.clear();
         if t.shared.stop.load(Ordering::Acquire) {
@@ -170,7 +178,7 @@ async fn serve_loop(
                 }
                 // Hand in the replies written so far; closing the ring then
                 // cancels the entries waiting in the kernel.
-                submit(ring)?;
+                fixed.with(submit)??;
                 return Ok(());
             }
         }
@@ -188,20 +196,29 @@ async fn serve_loop(
                 return Ok(());
             }
         }
+        fixed.take_others(&mut t.pending);
+        if !t.pending.is_empty() {
+            continue;
+        }
         if busy == 0 && !t.stopping && !t.gone {
             // No task of ours runs on the runtime, so nothing but the ring
             // can bring work: wait in the ring itself, as the synchronous
             // loop does (one system call that submits the commits and
             // sleeps), not through the reactor (eventfd, epoll, enter).
-            super::wait(ring)?;
-            reap_into(ring, &mut t.pending);
+            fixed.with(|ring| -> io::Result<()> {
+                super::wait(ring)?;
+                reap_into(ring, &mut t.pending);
+                Ok(())
+            })??;
             continue;
         }
         // Submit the commits and run the ring's completion work.
-        enter(ring)?;
-        let before = t.pending.len();
-        reap_into(ring, &mut t.pending);
-        if t.pending.len() > before {
+        fixed.with(|ring| -> io::Result<()> {
+            enter(ring)?;
+            reap_into(ring, &mut t.pending);
+            Ok(())
+        })??;
+        if !t.pending.is_empty() {
             continue;
         }
         if !finished.entries.borrow().is_empty() {
@@ -269,13 +286,13 @@ async fn wait(efd: &AsyncFd<RingEventFd>, finished: &Finished, tick: Option<Dura
 /// Handles one completion: a request becomes a task.
 fn start(
     t: &mut QueueThread,
-    ring: &mut Ring,
+    fixed: &FixedRing,
     finished: &Rc<Finished>,
     busy: &mut usize,
     user_data: u64,
     res: i32,
 ) -> io::Result<()> {
-    let Some(index) = t.take_completion(ring, user_data, res)? else {
+    let Some(index) = fixed.with(|ring| t.take_completion(ring, user_data, res))?? else {
         return Ok(());
     };
     if t.stopping {
@@ -316,20 +333,15 @@ fn start(
             return Ok(());
         }
     };
-    let tx = RingTransaction::<'static> {
-        header: entry_header,
-        op_len: view.op_len,
-        data: view.data,
-        payload_len: view.payload_len,
-        capacity: view.capacity,
-        replied: false,
-        _entry: PhantomData,
-    };
+    // SAFETY: the entry belongs to the task until its commit; `fixed`
+    // outlives every task (the runtime is dropped first, in `serve`), on
+    // this thread.
+    let tx = unsafe { t.transaction(index, &view, fixed) };
     let qid = qid as usize;
     let opcode = view.opcode;
     if opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely()) {
         // A lock wait holds its entry for as long as the lock is taken.
-        t.keep_entries_free(ring, index)?;
+        fixed.with(|ring| t.keep_entries_free(ring, index))??;
     }
     let shared = t.shared.clone();
     let finished = finished.clone();

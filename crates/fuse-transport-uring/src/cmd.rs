@@ -6,7 +6,7 @@
 //! an array of two iovecs (entry headers, payload) in `sqe->addr` with
 //! `sqe->len == 2`; the kernel rejects any other count.
 
-use fuse_abi::uring::{UringBufpool, UringCmd, UringCmdArg, UringCmdReq};
+use fuse_abi::uring::{CmdFlags, UringBufpool, UringCmd, UringCmdArg, UringCmdReq};
 use io_uring::{opcode, squeue, types};
 use zerocopy::IntoBytes;
 
@@ -92,15 +92,22 @@ fn command(
 /// valid until the kernel has given the entry back.
 ///
 /// `fixed`: the queue's pool is registered at that slot of the ring's
-/// buffer table.
+/// buffer table. `zero_copy_slot`: the queue has zero copy, and the
+/// kernel registers a zero-copy request's pages at that (empty) slot of
+/// the ring's buffer table (`ent_zero_copy_buf_index`); `None` leaves the
+/// field 0, as a queue without zero copy requires.
 pub fn register(
     qid: u16,
     iovecs: *const [libc::iovec; 2],
     user_data: u64,
     fixed: Option<u16>,
+    zero_copy_slot: Option<u16>,
 ) -> squeue::Entry128 {
     let req = UringCmdReq {
         qid,
+        arg: zero_copy_slot.map_or_else(UringCmdArg::default, |slot| {
+            UringCmdArg::from_ent_zero_copy_buf_index(slot)
+        }),
         ..UringCmdReq::default()
     };
     command(
@@ -146,10 +153,17 @@ pub fn commit_and_fetch(
 }
 
 /// ADD_QUEUE (7.46): creates queue `qid` so that a pool can be added before
-/// any entry registers.
-pub fn add_queue(qid: u16, user_data: u64) -> squeue::Entry128 {
+/// any entry registers; with `zero_copy`, a queue whose READ and WRITE of
+/// files opened with `FOPEN_IO_URING_ZERO_COPY` come as registered pages
+/// (`FUSE_URING_ZERO_COPY`: the kernel wants `CAP_SYS_ADMIN`, else `EPERM`).
+pub fn add_queue(qid: u16, user_data: u64, zero_copy: bool) -> squeue::Entry128 {
     let req = UringCmdReq {
         qid,
+        flags: if zero_copy {
+            CmdFlags::ZERO_COPY.bits()
+        } else {
+            0
+        },
         ..UringCmdReq::default()
     };
     command(UringCmd::AddQueue, &req, None, 0, user_data, None)
@@ -199,7 +213,7 @@ mod tests {
             iov_len: 0,
         }; 2];
         for e in [
-            register(1, &iov, 2, Some(7)),
+            register(1, &iov, 2, Some(7), None),
             commit_and_fetch(1, 3, 4, Some(7)),
             add_bufpool(1, 0x1000, 4096, 5, Some(7)),
         ] {
@@ -223,7 +237,7 @@ mod tests {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; 2];
-        let e = register(3, &iov, 0x55, None);
+        let e = register(3, &iov, 0x55, None, None);
         let b = bytes(&e);
         assert_eq!(b[0], io_uring::opcode::UringCmd80::CODE);
         // fd: fixed file 0 with IOSQE_FIXED_FILE.
@@ -265,9 +279,28 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(b[28..32].try_into().unwrap()), 0);
         assert_eq!(u16::from_ne_bytes(b[40..42].try_into().unwrap()), 0);
 
-        let b = bytes(&add_queue(5, 1));
+        let b = bytes(&add_queue(5, 1, false));
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 3);
         assert_eq!(u64::from_ne_bytes(b[48..56].try_into().unwrap()), 0);
         assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 5);
+        // FUSE_URING_ZERO_COPY in cmd_req.flags (cmd + 0).
+        let b = bytes(&add_queue(5, 1, true));
+        assert_eq!(u64::from_ne_bytes(b[48..56].try_into().unwrap()), 1);
+    }
+
+    #[test]
+    fn zero_copy_register_names_its_slot_and_nothing_else() {
+        let iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        // ent_zero_copy_buf_index at cmd + 24 (SQE byte 72), u16.
+        let b = bytes(&register(3, &iov, 1, Some(0), Some(17)));
+        assert_eq!(u16::from_ne_bytes(b[72..74].try_into().unwrap()), 17);
+        assert_eq!(&b[74..88], &[0u8; 14]);
+        // Without zero copy the union stays zero: a non-zero index on a
+        // queue without zero copy ends io_uring for the connection.
+        let b = bytes(&register(3, &iov, 1, Some(0), None));
+        assert_eq!(&b[72..88], &[0u8; 16]);
     }
 }

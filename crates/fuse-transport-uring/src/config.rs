@@ -74,6 +74,17 @@ pub struct UringConfig {
     /// registration is refused, pools stay unregistered (logged, and said
     /// by [`crate::UringSession::fallback_reason`]). Default `true`.
     pub registered_pools: bool,
+    /// Zero copy (Linux 7.3, `FUSE_URING_ZERO_COPY`): queues whose READ
+    /// and WRITE of files opened with `FOPEN_IO_URING_ZERO_COPY` come as
+    /// the request's own pages, registered in the ring's buffer table, and
+    /// are moved to and from backing files by fixed-buffer io_uring
+    /// operations (`fuse_server::io`: a file system that answers through
+    /// `write_from_file` / `read_to_file` gets it by setting that open
+    /// flag). Needs pools and `CAP_SYS_ADMIN` in the initial user
+    /// namespace; where the kernel refuses it, the queues are added
+    /// without (logged, and said by
+    /// [`crate::UringSession::fallback_reason`]). Default `true`.
+    pub zero_copy: bool,
     /// Pin each ring thread to the CPU of its queue (or the CPUs of its
     /// queues), so it runs where its requests come from. Default `true`.
     pub pin_threads: bool,
@@ -180,6 +191,7 @@ impl Default for UringConfig {
             entries_per_queue: 0,
             bufs_per_queue: 4,
             registered_pools: true,
+            zero_copy: true,
             pin_threads: true,
             defer_taskrun: true,
             dev_threads: 1,
@@ -232,6 +244,13 @@ impl UringConfig {
     #[must_use]
     pub fn registered_pools(mut self, on: bool) -> Self {
         self.registered_pools = on;
+        self
+    }
+
+    /// Sets whether queues ask for zero copy ([`UringConfig::zero_copy`]).
+    #[must_use]
+    pub fn zero_copy(mut self, on: bool) -> Self {
+        self.zero_copy = on;
         self
     }
 
@@ -410,8 +429,8 @@ impl ThreadLayout {
     }
 }
 
-/// Which way a session serves requests, after the fallback chain
-/// (pools → per-entry buffers → `/dev/fuse`).
+/// Which way a session serves requests, after the fallback chain (zero
+/// copy → registered pools → pools → per-entry buffers → `/dev/fuse`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UringMode {
     /// io_uring with a kernel buffer pool on every queue.
@@ -421,6 +440,8 @@ pub enum UringMode {
         /// The pools are registered with the rings
         /// ([`UringConfig::registered_pools`]).
         registered: bool,
+        /// Every queue has zero copy ([`UringConfig::zero_copy`]).
+        zero_copy: bool,
     },
     /// io_uring with one payload buffer per entry (kernels without pools,
     /// pools turned off, or refused by the kernel).
@@ -444,11 +465,13 @@ impl fmt::Display for UringMode {
             UringMode::Pools {
                 bufs_per_queue,
                 registered,
+                zero_copy,
             } => {
                 let registered = if *registered { "registered " } else { "" };
+                let zero_copy = if *zero_copy { " and zero copy" } else { "" };
                 write!(
                     f,
-                    "io_uring with {registered}buffer pools ({bufs_per_queue} per queue)"
+                    "io_uring with {registered}buffer pools ({bufs_per_queue} per queue){zero_copy}"
                 )
             }
             UringMode::PerEntry => f.write_str("io_uring with a payload buffer per entry"),

@@ -109,6 +109,7 @@ mod fault;
 mod queue;
 mod session;
 mod sys;
+mod zero_copy;
 
 pub use config::{default_threads_per_queue, UringConfig, UringMode, UringRuntime};
 #[cfg(feature = "fault-injection")]

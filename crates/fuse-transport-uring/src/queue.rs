@@ -48,8 +48,10 @@ use crate::cmd;
 use crate::fault::UringFault;
 use crate::session::Shared;
 use crate::sys::{self, EventFd, Mapping};
+use crate::zero_copy::{self, Direction, FixedRing, ZeroCopyEntry};
 use fuse_abi::uring::{EntFlags, UringEntInOut, UringReqHeader, IN_OUT_HEADER_SZ, OP_IN_OUT_SZ};
-use fuse_abi::{InHeader, OutHeader};
+use fuse_abi::{InHeader, Opcode, OutHeader, ReadIn, WriteIn};
+use fuse_server::io::{ZeroCopyReader, ZeroCopyWriter};
 use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{RawRequest, Transaction};
 use io_uring::{cqueue, squeue, IoUring};
@@ -87,6 +89,9 @@ pub(crate) struct PoolSlice {
     /// whole region at [`cmd::POOL_BUF_INDEX`] ([`register_pool`]), and
     /// REGISTER and COMMIT_AND_FETCH name it.
     pub(crate) registered: bool,
+    /// The queue was added with zero copy (`FUSE_URING_ZERO_COPY`): each
+    /// entry names a slot of its ring's buffer table (see `zero_copy.rs`).
+    pub(crate) zero_copy: bool,
 }
 
 impl PoolSlice {
@@ -254,6 +259,10 @@ struct QueueThread {
     in_flight: usize,
     /// Completions reaped and not handled yet: (user_data, result).
     pending: Vec<(u64, i32)>,
+    /// Slots of the ring's buffer table (0: no queue of the thread has
+    /// zero copy): entry `i` uses slot [`zero_copy::FIRST_ENTRY_SLOT`]` + i`,
+    /// so no entry beyond the table may be added.
+    table_slots: usize,
     /// The connection ended (a command completed with ENOTCONN & co).
     gone: bool,
     /// The session asked this thread to stop.
@@ -337,6 +346,7 @@ impl QueueThread {
             handed_off: Arc::default(),
             in_flight: 0,
             pending: Vec::new(),
+            table_slots: 0,
             gone: false,
             stopping: false,
             logged_bad: false,
@@ -346,7 +356,7 @@ impl QueueThread {
         })
     }
 
-    fn create_ring(&self) -> Result<Ring, String> {
+    fn create_ring(&mut self) -> Result<Ring, String> {
         // At most one SQE per entry, plus the wake poll.
         let sq = (self.entries.len() + 2).next_power_of_two() as u32;
         // Room in the completion queue for a CQE of every entry the thread
@@ -369,11 +379,40 @@ impl QueueThread {
             .iter()
             .filter_map(|q| q.pool.as_ref())
             .find(|p| p.registered);
-        if let Some(pool) = registered {
+        let zero_copy = self
+            .plan
+            .queues
+            .iter()
+            .any(|q| q.pool.as_ref().is_some_and(|p| p.zero_copy));
+        if zero_copy {
+            // The pool (or an empty slot) at 0, then an empty slot for
+            // every entry the thread may ever have, lock waits' included.
+            let slots = (zero_copy::FIRST_ENTRY_SLOT + most).min(zero_copy::MAX_TABLE_SLOTS);
+            register_table(&ring, registered.map(|p| &*p.region), slots).map_err(|e| {
+                format!("registering a buffer table of {slots} slots with an io_uring: {e}")
+            })?;
+            self.table_slots = slots;
+        } else if let Some(pool) = registered {
             register_pool(&ring, &pool.region)
                 .map_err(|e| format!("registering the buffer pools with an io_uring: {e}"))?;
         }
         Ok(ring)
+    }
+
+    /// The slot of the ring's buffer table entry `index` names in its
+    /// REGISTER, if its queue has zero copy.
+    fn zero_copy_slot(&self, index: usize) -> Option<u16> {
+        let qi = self.entries[index].queue;
+        if !self.plan.queues[qi]
+            .pool
+            .as_ref()
+            .is_some_and(|p| p.zero_copy)
+        {
+            return None;
+        }
+        let slot = zero_copy::FIRST_ENTRY_SLOT + index;
+        // Entries are made only with a slot in the table (`make_entries`).
+        (slot < self.table_slots).then_some(slot as u16)
     }
 
     /// The registered-buffer slot commands of queue `qi` name
@@ -434,7 +473,8 @@ impl QueueThread {
                 continue;
             }
             let fixed = self.fixed_index(self.entries[i].queue);
-            let sqe = cmd::register(qid, &self.entries[i].iov, i as u64, fixed);
+            let slot = self.zero_copy_slot(i);
+            let sqe = cmd::register(qid, &self.entries[i].iov, i as u64, fixed, slot);
             self.push(ring, sqe)
                 .map_err(|e| format!("queueing REGISTER: {e}"))?;
             self.mark_in_kernel(i);
@@ -520,7 +560,7 @@ impl QueueThread {
             self.keep_entries_free(ring, index)?;
             return Ok(());
         }
-        let commit_id = self.answer(index);
+        let commit_id = self.answer(ring, index);
         self.commit(ring, index, commit_id)
     }
 
@@ -553,20 +593,17 @@ impl QueueThread {
         let Ok(view) = self.locate(e, queue, Some(header), &ent) else {
             return false;
         };
+        if view.zero_copy.is_some() {
+            // Its pages are in this ring's table: served here.
+            return false;
+        }
         let mut memory = vec![self._headers.clone()];
         memory.extend(self._payloads.clone());
         memory.extend(queue.pool.as_ref().map(|p| p.region.clone()));
         memory.extend(self.added_memory.iter().cloned());
         let detached = DetachedTransaction {
-            tx: RingTransaction {
-                header: e.header,
-                op_len: view.op_len,
-                data: view.data,
-                payload_len: view.payload_len,
-                capacity: view.capacity,
-                replied: false,
-                _entry: PhantomData,
-            },
+            // SAFETY: no zero-copy part (checked above).
+            tx: unsafe { self.transaction(index, &view, std::ptr::null()) },
             _memory: memory,
         };
         let server = self.shared.server.clone();
@@ -703,6 +740,7 @@ impl QueueThread {
             &self.entries[new].iov,
             new as u64,
             self.fixed_index(qi),
+            self.zero_copy_slot(new),
         );
         self.push(ring, sqe)?;
         self.mark_in_kernel(new);
@@ -745,6 +783,16 @@ impl QueueThread {
     /// Makes [`ADDED_CHUNK`] unregistered entries for queue `qi`, with
     /// memory of their own.
     fn make_entries(&mut self, qi: usize) -> io::Result<()> {
+        if self.table_slots > 0
+            && zero_copy::FIRST_ENTRY_SLOT + self.entries.len() + ADDED_CHUNK > self.table_slots
+        {
+            // A zero-copy entry without a slot of the ring's table would
+            // fail its requests' reads and writes.
+            return Err(io::Error::other(format!(
+                "the ring's buffer table ({} slots) has no slot for more entries",
+                self.table_slots
+            )));
+        }
         let headers = Arc::new(Mapping::new(ADDED_CHUNK * HEADER_STRIDE)?);
         self.shared.counters.track(headers.clone());
         let payloads = if self.plan.queues[qi].pool.is_none() {
@@ -854,9 +902,51 @@ impl QueueThread {
         }
     }
 
+    /// The transaction of the request in entry `index`, located at `view`;
+    /// `fixed`: the ring its zero-copy operations run on (null when the
+    /// view has no zero-copy part).
+    ///
+    /// # Safety
+    ///
+    /// The entry must be in user space until the transaction is dropped,
+    /// and `fixed` valid (and used on this thread only) until then.
+    pub(crate) unsafe fn transaction(
+        &self,
+        index: usize,
+        view: &View,
+        fixed: *const FixedRing,
+    ) -> RingTransaction<'static> {
+        let e = &self.entries[index];
+        let queue = &self.plan.queues[e.queue];
+        let zero_copy_queue = queue.pool.as_ref().is_some_and(|p| p.zero_copy);
+        let zero_copy = view.zero_copy.and_then(|(direction, size)| {
+            let slot = self.zero_copy_slot(index)?;
+            let counters = &self.shared.counters;
+            match direction {
+                Direction::Read => &counters.zero_copy_reads,
+                Direction::Write => &counters.zero_copy_writes,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract; the counters live in `shared`,
+            // which outlives the ring thread's transactions.
+            Some(unsafe { ZeroCopyEntry::new(fixed, counters as *const _, slot, direction, size) })
+        });
+        RingTransaction {
+            header: e.header,
+            op_len: view.op_len,
+            data: view.data,
+            payload_len: view.payload_len,
+            capacity: view.capacity,
+            replied: false,
+            zero_copy,
+            zero_copy_queue,
+            _entry: PhantomData,
+        }
+    }
+
     /// Answers the request in entry `index`, writing the reply into the
     /// entry; returns the commit id to hand it in with.
-    fn answer(&mut self, index: usize) -> u64 {
+    fn answer(&mut self, ring: &mut Ring, index: usize) -> u64 {
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
         // SAFETY: the entry's CQE arrived, so the kernel leaves its header
@@ -872,25 +962,30 @@ impl QueueThread {
         let unique = header.map_or(ent.commit_id, |h| h.unique);
         match self.locate(e, queue, header, &ent) {
             Ok(view) => {
-                let mut tx = RingTransaction {
-                    header: e.header,
-                    op_len: view.op_len,
-                    data: view.data,
-                    payload_len: view.payload_len,
-                    capacity: view.capacity,
-                    replied: false,
-                    _entry: PhantomData,
-                };
+                // The ring is lent to the transaction's zero-copy
+                // operations while the file system runs; completions of
+                // other entries that arrive meanwhile go to `pending`.
+                // SAFETY: `ring` isn't used otherwise until `fixed` goes.
+                let fixed =
+                    unsafe { FixedRing::new(ring as *mut Ring, std::mem::take(&mut self.pending)) };
+                // SAFETY: the entry is in user space until its commit, and
+                // `fixed` outlives `tx`, on this thread.
+                let mut tx = unsafe { self.transaction(index, &view, &fixed) };
                 // A panicking file system method must not take the queue
                 // down: every later request issued on its CPU would hang.
                 let server = &self.shared.server;
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     server.handle(&mut tx)
                 }));
+                let replied = tx.replied;
+                drop(tx);
+                self.pending = fixed.into_others();
+                let e = &self.entries[index];
+                let queue = &self.plan.queues[e.queue];
                 self.shared
                     .counters
                     .request(queue.qid as usize, view.opcode);
-                if !tx.replied {
+                if !replied {
                     // No reply (an unreadable request, an opcode that takes
                     // none, a panic): the entry must go back all the same.
                     write_reply(e.header, unique, -libc::EIO, 0);
@@ -930,12 +1025,25 @@ impl QueueThread {
         ent: &UringEntInOut,
     ) -> Result<View, String> {
         let h = header.ok_or("the entry's in_out area holds no fuse_in_header")?;
-        if EntFlags::from_bits_retain(ent.flags).contains(EntFlags::ZERO_COPY) {
-            return Err("zero-copy request on a queue that didn't ask for zero copy".into());
-        }
         let payload_len = ent.payload_sz as usize;
         let op_len = op_in_len(h.len, payload_len)?;
+        let zero_copy = if EntFlags::from_bits_retain(ent.flags).contains(EntFlags::ZERO_COPY) {
+            if !queue.pool.as_ref().is_some_and(|p| p.zero_copy) {
+                return Err("zero-copy request on a queue that didn't ask for zero copy".into());
+            }
+            // SAFETY: the entry is in user space; `op_in` is 128 bytes.
+            let op_in = unsafe { std::ptr::read(std::ptr::addr_of!((*e.header).op_in)) };
+            Some(zero_copy_request(h.opcode, &op_in[..op_len], payload_len)?)
+        } else {
+            None
+        };
         let (data, capacity) = match &queue.pool {
+            // A zero-copy READ has no pool buffer: offset 0 is some other
+            // entry's buffer (its data goes to the registered pages, its
+            // reply has no body in the pool).
+            _ if matches!(zero_copy, Some((Direction::Read, _))) => {
+                (std::ptr::NonNull::<u8>::dangling().as_ptr(), 0)
+            }
             None => (e.payload, self.plan.payload_size),
             Some(pool) => {
                 match pool_buffer(h.opcode, payload_len, ent.offset, pool.len, pool.buf_size)? {
@@ -959,6 +1067,7 @@ impl QueueThread {
             payload_len,
             op_len,
             opcode: h.opcode,
+            zero_copy,
         })
     }
 
@@ -1021,12 +1130,48 @@ fn pool_buffer(
 }
 
 /// Where a request lies in an entry's memory.
-struct View {
+pub(crate) struct View {
     data: *mut u8,
     capacity: usize,
     payload_len: usize,
     op_len: usize,
+    pub(crate) opcode: u32,
+    /// A zero-copy request: its direction and byte count (the length of
+    /// the pages the kernel registered).
+    zero_copy: Option<(Direction, usize)>,
+}
+
+/// The direction and byte count of a request the kernel handed over with
+/// zero copy: only READ and WRITE qualify (`can_zero_copy_req`), a READ
+/// with no payload in the entry, a WRITE whose `payload_sz` is its size
+/// (its bytes are in the registered pages, not in the pool buffer).
+fn zero_copy_request(
     opcode: u32,
+    op_in: &[u8],
+    payload_len: usize,
+) -> Result<(Direction, usize), String> {
+    match Opcode::from_u32(opcode) {
+        Some(Opcode::Read) => {
+            let (read, _) = ReadIn::read_from_prefix(op_in)
+                .map_err(|_| "zero-copy READ without a fuse_read_in")?;
+            if payload_len != 0 {
+                return Err(format!("zero-copy READ with {payload_len} payload bytes"));
+            }
+            Ok((Direction::Read, read.size as usize))
+        }
+        Some(Opcode::Write) => {
+            let (write, _) = WriteIn::read_from_prefix(op_in)
+                .map_err(|_| "zero-copy WRITE without a fuse_write_in")?;
+            if write.size as usize != payload_len {
+                return Err(format!(
+                    "zero-copy WRITE of {} bytes with payload_sz {payload_len}",
+                    write.size
+                ));
+            }
+            Ok((Direction::Write, payload_len))
+        }
+        _ => Err(format!("zero-copy request with opcode {opcode}")),
+    }
 }
 
 /// Writes a reply's `fuse_out_header` into the entry's `in_out` area and
@@ -1056,13 +1201,17 @@ const _: () = assert!(size_of::<InHeader>() <= IN_OUT_HEADER_SZ);
 /// The header comes from the entry's `in_out` area, the opcode's fixed
 /// argument from `op_in`, the rest from the payload buffer (the entry's own
 /// or its pool buffer), where the reply body goes too.
-struct RingTransaction<'a> {
+pub(crate) struct RingTransaction<'a> {
     header: *mut UringReqHeader,
     op_len: usize,
     data: *mut u8,
     payload_len: usize,
     capacity: usize,
-    replied: bool,
+    pub(crate) replied: bool,
+    /// A READ or WRITE the kernel handed over with zero copy.
+    zero_copy: Option<ZeroCopyEntry>,
+    /// The entry's queue has zero copy.
+    zero_copy_queue: bool,
     _entry: PhantomData<&'a mut UringReqHeader>,
 }
 
@@ -1094,14 +1243,46 @@ impl Transaction for RingTransaction<'_> {
     }
 
     fn send_reply(&mut self, unique: u64, error: i32, body_len: usize) -> io::Result<()> {
-        let body_len = if error == 0 {
-            body_len.min(self.capacity)
-        } else {
-            0
+        let (error, body_len) = match &self.zero_copy {
+            // The data went where told but a bounce copy failed: the
+            // request fails rather than return what isn't there.
+            Some(zc) if error == 0 && zc.failed().is_some() => {
+                (-zc.failed().unwrap_or(libc::EIO), 0)
+            }
+            // The body of a zero-copy READ is in the registered pages:
+            // its length is what was moved there.
+            Some(zc) if zc.direction() == Direction::Read => (
+                error,
+                if error == 0 {
+                    body_len.min(zc.done())
+                } else {
+                    0
+                },
+            ),
+            _ if error == 0 => (0, body_len.min(self.capacity)),
+            _ => (error, 0),
         };
         write_reply(self.header, unique, error, body_len);
         self.replied = true;
         Ok(())
+    }
+
+    fn zero_copy_writer(&mut self) -> Option<&mut dyn ZeroCopyWriter> {
+        match &mut self.zero_copy {
+            Some(zc) if zc.direction() == Direction::Read => Some(zc),
+            _ => None,
+        }
+    }
+
+    fn zero_copy_reader(&mut self) -> Option<&mut dyn ZeroCopyReader> {
+        match &mut self.zero_copy {
+            Some(zc) if zc.direction() == Direction::Write => Some(zc),
+            _ => None,
+        }
+    }
+
+    fn zero_copy_queue(&self) -> bool {
+        self.zero_copy_queue
     }
 }
 
@@ -1176,8 +1357,26 @@ struct DetachedTransaction {
     _memory: Vec<Arc<Mapping>>,
 }
 
-/// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
-/// first.
+/// Registers a sparse buffer table of `slots` slots with `ring`: the pool
+/// mapping `pool` (if registered) at [`cmd::POOL_BUF_INDEX`], every other
+/// slot empty (`{NULL, 0}`), for the kernel to register zero-copy
+/// requests' pages in.
+fn register_table(ring: &Ring, pool: Option<&Mapping>, slots: usize) -> io::Result<()> {
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iovs = vec![empty; slots.max(1)];
+    if let Some(pool) = pool {
+        iovs[cmd::POOL_BUF_INDEX as usize] = libc::iovec {
+            iov_base: pool.as_ptr().cast(),
+            iov_len: pool.len(),
+        };
+    }
+    // SAFETY: as in `register_pool`; the empty slots name no memory.
+    unsafe { ring.submitter().register_buffers(&iovs) }
+}
+
 /// Registers the pool mapping `region` as slot [`cmd::POOL_BUF_INDEX`] of
 /// `ring`'s buffer table (the ring's only registered buffer).
 pub(crate) fn register_pool(ring: &Ring, region: &Mapping) -> io::Result<()> {
@@ -1191,6 +1390,8 @@ pub(crate) fn register_pool(ring: &Ring, region: &Mapping) -> io::Result<()> {
     unsafe { ring.submitter().register_buffers(&[iov]) }
 }
 
+/// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
+/// first.
 pub(crate) fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
     build_ring_with_cq(entries, entries.saturating_mul(2), defer_taskrun)
 }

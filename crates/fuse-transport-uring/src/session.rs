@@ -285,6 +285,7 @@ impl UringSession {
             bufs,
             kernel_payload,
             config.registered_pools,
+            config.zero_copy,
             &mut pools,
         ) {
             let pooled = pools.iter().filter(|p| p.is_some()).count();
@@ -301,6 +302,7 @@ impl UringSession {
             .next()
             .map_or(0, |p| p.len / p.buf_size);
         let registered = pools.iter().flatten().any(|p| p.registered);
+        let zero_copy = pooled_queues > 0 && pools.iter().flatten().all(|p| p.zero_copy);
 
         let layout = ThreadLayout::new(nr_queues, config);
         let mut plans: Vec<ThreadPlan> = Vec::with_capacity(layout.threads);
@@ -398,6 +400,7 @@ impl UringSession {
             UringMode::Pools {
                 bufs_per_queue,
                 registered,
+                zero_copy,
             }
         } else {
             UringMode::PerEntry
@@ -414,12 +417,18 @@ impl UringSession {
     /// each ring thread registers it again, at [`cmd::POOL_BUF_INDEX`],
     /// before its entries, and a refusal there would end io_uring for the
     /// connection, so only a mapping the kernel took once is registered).
+    ///
+    /// With `zero_copy`, queues are added with `FUSE_URING_ZERO_COPY`
+    /// while the kernel takes it; once it refuses (`EPERM` without
+    /// `CAP_SYS_ADMIN`, `EINVAL` from a kernel without the flag), the
+    /// queue and the rest are added without, and the reason logged once.
     fn add_pools(
         &mut self,
         dev_fd: RawFd,
         bufs: usize,
         buf_size: usize,
         register: bool,
+        zero_copy: bool,
         pools: &mut [Option<PoolSlice>],
     ) -> Result<(), String> {
         // ADD_BUFPOOL takes a 32-bit length.
@@ -451,10 +460,27 @@ impl UringSession {
             }
         };
         let fixed = registered.then_some(cmd::POOL_BUF_INDEX);
+        let mut zero_copy = zero_copy;
+        if !zero_copy {
+            tracing::info!("zero copy turned off (UringConfig::zero_copy)");
+        }
         for (qid, slot) in pools.iter_mut().enumerate() {
             let start = qid * slice_len;
-            run_setup_command(&mut ring, cmd::add_queue(qid as u16, 1))
-                .map_err(|e| format!("FUSE_IO_URING_CMD_ADD_QUEUE for queue {qid}: {e}"))?;
+            if zero_copy {
+                if let Err(e) = run_setup_command(&mut ring, cmd::add_queue(qid as u16, 1, true)) {
+                    let why = zero_copy_refused(&e);
+                    tracing::info!(
+                        "zero copy refused for queue {qid} ({why}): READ and WRITE data is copied"
+                    );
+                    self.fallback_reason
+                        .get_or_insert_with(|| format!("zero copy refused: {why}"));
+                    zero_copy = false;
+                }
+            }
+            if !zero_copy {
+                run_setup_command(&mut ring, cmd::add_queue(qid as u16, 1, false))
+                    .map_err(|e| format!("FUSE_IO_URING_CMD_ADD_QUEUE for queue {qid}: {e}"))?;
+            }
             let uaddr = region.as_ptr() as u64 + start as u64;
             let add = cmd::add_bufpool(qid as u16, uaddr, slice_len as u32, 2, fixed);
             run_setup_command(&mut ring, add)
@@ -474,6 +500,7 @@ impl UringSession {
                 len: slice_len,
                 buf_size,
                 registered,
+                zero_copy,
             });
         }
         Ok(())
@@ -597,9 +624,11 @@ impl Session for UringSession {
                     UringMode::Pools {
                         bufs_per_queue,
                         registered,
+                        zero_copy,
                     } => format!(
-                        "{}buffer pools of {bufs_per_queue} buffers per queue",
-                        if registered { "registered " } else { "" }
+                        "{}buffer pools of {bufs_per_queue} buffers per queue{}",
+                        if registered { "registered " } else { "" },
+                        if zero_copy { ", zero copy" } else { "" }
                     ),
                     _ if l.pooled_queues > 0 => format!(
                         "buffer pools on {} queues, a payload buffer per entry on the others",
@@ -719,6 +748,19 @@ fn setup_ring(dev_fd: RawFd) -> Result<Ring, String> {
         .register_files(&[dev_fd])
         .map_err(|e| format!("registering /dev/fuse with an io_uring: {e}"))?;
     Ok(ring)
+}
+
+/// Why the kernel refused an ADD_QUEUE with `FUSE_URING_ZERO_COPY`.
+fn zero_copy_refused(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => {
+            "the daemon lacks CAP_SYS_ADMIN in the initial user namespace (EPERM)".to_string()
+        }
+        Some(libc::EINVAL) => {
+            "the kernel doesn't know FUSE_URING_ZERO_COPY (EINVAL; Linux 7.3+)".to_string()
+        }
+        _ => format!("FUSE_IO_URING_CMD_ADD_QUEUE: {e}"),
+    }
 }
 
 /// Submits one command that completes at once (ADD_QUEUE, ADD_BUFPOOL, a

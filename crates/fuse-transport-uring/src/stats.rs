@@ -24,6 +24,10 @@ pub(crate) struct Counters {
     offset_max: AtomicU64,
     pub(crate) bad_requests: AtomicU64,
     pub(crate) failed_commands: AtomicU64,
+    pub(crate) zero_copy_reads: AtomicU64,
+    pub(crate) zero_copy_writes: AtomicU64,
+    pub(crate) zero_copy_bytes: AtomicU64,
+    pub(crate) zero_copy_copied_bytes: AtomicU64,
     mappings: Mutex<Vec<Arc<Mapping>>>,
 }
 
@@ -38,6 +42,10 @@ impl Counters {
             offset_max: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
             failed_commands: AtomicU64::new(0),
+            zero_copy_reads: AtomicU64::new(0),
+            zero_copy_writes: AtomicU64::new(0),
+            zero_copy_bytes: AtomicU64::new(0),
+            zero_copy_copied_bytes: AtomicU64::new(0),
             mappings: Mutex::new(Vec::new()),
         }
     }
@@ -103,6 +111,10 @@ impl Counters {
             pool_offset_max: (pooled > 0).then(|| self.offset_max.load(Ordering::Relaxed) as u32),
             bad_requests: self.bad_requests.load(Ordering::Relaxed),
             failed_commands: self.failed_commands.load(Ordering::Relaxed),
+            zero_copy_reads: self.zero_copy_reads.load(Ordering::Relaxed),
+            zero_copy_writes: self.zero_copy_writes.load(Ordering::Relaxed),
+            zero_copy_bytes: self.zero_copy_bytes.load(Ordering::Relaxed),
+            zero_copy_copied_bytes: self.zero_copy_copied_bytes.load(Ordering::Relaxed),
             memory: self.memory(),
         }
     }
@@ -148,6 +160,21 @@ pub struct UringStats {
     /// Ring commands the kernel completed with an error other than the
     /// connection ending.
     pub failed_commands: u64,
+    /// READ requests the kernel handed over with zero copy (their pages
+    /// registered in the ring's buffer table).
+    pub zero_copy_reads: u64,
+    /// WRITE requests handed over with zero copy.
+    pub zero_copy_writes: u64,
+    /// Payload bytes of zero-copy requests moved by fixed-buffer io_uring
+    /// operations between the kernel's pages and backing files: never in
+    /// the daemon's memory.
+    pub zero_copy_bytes: u64,
+    /// Payload bytes of zero-copy requests the daemon did copy, through
+    /// its bounce buffer: for a file system that computes its data or
+    /// reads the request's bytes itself, or a backing file that refused
+    /// the pages (`O_DIRECT` alignment). 0 for a file system that names
+    /// descriptors.
+    pub zero_copy_copied_bytes: u64,
     /// The transport's buffer memory.
     pub memory: TransportMemory,
 }

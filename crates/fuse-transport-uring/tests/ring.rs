@@ -130,7 +130,8 @@ fn mode_follows_the_kernels_offer() {
             m.session.mode(),
             UringMode::Pools {
                 bufs_per_queue: 4,
-                registered: true
+                registered: true,
+                zero_copy: true,
             }
         );
         assert_eq!(stats.pooled_queues, stats.requests_per_queue.len());
@@ -511,6 +512,8 @@ fn pooled_writers_with(bufs: usize, registered: bool) {
         UringMode::Pools {
             bufs_per_queue: bufs,
             registered,
+            // Root in the VM: CAP_SYS_ADMIN.
+            zero_copy: true,
         }
     };
     assert_eq!(m.session.mode(), expected);
@@ -580,7 +583,8 @@ fn vm_pools_are_really_used() {
         m.session.mode(),
         UringMode::Pools {
             bufs_per_queue: 4,
-            registered: true
+            registered: true,
+            zero_copy: true,
         }
     );
     parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);

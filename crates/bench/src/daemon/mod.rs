@@ -246,12 +246,13 @@ pub fn run(args: DaemonArgs) -> Result<(), Failure> {
             let buffers = match mode {
                 UringMode::Pools {
                     bufs_per_queue,
-                    registered: true,
-                } => format!("registered-pools:{bufs_per_queue}"),
-                UringMode::Pools {
-                    bufs_per_queue,
-                    registered: false,
-                } => format!("pools:{bufs_per_queue}"),
+                    registered,
+                    zero_copy,
+                } => format!(
+                    "{}{}pools:{bufs_per_queue}",
+                    if zero_copy { "zero-copy-" } else { "" },
+                    if registered { "registered-" } else { "" }
+                ),
                 UringMode::PerEntry => "per-entry".to_string(),
                 UringMode::DevFuse => "dev-read".to_string(),
             };

@@ -19,6 +19,13 @@
 //! | `O_DIRECT` READ/WRITE, WRITE with `KILL_SUIDGID` | the pool if on, else as above | inline | the pool |
 //! | LOOKUP, OPEN, CREATE | inline | inline | the pool, result in a guard |
 //! | SETLKW, FSYNC, FSYNCDIR, FALLOCATE, COPY_FILE_RANGE | inline | inline | the pool |
+//! | zero-copy READ/WRITE (FUSE over io_uring on Linux 7.3) | inline | inline | inline |
+//!
+//! A zero-copy READ or WRITE ([`ZeroCopyWriter::is_zero_copy`]) is the
+//! transport's fixed-buffer io_uring operation on its own ring, between
+//! the kernel's pages and the backing descriptor, which the transport
+//! waits for: there is no memory to copy through a pool job or an owned
+//! buffer, and it runs inline whatever the runtime.
 //!
 //! ## Buffers
 //!
@@ -705,6 +712,12 @@ impl AsyncFileSystem for PassthroughFs {
         if size == 0 {
             return FsFuture::ready(Ok(()));
         }
+        if out.is_zero_copy() {
+            // The transport reads into the kernel's pages with a
+            // fixed-buffer io_uring READ on its own ring and waits for it:
+            // no copy and no hand-off (which would need one).
+            return FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out));
+        }
         let direct = h.flags & libc::O_DIRECT != 0;
         let kind = RuntimeType::current();
         if let Some(p) = self.pooled() {
@@ -744,6 +757,11 @@ impl AsyncFileSystem for PassthroughFs {
             Ok(h) => h,
             Err(e) => return FsFuture::ready(Err(e)),
         };
+        if data.is_zero_copy() {
+            // As for READ: a fixed-buffer io_uring WRITE from the kernel's
+            // pages, waited for by the transport.
+            return FsFuture::ready(self.write_handle(&h, ino, args, data));
+        }
         let direct = h.flags & libc::O_DIRECT != 0;
         let killpriv = args.kill_suidgid() && self.killpriv_v2();
         let kind = RuntimeType::current();

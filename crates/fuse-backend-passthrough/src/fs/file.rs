@@ -37,6 +37,15 @@ impl PassthroughFs {
     /// `FOPEN_KEEP_CACHE` (the user's open fails), and `FOPEN_DIRECT_IO`
     /// would send READ and WRITE to the daemon again; passthrough I/O
     /// bypasses FUSE's page cache anyway.
+    ///
+    /// A file the daemon serves asks for zero copy
+    /// (`FOPEN_IO_URING_ZERO_COPY`): on an io_uring queue with zero copy
+    /// (Linux 7.3) its READ and WRITE data then moves between the kernel's
+    /// pages and the backing file without passing through the daemon,
+    /// since READ and WRITE name the backing descriptor
+    /// (`write_from_file` / `read_to_file`). The server takes the flag off
+    /// where the queue has no zero copy; never next to
+    /// `FOPEN_PASSTHROUGH`, which the kernel refuses.
     pub(super) fn file_opened(&self, fh: u64, backing_id: i32) -> Opened {
         if backing_id > 0 {
             Opened {
@@ -47,7 +56,7 @@ impl PassthroughFs {
         } else {
             Opened {
                 fh,
-                flags: self.fopen_flags(false),
+                flags: self.fopen_flags(false) | FopenFlags::IO_URING_ZERO_COPY,
                 backing_id: 0,
             }
         }
