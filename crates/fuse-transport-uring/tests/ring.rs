@@ -359,7 +359,9 @@ fn helper_daemon_process() {
         .and_then(|b| b.parse().ok())
         .unwrap_or(4);
     init_logging();
-    let server = fuse_server::Server::new(std::sync::Arc::new(MemFs::default()));
+    let mut fs = MemFs::default();
+    fs.zero_copy = std::env::var_os(DAEMON_ZERO_COPY).is_some();
+    let server = fuse_server::Server::new(std::sync::Arc::new(fs));
     let session = UringSession::mount(
         server,
         Path::new(&dir),
@@ -377,6 +379,8 @@ fn helper_daemon_process() {
 const DAEMON_AT: &str = "FUSE_URING_TEST_DAEMON_AT";
 const DAEMON_READY: &str = "DAEMON-READY ";
 const DAEMON_BUFS: &str = "FUSE_URING_TEST_DAEMON_BUFS";
+/// Set: the daemon's files ask for zero copy.
+const DAEMON_ZERO_COPY: &str = "FUSE_URING_TEST_DAEMON_ZERO_COPY";
 
 /// The helper daemon process and its mountpoint: killed, reaped and its
 /// (then dead) mount taken away on drop, also when a test fails half-way
@@ -401,10 +405,18 @@ impl Drop for HelperDaemon {
 /// kernel tears the rings down with the process; the writers must get
 /// errors, not hang. Returns the mode the daemon reported.
 fn daemon_exit_while_four_writers_run(bufs: usize) -> String {
+    daemon_exit_while_four_writers_run_with(bufs, false)
+}
+
+fn daemon_exit_while_four_writers_run_with(bufs: usize, zero_copy: bool) -> String {
     require_root_and_uring();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().canonicalize().unwrap();
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    if zero_copy {
+        command.env(DAEMON_ZERO_COPY, "1");
+    }
+    let child = command
         .args([
             "--ignored",
             "--exact",
@@ -467,6 +479,18 @@ fn daemon_exit_while_four_writers_run_neither_hangs_nor_crashes() {
 }
 
 // ---- Linux 7.3 (buffer pools), run inside the VM ----
+
+#[test]
+fn vm_daemon_exit_while_four_writers_run_with_zero_copy() {
+    // The daemon dies holding zero-copy requests whose pages are in its
+    // rings' buffer tables: the kernel tears the rings (and tables) down
+    // with the process.
+    let mode = daemon_exit_while_four_writers_run_with(4, true);
+    assert!(
+        mode.contains("zero_copy: true"),
+        "needs Linux 7.3 and CAP_SYS_ADMIN: the daemon served in mode {mode}"
+    );
+}
 
 #[test]
 fn vm_daemon_exit_while_four_writers_run_with_pools() {

@@ -32,6 +32,10 @@ struct Node {
 pub struct MemFs {
     nodes: Mutex<HashMap<u64, Node>>,
     next: AtomicU64,
+    /// Opens ask for zero copy (`FOPEN_IO_URING_ZERO_COPY`): a file system
+    /// that computes its data, answered through the transport's bounce
+    /// buffer on a zero-copy queue.
+    pub zero_copy: bool,
 }
 
 impl Default for MemFs {
@@ -47,6 +51,7 @@ impl Default for MemFs {
         Self {
             nodes: Mutex::new(nodes),
             next: AtomicU64::new(ROOT_ID + 1),
+            zero_copy: false,
         }
     }
 }
@@ -220,7 +225,11 @@ impl FileSystem for MemFs {
         // reads after a reopen are READ requests.
         Ok(Opened {
             fh: ino,
-            flags: FopenFlags::empty(),
+            flags: if self.zero_copy {
+                FopenFlags::IO_URING_ZERO_COPY
+            } else {
+                FopenFlags::empty()
+            },
             backing_id: 0,
         })
     }
@@ -364,9 +373,14 @@ pub fn init_logging() {
 }
 
 pub fn mount(config: UringConfig) -> Mounted {
+    mount_fs(MemFs::default(), config)
+}
+
+/// [`mount`] of a given [`MemFs`].
+pub fn mount_fs(fs: MemFs, config: UringConfig) -> Mounted {
     init_logging();
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::new(Arc::new(MemFs::default()));
+    let server = Server::new(Arc::new(fs));
     let session = UringSession::mount(
         server,
         dir.path(),
