@@ -7,30 +7,37 @@
 #
 # DAEMON is `passthroughfs`, LOAD the `direct_read_load` example of
 # fuse-transport-uring. The plan sets, in the environment:
-#   MEM_BUFS      buffers per queue to compare, e.g. "0 4 4u" (0: per-entry;
-#                 a trailing u: pools left unregistered)
+#   MEM_BUFS      buffers per queue to compare, e.g. "0 4u 4 4z" (0:
+#                 per-entry; a trailing u: pools left unregistered; a
+#                 trailing z: zero copy; all others without zero copy)
 #   MEM_ENTRIES   ring entries per queue
 #   MEM_ROUNDS    rounds; each runs every MEM_BUFS value once, alternating
 #   MEM_SECONDS   seconds of load per run
 #   MEM_READERS   reader threads per guest CPU
 #   MEM_FILE_MIB  size of the file read, in MiB
+#   MEM_PATTERN   rand-read, seq-read or seq-write
+#   MEM_BLOCK     bytes per read or write
 #
 # One run: a fresh `DAEMON --uring --uring-bufs B --uring-entries E
 # --uring-threads-per-queue 1 --no-passthrough` (with
-# --uring-unregistered-pools for Bu) serves a tmpfs directory; LOAD reads the file there
-# with random 1 MiB O_DIRECT reads from MEM_READERS threads per CPU (each
-# pinned to its CPU, so every queue is loaded) and samples the daemon's
+# --uring-unregistered-pools for Bu, --uring-no-zero-copy but for Bz, which
+# gets --zero-copy always)
+# serves a tmpfs directory; LOAD reads or writes the file there with
+# MEM_PATTERN O_DIRECT operations of MEM_BLOCK bytes from MEM_READERS
+# threads per CPU (each pinned to its CPU, so every queue is loaded) and
+# samples the daemon's
 # /proc/PID/status; SIGUSR1 before and after the load
 # makes the daemon log its transport state (mode, reserved and resident
 # ring memory, requests), SIGTERM unmounts it. Each run prints one line
 #   XTASK-MEMORY: key=value ...
 # for the host's table. Exits non-zero if a run failed or served a
 # different mode than asked (no pools with B > 0, pools with B = 0, reads
-# that did not go through the rings).
+# that did not go through the rings, zero copy where not asked for, or
+# not used or with copied bytes where asked for).
 
 daemon=$1 load=$2
 : "${MEM_BUFS:=0 4}" "${MEM_ENTRIES:=16}" "${MEM_ROUNDS:=5}" "${MEM_SECONDS:=10}"
-: "${MEM_READERS:=16}" "${MEM_FILE_MIB:=256}"
+: "${MEM_READERS:=16}" "${MEM_FILE_MIB:=256}" "${MEM_PATTERN:=rand-read}" "${MEM_BLOCK:=1048576}"
 export NO_COLOR=1 RUST_LOG=info
 
 src=/tmp/memory-src mnt=/tmp/memory-mnt logs=/tmp/memory-logs
@@ -70,18 +77,23 @@ cpu_ticks() {
 # one_run ROUND BUFS
 one_run() {
 	round=$1 label=$2
-	bufs=${label%u}
-	unregistered=
-	[ "$bufs" != "$label" ] && unregistered=--uring-unregistered-pools
+	bufs=${label%[uz]}
+	unregistered= nozc=--uring-no-zero-copy
+	case $label in
+	*u) unregistered=--uring-unregistered-pools ;;
+	# Every file, O_DIRECT opens on tmpfs too (the default policy leaves
+	# those to the copying path: tmpfs has no RWF_NOWAIT).
+	*z) nozc="--zero-copy always" ;;
+	esac
 	log=$logs/daemon-$round-$label.log
 	out=$logs/load-$round-$label.txt
-	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES $unregistered"
+	echo "memory: round $round, --uring-bufs $bufs --uring-entries $MEM_ENTRIES $unregistered $nozc"
 	# --no-passthrough: with kernel passthrough the kernel would read the
 	# backing file itself and no READ would reach the rings. One ring
 	# thread per queue holds all of a queue's entries, as in the runs that
 	# docs/fuse-uring-performance.md reports.
 	"$daemon" --foreground --uring --uring-bufs "$bufs" --uring-entries "$MEM_ENTRIES" \
-		--uring-threads-per-queue 1 --no-passthrough $unregistered "$src" "$mnt" 2>"$log" &
+		--uring-threads-per-queue 1 --no-passthrough $unregistered $nozc "$src" "$mnt" 2>"$log" &
 	pid=$!
 	if ! wait_for "$log" "passthroughfs serving" 120; then
 		echo "memory: the daemon did not start:"
@@ -99,7 +111,7 @@ one_run() {
 	mounted=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
 	ticks0=$(cpu_ticks "$pid")
 	"$load" "$mnt/data" --threads "$readers" --seconds "$MEM_SECONDS" \
-		--watch "$pid" >"$out" || status=$?
+		--pattern "$MEM_PATTERN" --block "$MEM_BLOCK" --watch "$pid" >"$out" || status=$?
 	ticks1=$(cpu_ticks "$pid")
 	cat "$out"
 	huge=$(awk '/^AnonHugePages:/ {print $2}' "/proc/$pid/smaps_rollup")
@@ -115,6 +127,8 @@ one_run() {
 	resident=$(field resident "$log")
 	ring=$(field ring_requests "$log")
 	pooled=$(field pooled_requests "$log")
+	zc=$(field zero_copy_requests "$log")
+	zc_copied=$(field zero_copy_copied_bytes "$log")
 	kill -TERM "$pid"
 	i=0
 	while kill -0 "$pid" 2>/dev/null; do
@@ -149,6 +163,18 @@ one_run() {
 		echo "memory: --uring-unregistered-pools but the pools are registered"
 		return 1
 	fi
+	case "$(grep 'passthroughfs serving' "$log")" in
+	*"zero copy"*) zero_copy=1 ;;
+	*) zero_copy=0 ;;
+	esac
+	if [ "$nozc" = --uring-no-zero-copy ] && { [ "$zero_copy" = 1 ] || [ "${zc:-0}" -ne 0 ]; }; then
+		echo "memory: --uring-no-zero-copy but zero copy is on ($zc requests)"
+		return 1
+	fi
+	if [ "$nozc" != --uring-no-zero-copy ] && { [ "$zero_copy" = 0 ] || [ "${zc:-0}" -eq 0 ] || [ "${zc_copied:-1}" -ne 0 ]; }; then
+		echo "memory: zero copy asked for, but on: $zero_copy, requests: ${zc:-0}, copied bytes: ${zc_copied:-?}"
+		return 1
+	fi
 	if [ "$bufs" -gt 0 ] && [ "${pooled:-0}" -eq 0 ]; then
 		echo "memory: --uring-bufs $bufs but no request used a pool buffer"
 		return 1
@@ -163,7 +189,7 @@ one_run() {
 	fi
 	# The daemon's CPU time during the load, in milliseconds (USER_HZ 100).
 	cpu_ms=$(((ticks1 - ticks0) * 10))
-	echo "XTASK-MEMORY: cpus=$cpus possible=$possible thp=${thp:-?} bufs=$label cpu_ms=$cpu_ms entries=$MEM_ENTRIES round=$round file_mib=$MEM_FILE_MIB rss_mounted_kib=$mounted $(cat "$out") reserved=$reserved resident_idle=$resident_idle resident=$resident anon_huge_kib=${huge:-0} ring_requests=$ring pooled_requests=$pooled"
+	echo "XTASK-MEMORY: cpus=$cpus possible=$possible thp=${thp:-?} bufs=$label cpu_ms=$cpu_ms entries=$MEM_ENTRIES round=$round file_mib=$MEM_FILE_MIB rss_mounted_kib=$mounted $(cat "$out") reserved=$reserved resident_idle=$resident_idle resident=$resident anon_huge_kib=${huge:-0} ring_requests=$ring pooled_requests=$pooled zero_copy_requests=${zc:-0} zero_copy_copied_bytes=${zc_copied:-0}"
 }
 
 round=1

@@ -29,6 +29,37 @@ pub enum CachePolicy {
     Always,
 }
 
+/// Which files the passthrough opens with zero copy
+/// (`FOPEN_IO_URING_ZERO_COPY`): on a FUSE-over-io_uring queue with zero
+/// copy (Linux 7.3, `fuse_transport_uring::UringConfig::zero_copy`), the
+/// READ and WRITE data of such a file moves between the kernel's pages and
+/// the backing file by fixed-buffer io_uring operations, without the
+/// daemon copying it. Elsewhere (`/dev/fuse`, older kernels, files passed
+/// through to the kernel) the flag is not sent and nothing changes.
+///
+/// Each such operation is an io_uring request on the serving ring. On a
+/// backing file system that completes io_uring reads and writes inline
+/// (it supports `RWF_NOWAIT`: ext4, xfs, btrfs, ...) that costs about a
+/// system call; on one that doesn't (tmpfs), io_uring hands each to a
+/// worker thread, which costs more than copying a small request (measured
+/// in `docs/fuse-uring-performance.md`: 4 KiB random `O_DIRECT` reads on
+/// tmpfs at 0.4x to 0.8x, 1 MiB reads and writes at 2.8x to 4.5x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZeroCopyPolicy {
+    /// Never ask for zero copy.
+    Never,
+    /// Files on backing file systems that support `RWF_NOWAIT` (probed
+    /// once per file system), and every buffered open elsewhere: a
+    /// buffered open's requests come from readahead and writeback, in
+    /// pages batches, while an `O_DIRECT` open (or any open under
+    /// [`CachePolicy::Never`], whose IO is direct) passes the
+    /// application's sizes on, often a few KiB.
+    #[default]
+    Auto,
+    /// Every file the daemon serves.
+    Always,
+}
+
 impl CachePolicy {
     /// The attribute and entry timeout this policy implies.
     pub fn default_timeout(self) -> Duration {
@@ -208,6 +239,9 @@ pub struct PassthroughConfig {
     /// descriptors anyway (`EMFILE`), the cache gives its descriptors back
     /// and the call is tried again.
     pub fd_cache_size: Option<usize>,
+    /// Which files are opened with zero copy (see [`ZeroCopyPolicy`]).
+    /// Default [`ZeroCopyPolicy::Auto`].
+    pub zero_copy: ZeroCopyPolicy,
 }
 
 impl Default for PassthroughConfig {
@@ -229,6 +263,7 @@ impl Default for PassthroughConfig {
             interrupt_signal: None,
             file_handles: true,
             fd_cache_size: None,
+            zero_copy: ZeroCopyPolicy::Auto,
         }
     }
 }
@@ -367,6 +402,13 @@ impl PassthroughConfig {
     #[must_use]
     pub fn fd_cache_size(mut self, size: impl Into<Option<usize>>) -> Self {
         self.fd_cache_size = size.into();
+        self
+    }
+
+    /// Sets which files are opened with zero copy (`zero_copy`).
+    #[must_use]
+    pub fn zero_copy(mut self, policy: ZeroCopyPolicy) -> Self {
+        self.zero_copy = policy;
         self
     }
 }

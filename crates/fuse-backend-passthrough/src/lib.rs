@@ -130,7 +130,7 @@ mod readdir_tests;
 mod sys;
 mod watch;
 
-pub use config::{CachePolicy, KillPrivV2, PassthroughConfig};
+pub use config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
 pub use passthrough::PassthroughStats;
 #[cfg(feature = "async")]

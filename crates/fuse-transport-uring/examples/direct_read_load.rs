@@ -4,19 +4,23 @@
 //!
 //! ```text
 //! direct_read_load FILE [--threads N] [--seconds S] [--block BYTES]
+//!                       [--pattern rand-read|seq-read|seq-write]
 //!                       [--watch PID] [--interval-ms MS] [--no-pin]
 //! ```
 //!
 //! `N` threads (default: 16 per online CPU) each open FILE with `O_DIRECT`
 //! and read `BYTES`-sized blocks (default 1 MiB) at random block-aligned
-//! offsets for `S` seconds (default 10). Thread `i` is pinned to the `i`-th
+//! offsets for `S` seconds (default 10); with `seq-read` / `seq-write`,
+//! each thread reads or writes its own share of the file's blocks in
+//! order, from its start again at its end (every thread is one request
+//! at a time: `N` is the queue depth). Thread `i` is pinned to the `i`-th
 //! online CPU (round robin), so every CPU, and with it every FUSE-over-
 //! io_uring queue, gets the same number of readers. With `--watch PID` it
 //! samples `VmRSS` and `VmSize` of process `PID` from `/proc/PID/status`
 //! every `MS` milliseconds (default 100) while the load runs.
 //!
-//! Prints one line of `key=value` pairs: the load (`threads`, `block`,
-//! `seconds`, `reads`, `mib_s`) and, with `--watch`, the watched process's
+//! Prints one line of `key=value` pairs: the load (`pattern`, `threads`,
+//! `block`, `seconds`, `reads` (the operations, writes too), `mib_s`) and, with `--watch`, the watched process's
 //! memory in KiB: `rss_idle_kib` (before the load), `rss_peak_kib`
 //! (`VmHWM` after the load: the kernel's own high-water mark),
 //! `rss_steady_kib` (median of the samples of the second half of the run),
@@ -39,10 +43,30 @@ struct Args {
     watch: Option<u32>,
     interval: Duration,
     pin: bool,
+    pattern: Pattern,
+}
+
+/// What each thread does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    RandRead,
+    SeqRead,
+    SeqWrite,
+}
+
+impl Pattern {
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::RandRead => "rand-read",
+            Pattern::SeqRead => "seq-read",
+            Pattern::SeqWrite => "seq-write",
+        }
+    }
 }
 
 const USAGE: &str = "usage: direct_read_load FILE [--threads N] [--seconds S] [--block BYTES] \
-                     [--watch PID] [--interval-ms MS] [--no-pin]";
+                     [--pattern rand-read|seq-read|seq-write] [--watch PID] [--interval-ms MS] \
+                     [--no-pin]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -53,6 +77,7 @@ fn parse_args() -> Result<Args, String> {
         watch: None,
         interval: Duration::from_millis(100),
         pin: true,
+        pattern: Pattern::RandRead,
     };
     let mut it = std::env::args().skip(1);
     let mut file = None;
@@ -82,6 +107,13 @@ fn parse_args() -> Result<Args, String> {
                     Duration::from_millis(v.parse().map_err(|_| bad("--interval-ms", &v))?);
             }
             "--no-pin" => args.pin = false,
+            "--pattern" => {
+                let v = value("--pattern")?;
+                args.pattern = [Pattern::RandRead, Pattern::SeqRead, Pattern::SeqWrite]
+                    .into_iter()
+                    .find(|p| p.name() == v)
+                    .ok_or_else(|| bad("--pattern", &v))?;
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
             s if file.is_none() => file = Some(s.to_string()),
@@ -163,13 +195,17 @@ fn status(pid: u32) -> Option<Status> {
     Some(s)
 }
 
-/// One reader: random block-aligned `O_DIRECT` reads from when `start`
-/// opens until `stop`; returns the reads that completed before `stop`.
+/// Thread `share` of `shares`: block-aligned `O_DIRECT` operations of
+/// `pattern` from when `start` opens until `stop`; returns those that
+/// completed before `stop`.
+#[allow(clippy::too_many_arguments)]
 fn reader(
     file: File,
+    pattern: Pattern,
     blocks: u64,
     block: usize,
-    seed: u64,
+    share: u64,
+    shares: u64,
     start: &Barrier,
     stop: &AtomicBool,
 ) -> Result<u64, String> {
@@ -178,19 +214,38 @@ fn reader(
     let mut raw = vec![0u8; block + 4096];
     let skip = raw.as_ptr().align_offset(4096);
     let buf = &mut raw[skip..skip + block];
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    buf.fill(share as u8);
+    let mut x = (share + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    // The thread's own blocks, for the sequential patterns.
+    let per = (blocks / shares.max(1)).max(1);
+    let first = (share * per).min(blocks - 1);
+    let mut next = 0u64;
     let mut reads = 0;
     start.wait();
     while !stop.load(Ordering::Relaxed) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let offset = (x % blocks) * block as u64;
-        let n = file
-            .read_at(buf, offset)
-            .map_err(|e| format!("read of {block} bytes at {offset}: {e}"))?;
+        let index = match pattern {
+            Pattern::RandRead => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % blocks
+            }
+            Pattern::SeqRead | Pattern::SeqWrite => {
+                let i = (first + next % per).min(blocks - 1);
+                next += 1;
+                i
+            }
+        };
+        let offset = index * block as u64;
+        let n = if pattern == Pattern::SeqWrite {
+            file.write_at(buf, offset)
+                .map_err(|e| format!("write of {block} bytes at {offset}: {e}"))?
+        } else {
+            file.read_at(buf, offset)
+                .map_err(|e| format!("read of {block} bytes at {offset}: {e}"))?
+        };
         if n != block {
-            return Err(format!("short read at {offset}: {n} of {block} bytes"));
+            return Err(format!("short transfer at {offset}: {n} of {block} bytes"));
         }
         if !stop.load(Ordering::Relaxed) {
             reads += 1;
@@ -205,6 +260,7 @@ fn run(args: Args) -> Result<String, String> {
     let open = || {
         OpenOptions::new()
             .read(true)
+            .write(args.pattern == Pattern::SeqWrite)
             .custom_flags(libc::O_DIRECT)
             .open(&args.file)
             .map_err(|e| format!("opening {} with O_DIRECT: {e}", args.file))
@@ -238,7 +294,7 @@ fn run(args: Args) -> Result<String, String> {
         let cpu = args.pin.then(|| cpus[t % cpus.len()]);
         let (stop, total, failure) = (stop.clone(), total.clone(), failure.clone());
         let ready = ready.clone();
-        let block = args.block;
+        let (block, pattern) = (args.block, args.pattern);
         let handle = std::thread::Builder::new()
             .name(format!("reader-{t}"))
             .stack_size(256 << 10)
@@ -246,7 +302,16 @@ fn run(args: Args) -> Result<String, String> {
                 if let Some(cpu) = cpu {
                     pin_to(cpu);
                 }
-                match reader(file, blocks, block, t as u64 + 1, &ready, &stop) {
+                match reader(
+                    file,
+                    pattern,
+                    blocks,
+                    block,
+                    t as u64,
+                    threads as u64,
+                    &ready,
+                    &stop,
+                ) {
                     Ok(n) => {
                         total.fetch_add(n, Ordering::Relaxed);
                     }
@@ -290,7 +355,8 @@ fn run(args: Args) -> Result<String, String> {
     let reads = total.load(Ordering::Relaxed);
     let mib_s = reads as f64 * args.block as f64 / (1 << 20) as f64 / length.as_secs_f64();
     let mut line = format!(
-        "threads={threads} cpus={} block={} seconds={} reads={reads} mib_s={mib_s:.1}",
+        "pattern={} threads={threads} cpus={} block={} seconds={} reads={reads} mib_s={mib_s:.1}",
+        args.pattern.name(),
         cpus.len(),
         args.block,
         args.seconds

@@ -1,6 +1,7 @@
 //! Serve a FUSE file system over io_uring (`FUSE_OVER_IO_URING`, Linux
-//! 6.14+), with the kernel's buffer pools, registered with the rings, where
-//! it offers them (Linux 7.3, `FUSE_HAS_IO_URING_BUFPOOL`).
+//! 6.14+), with the kernel's buffer pools, registered with the rings, and
+//! zero copy where it offers them (Linux 7.3, `FUSE_HAS_IO_URING_BUFPOOL`,
+//! `FUSE_URING_ZERO_COPY`).
 //!
 //! [`UringSession`] mounts, answers INIT over `/dev/fuse`, and then serves
 //! requests from one io_uring per thread, with threads pinned to the CPU of
@@ -95,6 +96,23 @@
 //!   turns io_uring off for the connection). This transport maps all
 //!   queues' pools as one region, registers it as slot 0 of every ring,
 //!   and tries that on its setup ring first ([`UringConfig::registered_pools`]).
+//! - **Zero copy.** ADD_QUEUE with `FUSE_URING_ZERO_COPY` (pools only,
+//!   `CAP_SYS_ADMIN` only) makes each REGISTER name an empty slot of its
+//!   ring's buffer table (`ent_zero_copy_buf_index`); for a READ or WRITE
+//!   of a file opened with `FOPEN_IO_URING_ZERO_COPY` the kernel registers
+//!   the request's pages there and flags the entry
+//!   (`FUSE_URING_ENT_ZERO_COPY`; a READ then has no pool buffer, a
+//!   WRITE's pool buffer holds no data). The server moves the data with
+//!   `READ_FIXED`/`WRITE_FIXED` on that ring (`addr` = offset in the
+//!   request's data), waits for them, replies with the byte count, and the
+//!   kernel unregisters the slot at the commit. This transport registers a
+//!   sparse table per ring (the pool or nothing at slot 0, entry *i* at
+//!   *1 + i*), and offers the request to the file system as a
+//!   [`fuse_server::io::ZeroCopyWriter`] / `ZeroCopyReader` whose
+//!   `write_from_file` / `read_to_file` are those operations
+//!   ([`UringConfig::zero_copy`], [`UringStats::zero_copy_bytes`]); the
+//!   server takes `FOPEN_IO_URING_ZERO_COPY` off opens elsewhere, and off
+//!   any open with `FOPEN_PASSTHROUGH` (the kernel refuses the pair).
 //! - **Teardown.** An unmount or abort stops the queues: entries waiting in
 //!   the kernel complete with `-ENOTCONN`, entries in user space are
 //!   released and their commits fail with `-ENOTCONN`. Closing a ring

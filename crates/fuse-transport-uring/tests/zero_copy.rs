@@ -15,7 +15,7 @@
 mod common;
 
 use common::*;
-use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs, ZeroCopyPolicy};
 use fuse_server::{Server, Session};
 use fuse_transport_uring::{UringConfig, UringMode, UringRuntime, UringSession};
 use std::fs::{File, OpenOptions};
@@ -63,9 +63,13 @@ fn mount_passthrough(config: UringConfig, pt: PassthroughConfig) -> PtMount {
     }
 }
 
-/// The daemon serves READ and WRITE (no kernel passthrough).
+/// The daemon serves READ and WRITE (no kernel passthrough), every file
+/// with zero copy (`O_DIRECT` opens too, whatever the backing file
+/// system).
 fn served_by_the_daemon() -> PassthroughConfig {
-    PassthroughConfig::default().passthrough(false)
+    PassthroughConfig::default()
+        .passthrough(false)
+        .zero_copy(ZeroCopyPolicy::Always)
 }
 
 /// Fails (with the reason) unless every queue has zero copy.
@@ -304,6 +308,60 @@ fn vm_zero_copy_for_a_file_system_that_computes_its_data() {
     assert!(stats.zero_copy_copied_bytes > 0, "{stats:?}");
     let Mounted { session, mnt, .. } = m;
     stop(session, &mnt);
+}
+
+#[test]
+fn vm_zero_copy_auto_policy_follows_the_backing_file_system() {
+    // ZeroCopyPolicy::Auto: buffered opens always; O_DIRECT opens only on
+    // a backing file system with RWF_NOWAIT (io_uring completes its reads
+    // inline there; elsewhere each would go to an io_uring worker).
+    let m = mount_passthrough(
+        UringConfig::default(),
+        PassthroughConfig::default().passthrough(false),
+    );
+    assert_zero_copy(&m.session);
+    std::fs::write(m.src.join("f"), pattern(7, 4 * MIB)).unwrap();
+    let nowait = {
+        let f = File::open(m.src.join("f")).unwrap();
+        let mut b = [0u8; 1];
+        let iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: one iovec over `b`.
+        let r = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+        r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EOPNOTSUPP)
+    };
+    let reads = |m: &PtMount| m.session.stats().zero_copy_reads;
+    let before = reads(&m);
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(m.mnt.join("f"))
+        .unwrap();
+    let mut buf = vec![0u8; MIB];
+    read_at_most(&direct, &mut buf, 0).unwrap();
+    drop(direct);
+    let after_direct = reads(&m);
+    eprintln!(
+        "backing RWF_NOWAIT: {nowait}; O_DIRECT zero-copy READs: {}",
+        after_direct - before
+    );
+    assert_eq!(
+        after_direct > before,
+        nowait,
+        "O_DIRECT reads zero-copied: {}, backing RWF_NOWAIT: {nowait}",
+        after_direct > before
+    );
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    let back = std::fs::read(m.mnt.join("f")).unwrap();
+    assert!(back == pattern(7, 4 * MIB));
+    assert!(
+        reads(&m) > after_direct,
+        "buffered reads were not zero-copied"
+    );
+    stop(m.session, &m.mnt);
 }
 
 #[test]

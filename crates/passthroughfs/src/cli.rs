@@ -145,6 +145,12 @@ pub struct Args {
     #[arg(long)]
     pub uring_unregistered_pools: bool,
 
+    /// io_uring: don't ask for zero copy (it is asked for by default, Linux
+    /// 7.3+ with CAP_SYS_ADMIN: READ and WRITE data then moves between the
+    /// kernel's pages and the backing files without the daemon copying it).
+    #[arg(long)]
+    pub uring_no_zero_copy: bool,
+
     /// io_uring: ring entries per queue (requests a queue serves at once),
     /// split among its threads; 0: one per ring thread, 8 per thread with
     /// --runtime tokio|uring.

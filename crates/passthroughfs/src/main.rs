@@ -121,11 +121,12 @@ impl Plan {
                 || args.uring_entries != uring_defaults.entries_per_queue
                 || args.uring_queues != 0
                 || args.uring_threads_per_queue != 0
-                || args.uring_unregistered_pools)
+                || args.uring_unregistered_pools
+                || args.uring_no_zero_copy)
         {
             return Err(Failure(
-                "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue and \
-                 --uring-unregistered-pools need --uring (-o io_uring)"
+                "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue, \
+                 --uring-unregistered-pools and --uring-no-zero-copy need --uring (-o io_uring)"
                     .into(),
             ));
         }
@@ -168,7 +169,8 @@ impl Plan {
                     args.runtime,
                     &session_config,
                 )?
-                .registered_pools(!args.uring_unregistered_pools),
+                .registered_pools(!args.uring_unregistered_pools)
+                .zero_copy(!args.uring_no_zero_copy),
             )
         } else {
             None

@@ -8,7 +8,7 @@
 //! line can. One table (`OPTIONS`) is both the parser and `--help`'s list.
 
 use crate::cli::Args;
-use crate::{Cache, Failure, Runtime};
+use crate::{Cache, Failure, Runtime, ZeroCopy};
 use clap::ValueEnum;
 use std::path::PathBuf;
 
@@ -172,6 +172,9 @@ const OPTIONS: &[Opt] = &[
         "--uring-unregistered-pools",
         |a| a.uring_unregistered_pools = true,
     ),
+    flag("uring_no_zero_copy", "--uring-no-zero-copy", |a| {
+        a.uring_no_zero_copy = true
+    }),
     value("uring_queues=", "--uring-queues N", |a, v| {
         a.uring_queues = number(v)?;
         Ok(())
@@ -191,6 +194,10 @@ const OPTIONS: &[Opt] = &[
     }),
     value("cache=", "--cache never|auto|always", |a, v| {
         a.fs.cache = choice::<Cache>(v)?;
+        Ok(())
+    }),
+    value("zero_copy=", "--zero-copy never|auto|always", |a, v| {
+        a.fs.zero_copy = choice::<ZeroCopy>(v)?;
         Ok(())
     }),
     flag("writeback", "--writeback", |a| a.fs.writeback = true),

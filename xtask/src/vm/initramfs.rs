@@ -65,6 +65,8 @@ pub(super) fn plan(args: &VmArgs, probe: &str, built: &Built) -> Result<String> 
             ("MEM_SECONDS", args.measure_seconds.to_string()),
             ("MEM_READERS", args.measure_readers.to_string()),
             ("MEM_FILE_MIB", args.measure_file_mib.to_string()),
+            ("MEM_PATTERN", args.measure_pattern.clone()),
+            ("MEM_BLOCK", args.measure_block.to_string()),
         ] {
             let _ = writeln!(plan, "export {var}={}", sh_quote(&value));
         }

@@ -135,8 +135,9 @@ pub struct VmArgs {
     #[arg(long)]
     measure_memory: bool,
     /// --measure-memory: buffers per queue to compare (0: a payload buffer
-    /// per entry; N: registered pools of N, Nu: unregistered pools of N),
-    /// comma-separated.
+    /// per entry; N: registered pools of N, Nu: unregistered pools of N,
+    /// Nz: zero copy on registered pools of N; all but Nz without zero
+    /// copy), comma-separated.
     #[arg(long, value_name = "N,N", value_delimiter = ',', default_values = ["0", "4"], value_parser = parse_bufs, requires = "measure_memory")]
     measure_bufs: Vec<String>,
     /// --measure-memory: ring entries per queue.
@@ -180,6 +181,33 @@ pub struct VmArgs {
         requires = "measure_memory"
     )]
     measure_file_mib: usize,
+    /// --measure-memory: what the load threads do: random reads, or
+    /// sequential reads or writes of a share of the file each.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        default_value = "rand-read",
+        value_parser = ["rand-read", "seq-read", "seq-write"],
+        requires = "measure_memory"
+    )]
+    measure_pattern: String,
+    /// --measure-memory: bytes per read or write (a multiple of 4096).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 1 << 20,
+        value_parser = parse_block,
+        requires = "measure_memory"
+    )]
+    measure_block: usize,
+}
+
+/// A `--measure-block` value: a positive multiple of 4096 (O_DIRECT).
+fn parse_block(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 && n % 4096 == 0 => Ok(n),
+        _ => Err(format!("{v:?}: bytes, a positive multiple of 4096")),
+    }
 }
 
 /// The package tested when no `--package` is given.
@@ -537,19 +565,22 @@ fn report(
     problems
 }
 
-/// A `--measure-bufs` value: `N` or `Nu` (unregistered pools, N > 0).
+/// A `--measure-bufs` value: `N`, `Nu` (unregistered pools, N > 0) or
+/// `Nz` (zero copy, N > 0).
 fn parse_bufs(v: &str) -> Result<String, String> {
-    let (n, unregistered) = match v.strip_suffix('u') {
-        Some(n) => (n, true),
-        None => (v, false),
+    let (n, suffix) = match v.strip_suffix(['u', 'z']) {
+        Some(n) => (n, v.chars().last()),
+        None => (v, None),
     };
     match n.parse::<usize>() {
-        Ok(0) if unregistered => {
+        Ok(0) if suffix == Some('u') => {
             Err("0u: per-entry buffers have no pool to leave unregistered".into())
         }
+        Ok(0) if suffix == Some('z') => Err("0z: zero copy needs pools".into()),
         Ok(_) => Ok(v.to_string()),
         Err(_) => Err(format!(
-            "{v:?}: buffers per queue, a number, with a trailing u for unregistered pools"
+            "{v:?}: buffers per queue, a number, with a trailing u for unregistered pools \
+             or z for zero copy"
         )),
     }
 }
@@ -582,8 +613,8 @@ fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
     let _ = writeln!(
         out,
         "kernel {}; qemu -accel tcg -smp {} -m {}; {} CPUs online (possible {}), \
-         {} entries per queue; {} readers ({} per CPU), random {} KiB O_DIRECT reads \
-         of a {} MiB file on tmpfs, {} s per run, {} rounds alternating; transparent \
+         {} entries per queue; {} threads ({} per CPU), {} of {} KiB, O_DIRECT, \
+         on a {} MiB file on tmpfs, {} s per run, {} rounds alternating; transparent \
          hugepages: {}.\n",
         kernel.about,
         args.cpus,
@@ -593,6 +624,7 @@ fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
         get("entries"),
         get("threads"),
         args.measure_readers,
+        get("pattern"),
         get("block").parse::<f64>().map_or(f64::NAN, |b| b / KIB),
         get("file_mib"),
         get("seconds"),
@@ -703,6 +735,25 @@ fn memory_table(lines: &[String], args: &VmArgs, kernel: &Kernel) -> String {
                 }
             );
         }
+    }
+    // Zero copy against registered pools (copying) of the same size.
+    for m in &medians {
+        let Some(n) = m.bufs.strip_suffix('z') else {
+            continue;
+        };
+        let Some(r) = medians.iter().find(|o| o.bufs == n) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{} zero copy vs {n} registered pools: throughput {:.2}x (per round {:.2}x), daemon \
+             CPU per GiB {:.2}x (per round {:.2}x)",
+            m.bufs,
+            m.mib_s / r.mib_s,
+            paired(m.bufs, n, &|r| num(r, "mib_s")),
+            m.cpu / r.cpu,
+            paired(m.bufs, n, &cpu_per_gib),
+        );
     }
     // Registered against unregistered pools of the same size.
     for m in &medians {

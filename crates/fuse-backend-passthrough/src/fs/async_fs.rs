@@ -439,7 +439,7 @@ fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usiz
 /// `preadv2(fd, [buf], offset, RWF_NOWAIT)`: data only if the page cache
 /// has it (`EAGAIN` otherwise, `EOPNOTSUPP` where the file system can't
 /// tell).
-fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(super) fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),

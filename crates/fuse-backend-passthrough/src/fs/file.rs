@@ -38,15 +38,15 @@ impl PassthroughFs {
     /// would send READ and WRITE to the daemon again; passthrough I/O
     /// bypasses FUSE's page cache anyway.
     ///
-    /// A file the daemon serves asks for zero copy
-    /// (`FOPEN_IO_URING_ZERO_COPY`): on an io_uring queue with zero copy
-    /// (Linux 7.3) its READ and WRITE data then moves between the kernel's
-    /// pages and the backing file without passing through the daemon,
-    /// since READ and WRITE name the backing descriptor
-    /// (`write_from_file` / `read_to_file`). The server takes the flag off
-    /// where the queue has no zero copy; never next to
+    /// With `zero_copy` ([`PassthroughFs::zero_copy_wanted`]), a file the
+    /// daemon serves asks for zero copy (`FOPEN_IO_URING_ZERO_COPY`): on
+    /// an io_uring queue with zero copy (Linux 7.3) its READ and WRITE data
+    /// then moves between the kernel's pages and the backing file without
+    /// passing through the daemon, since READ and WRITE name the backing
+    /// descriptor (`write_from_file` / `read_to_file`). The server takes
+    /// the flag off where the queue has no zero copy; never next to
     /// `FOPEN_PASSTHROUGH`, which the kernel refuses.
-    pub(super) fn file_opened(&self, fh: u64, backing_id: i32) -> Opened {
+    pub(super) fn file_opened(&self, fh: u64, backing_id: i32, zero_copy: bool) -> Opened {
         if backing_id > 0 {
             Opened {
                 fh,
@@ -54,12 +54,67 @@ impl PassthroughFs {
                 backing_id,
             }
         } else {
+            let mut flags = self.fopen_flags(false);
+            if zero_copy {
+                flags |= FopenFlags::IO_URING_ZERO_COPY;
+            }
             Opened {
                 fh,
-                flags: self.fopen_flags(false) | FopenFlags::IO_URING_ZERO_COPY,
+                flags,
                 backing_id: 0,
             }
         }
+    }
+
+    /// Whether an open of `inode` with `flags` (its descriptor `fd`, if
+    /// there is one to probe) asks for zero copy, by
+    /// [`PassthroughConfig::zero_copy`].
+    pub(super) fn zero_copy_wanted(
+        &self,
+        inode: &Inode,
+        fd: Option<BorrowedFd<'_>>,
+        flags: i32,
+    ) -> bool {
+        match self.cfg.zero_copy {
+            ZeroCopyPolicy::Never => false,
+            ZeroCopyPolicy::Always => true,
+            ZeroCopyPolicy::Auto => {
+                let direct = flags & libc::O_DIRECT != 0 || self.cfg.cache == CachePolicy::Never;
+                !direct || self.supports_nowait(inode.key.dev, fd)
+            }
+        }
+    }
+
+    /// Whether the backing file system `dev` supports `RWF_NOWAIT` (so
+    /// io_uring completes its reads and writes inline): a
+    /// `preadv2(RWF_NOWAIT)` of one aligned page (`O_DIRECT` descriptors
+    /// want one) on a readable descriptor of it says, once per file
+    /// system; `EOPNOTSUPP` is no. Unknown (nothing readable to probe yet)
+    /// counts as no.
+    fn supports_nowait(&self, dev: u64, fd: Option<BorrowedFd<'_>>) -> bool {
+        if let Some(&known) = lock(&self.nowait_devices).get(&dev) {
+            return known;
+        }
+        let Some(fd) = fd else {
+            return false;
+        };
+        let Ok(mut page) = fuse_server::AlignedBuf::new(4096) else {
+            return false;
+        };
+        let supported = match async_fs::preadv2_nowait(fd, &mut page, 0) {
+            Ok(_) => true,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => false,
+                // Not cached: the page wasn't there, but RWF_NOWAIT was
+                // understood.
+                Some(libc::EAGAIN) => true,
+                // Write-only, or another error: ask again next time.
+                _ => return false,
+            },
+        };
+        tracing::debug!(dev, supported, "backing file system RWF_NOWAIT support");
+        lock(&self.nowait_devices).insert(dev, supported);
+        supported
     }
 
     /// Inserts the handle of the regular file `inode` opened as `fd` and
@@ -82,6 +137,7 @@ impl PassthroughFs {
         if writer && !writer_counted {
             self.writer_opened(inode, true);
         }
+        let zero_copy = self.zero_copy_wanted(inode, Some(fd.as_fd()), flags);
         let ticket = self.pt.open(inode.nodeid, fd.as_fd(), || {
             // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves clearing
             // set-user-ID on write to the daemon's WRITE, which passthrough
@@ -104,7 +160,7 @@ impl PassthroughFs {
                 if let Some(t) = ticket {
                     self.pt.bind(t, fh);
                 }
-                Ok(self.file_opened(fh, backing_id))
+                Ok(self.file_opened(fh, backing_id, zero_copy))
             }
             Err(e) => {
                 if let Some(t) = ticket {

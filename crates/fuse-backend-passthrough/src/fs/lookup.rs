@@ -56,7 +56,8 @@ impl PassthroughFs {
                 self.writer_closed(inode.nodeid);
             }
             drop(slot);
-            return Ok((created.hand_over(), self.file_opened(0, 0)));
+            let zero_copy = self.zero_copy_wanted(inode, None, flags);
+            return Ok((created.hand_over(), self.file_opened(0, 0, zero_copy)));
         }
         // Backing ids are registered with the daemon's credentials.
         self.creds.root();

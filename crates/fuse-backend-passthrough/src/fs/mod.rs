@@ -1,6 +1,6 @@
 //! [`PassthroughFs`]: the [`FileSystem`] implementation.
 
-use crate::config::{CachePolicy, KillPrivV2, PassthroughConfig};
+use crate::config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 use crate::creds::Creds;
 use crate::handle::{Handle, HandleTable, LockCtx};
 use crate::inode::{Counted, Inode, InodeFile, InodeFiles, InodeKey, InodeStore};
@@ -111,6 +111,10 @@ pub struct PassthroughFs {
     /// The protocol minor version the kernel offered at INIT (0: none
     /// yet), for a notifier taken before INIT was answered.
     kernel_minor: AtomicU32,
+    /// Per backing file system (device number): whether it supports
+    /// `RWF_NOWAIT`, probed on the first file opened there (see
+    /// [`ZeroCopyPolicy::Auto`]).
+    nowait_devices: Mutex<std::collections::HashMap<u64, bool>>,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -200,6 +204,7 @@ impl PassthroughFs {
             watch_epoch: AtomicU64::new(0),
             next_watch: AtomicU64::new(1),
             kernel_minor: AtomicU32::new(0),
+            nowait_devices: Mutex::default(),
         })
     }
 
