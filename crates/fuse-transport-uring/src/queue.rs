@@ -919,8 +919,11 @@ impl QueueThread {
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
         let zero_copy_queue = queue.pool.as_ref().is_some_and(|p| p.zero_copy);
-        let zero_copy = view.zero_copy.and_then(|(direction, size)| {
-            let slot = self.zero_copy_slot(index)?;
+        let zero_copy = view.zero_copy.map(|(direction, size)| {
+            let slot = self.zero_copy_slot(index);
+            if slot.is_none() {
+                tracing::error!(index, "a zero-copy request in an entry without a slot; EIO");
+            }
             let counters = &self.shared.counters;
             match direction {
                 Direction::Read => &counters.zero_copy_reads,
@@ -929,7 +932,7 @@ impl QueueThread {
             .fetch_add(1, Ordering::Relaxed);
             // SAFETY: the caller's contract; the counters live in `shared`,
             // which outlives the ring thread's transactions.
-            Some(unsafe { ZeroCopyEntry::new(fixed, counters as *const _, slot, direction, size) })
+            unsafe { ZeroCopyEntry::new(fixed, counters as *const _, slot, direction, size) }
         });
         RingTransaction {
             header: e.header,

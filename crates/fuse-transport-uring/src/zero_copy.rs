@@ -198,7 +198,10 @@ pub(crate) enum Direction {
 pub(crate) struct ZeroCopyEntry {
     fixed: *const FixedRing,
     counters: *const Counters,
-    slot: u16,
+    /// `None`: the entry has no slot (never so: entries are made only
+    /// with one); every transfer then fails with EIO rather than name
+    /// another slot.
+    slot: Option<u16>,
     direction: Direction,
     /// The request's byte count (the registered buffer's length).
     size: usize,
@@ -229,7 +232,7 @@ impl ZeroCopyEntry {
     pub(crate) unsafe fn new(
         fixed: *const FixedRing,
         counters: *const Counters,
-        slot: u16,
+        slot: Option<u16>,
         direction: Direction,
         size: usize,
     ) -> Self {
@@ -240,7 +243,7 @@ impl ZeroCopyEntry {
             direction,
             size,
             done: 0,
-            failed: Cell::new(None),
+            failed: Cell::new(slot.is_none().then_some(libc::EIO)),
             spare: Vec::new(),
             copied: OnceCell::new(),
         }
@@ -280,9 +283,10 @@ impl ZeroCopyEntry {
         at: usize,
         len: usize,
     ) -> io::Result<usize> {
+        let slot = self.slot()?;
         let len = u32::try_from(len).unwrap_or(u32::MAX);
         // `addr` is an offset into the registered pages, which start at 0.
-        let sqe = opcode::ReadFixed::new(types::Fd(fd.as_raw_fd()), at as *mut u8, len, self.slot)
+        let sqe = opcode::ReadFixed::new(types::Fd(fd.as_raw_fd()), at as *mut u8, len, slot)
             .offset(offset)
             .build();
         self.fixed().run(sqe)
@@ -297,12 +301,17 @@ impl ZeroCopyEntry {
         at: usize,
         len: usize,
     ) -> io::Result<usize> {
+        let slot = self.slot()?;
         let len = u32::try_from(len).unwrap_or(u32::MAX);
-        let sqe =
-            opcode::WriteFixed::new(types::Fd(fd.as_raw_fd()), at as *const u8, len, self.slot)
-                .offset(offset)
-                .build();
+        let sqe = opcode::WriteFixed::new(types::Fd(fd.as_raw_fd()), at as *const u8, len, slot)
+            .offset(offset)
+            .build();
         self.fixed().run(sqe)
+    }
+
+    fn slot(&self) -> io::Result<u16> {
+        self.slot
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))
     }
 
     /// Copies `data` into the request's pages after the bytes written
