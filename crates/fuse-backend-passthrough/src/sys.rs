@@ -813,6 +813,23 @@ pub(crate) fn release_free_memory() {
     }
 }
 
+/// `preadv2(fd, [buf], offset, RWF_NOWAIT)`: data only if the page cache
+/// has it (`EAGAIN` otherwise, `EOPNOTSUPP` where the file system can't
+/// tell).
+pub(crate) fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, valid for writes of its length.
+    let n = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_NOWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

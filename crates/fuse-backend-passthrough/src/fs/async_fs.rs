@@ -56,7 +56,7 @@ use fuse_server::{
 };
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -240,7 +240,7 @@ impl PassthroughFs {
         let mut missed = false;
         while done < size && !h.no_nowait.load(Ordering::Relaxed) {
             let dst = &mut out.spare()[..size - done];
-            match preadv2_nowait(h.fd(), dst, offset + done as u64) {
+            match crate::sys::preadv2_nowait(h.fd(), dst, offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => {
                     out.commit(n);
@@ -434,23 +434,6 @@ fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usiz
         }
     }
     Ok(done)
-}
-
-/// `preadv2(fd, [buf], offset, RWF_NOWAIT)`: data only if the page cache
-/// has it (`EAGAIN` otherwise, `EOPNOTSUPP` where the file system can't
-/// tell).
-pub(super) fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: one iovec over `buf`, valid for writes of its length.
-    let n = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_NOWAIT) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
 }
 
 /// Size classes of recycled buffers: 4 KiB to 16 MiB, powers of two.

@@ -101,7 +101,7 @@ impl PassthroughFs {
         let Ok(mut page) = fuse_server::AlignedBuf::new(4096) else {
             return false;
         };
-        let supported = match async_fs::preadv2_nowait(fd, &mut page, 0) {
+        let supported = match sys::preadv2_nowait(fd, &mut page, 0) {
             Ok(_) => true,
             Err(e) => match e.raw_os_error() {
                 Some(libc::EOPNOTSUPP) => false,
