@@ -37,6 +37,7 @@ pub mod request;
 mod request_log;
 pub mod server;
 pub mod session;
+pub mod takeover;
 pub mod types;
 pub mod wire;
 

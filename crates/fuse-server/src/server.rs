@@ -291,6 +291,13 @@ impl Server {
         &self.fs
     }
 
+    /// Records what INIT settled for a connection another server answered
+    /// it on ([`Server::resume`] checks it first); `false` if the server
+    /// had its own already.
+    pub(crate) fn set_negotiated(&self, negotiated: Negotiated) -> bool {
+        self.negotiated.set(negotiated).is_ok()
+    }
+
     /// The result of INIT, once it happened.
     pub fn negotiated(&self) -> Option<&Negotiated> {
         self.negotiated.get()

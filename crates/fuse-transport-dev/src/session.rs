@@ -126,6 +126,10 @@ struct Shared {
     master: Mutex<Option<Arc<OwnedFd>>>,
     config: SessionConfig,
     stop: AtomicBool,
+    /// The connection was handed to another process
+    /// ([`DevSession::release`]): ending this session neither unmounts
+    /// nor finishes the server (the connection isn't over).
+    released: AtomicBool,
     /// A worker read ENODEV: the file system was unmounted (by us or from
     /// outside), so there is nothing left to unmount, and whatever is
     /// mounted on the path now belongs to somebody else.
@@ -201,6 +205,37 @@ impl DevSession {
         server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
         let server = Arc::new(server);
         serve_init(&server, master.as_fd())?;
+        Self::serve(server, master, mount, config)
+    }
+
+    /// Serves a connection another session answered INIT on and handed
+    /// over (live upgrade, see [`crate::takeover`]): `dev_fd` is its
+    /// session descriptor, mounted on `mountpoint`, with `negotiated` what
+    /// its INIT settled ([`Server::resume`] refuses a server that would
+    /// have agreed to something else). The session owns the mount from
+    /// then on, as if it had made it.
+    pub fn resume(
+        server: Server,
+        dev_fd: OwnedFd,
+        mountpoint: PathBuf,
+        negotiated: &fuse_server::Negotiated,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        install_wake_handler(config.wake_signal);
+        let master = Arc::new(dev_fd.try_clone().map_err(SessionError::Init)?);
+        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        server.resume(negotiated).map_err(SessionError::Init)?;
+        let mount = Mount::adopt(dev_fd, mountpoint);
+        Self::serve(Arc::new(server), master, mount, config)
+    }
+
+    /// Starts the workers of a connection whose INIT is done.
+    fn serve(
+        server: Arc<Server>,
+        master: Arc<OwnedFd>,
+        mount: Mount,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
         let negotiated = server.negotiated().copied().ok_or_else(|| {
             SessionError::Init(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
@@ -217,6 +252,7 @@ impl DevSession {
             master: Mutex::new(Some(master)),
             config: config.clone(),
             stop: AtomicBool::new(false),
+            released: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
@@ -287,6 +323,112 @@ impl DevSession {
         Ok(())
     }
 
+    /// Stops serving without ending the connection, to hand it over: the
+    /// workers finish the request each is serving and end; requests the
+    /// kernel queues meanwhile wait for the next reader. Follow with
+    /// [`DevSession::release`], or [`DevSession::unpause`] to serve again.
+    /// Refused while a request waits for a lock (its worker can't finish
+    /// it) and for a mount that can't be handed over
+    /// ([`Mount::release`]).
+    pub fn pause(&self) -> io::Result<()> {
+        {
+            let mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+            match mount.as_ref() {
+                None => return Err(io::Error::other("the session has ended")),
+                Some(m) if !m.can_release() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "a mount with auto_unmount can't be handed over: its helper would \
+                         unmount it when this process exits",
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let waits = self.shared.in_long_waits.load(Ordering::Acquire);
+        if waits > 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{waits} requests wait for locks; try again once they are answered"),
+            ));
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        self.join_workers()?;
+        self.shared.stop.store(false, Ordering::Release);
+        if self.shared.unmounted.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the file system was unmounted",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Serves again after [`DevSession::pause`] (the hand-over failed).
+    pub fn unpause(&self) -> io::Result<()> {
+        self.start_workers(self.shared.config.threads.max(1))
+    }
+
+    /// Gives the paused connection up for another process to serve: its
+    /// session descriptor and mountpoint. The mount stays (the connection
+    /// lives while the descriptor is open anywhere); this session then
+    /// ends without unmounting, and its server is not finished (the file
+    /// system's `destroy` doesn't run: the connection isn't over).
+    pub fn release(&self) -> io::Result<(OwnedFd, PathBuf)> {
+        if self.worker_count() > 0 {
+            return Err(io::Error::other("release needs a paused session"));
+        }
+        let mount = self
+            .mount
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| io::Error::other("the session has ended"))?;
+        let fd = mount.release()?;
+        self.shared.released.store(true, Ordering::Release);
+        self.shared
+            .master
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        Ok((fd, self.mountpoint.clone()))
+    }
+
+    /// Wakes the workers until every one has ended (they check `stop`),
+    /// and joins them; the first error of one.
+    fn join_workers(&self) -> io::Result<()> {
+        let mut first_error = None;
+        loop {
+            let handle = self
+                .shared
+                .handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            let Some(handle) = handle else {
+                if self.shared.workers.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            while !handle.is_finished() {
+                self.wake_workers();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(io::Error::other("a worker thread panicked"));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Unmounts (a plain unmount, lazily if the mount is busy). The workers
     /// end once the kernel drops the connection.
     pub fn unmount(&self) -> Result<(), MountError> {
@@ -329,6 +471,10 @@ impl Session for DevSession {
     }
 
     fn stop(&self) {
+        if self.shared.released.load(Ordering::Acquire) {
+            // Handed over: another process serves it, and its waits.
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         // Workers waiting for a lock on a client's behalf would never see
         // the stop: the file system ends those waits.
@@ -376,6 +522,10 @@ impl Session for DevSession {
                     first_error.get_or_insert(io::Error::other("a worker thread panicked"));
                 }
             }
+        }
+        if self.shared.released.load(Ordering::Acquire) {
+            // Another process serves the connection now.
+            return first_error.map_or(Ok(()), Err);
         }
         self.shared.server.finish();
         if let Err(e) = self.unmount() {

@@ -247,6 +247,44 @@ impl Mount {
         Ok(())
     }
 
+    /// Whether [`Mount::release`] would give the mount up (no
+    /// `auto_unmount` helper).
+    pub fn can_release(&self) -> bool {
+        self.auto_unmount.is_none() && self.watcher.is_none()
+    }
+
+    /// Gives up the mount without unmounting it: the session descriptor,
+    /// for a process that takes the connection over (live upgrade; see
+    /// `crate::takeover`). The mount stays as long as any descriptor of
+    /// the connection is open. Refused for a mount with `auto_unmount`,
+    /// whose helper would unmount it once this process is gone.
+    pub fn release(mut self) -> io::Result<OwnedFd> {
+        if !self.can_release() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a mount with auto_unmount can't be handed over: its helper would unmount it \
+                 when this process exits",
+            ));
+        }
+        let fd = self.fd.try_clone()?;
+        self.mounted = false;
+        Ok(fd)
+    }
+
+    /// A mount made by another process (or an earlier session of this
+    /// one) that hands over its session descriptor `fd` for `mountpoint`:
+    /// it unmounts like one made here.
+    pub fn adopt(fd: OwnedFd, mountpoint: PathBuf) -> Mount {
+        Mount {
+            fd,
+            mountpoint,
+            method: MountMethod::Syscall,
+            mounted: true,
+            auto_unmount: None,
+            watcher: None,
+        }
+    }
+
     /// Records that the file system is no longer mounted (the kernel said
     /// so: `ENODEV` on the device), without touching the mountpoint's path.
     pub(crate) fn forget_unmounted(&mut self) {

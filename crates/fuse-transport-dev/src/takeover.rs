@@ -1,0 +1,493 @@
+//! Live upgrade: handing a served mount to a new process without
+//! unmounting it.
+//!
+//! A FUSE connection lives while any descriptor of it is open, so the
+//! serving process can pass its `/dev/fuse` descriptor over a Unix socket
+//! (`SCM_RIGHTS`) to a new daemon and exit: the mount never goes away, and
+//! requests the kernel queued meanwhile are read by the new daemon.
+//!
+//! ## The exchange (version 1)
+//!
+//! The new daemon connects to the serving one's socket and says
+//! `fuse-takeover-hello 1\n`. The serving daemon pauses its session
+//! ([`DevSession::pause`]: its workers finish the request each holds and
+//! stop reading), then sends the hand-over ([`send_handover`]): a line
+//! `fuse-takeover 1 <state bytes> <descriptors>\n`, the state (the
+//! mountpoint, [`fuse_server::Negotiated::to_state`]'s text, then the file
+//! system's own, see [`Handover`]), and the descriptors, the connection's first, in
+//! batches of at most [`FDS_PER_MESSAGE`] (each batch carries one byte).
+//! The new daemon answers `ok\n` once it serves ([`DevSession::resume`]),
+//! or `refused <reason>\n`; on `ok` the old daemon gives the mount up
+//! ([`DevSession::release`]) and exits, on anything else (a refusal, the
+//! socket closing) it serves again ([`DevSession::unpause`]). A refusal
+//! before the pause (another version, a lock wait in progress) is a
+//! `refused` line from the serving daemon instead of the hand-over.
+
+use crate::session::DevSession;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// The version of the exchange this build speaks.
+pub const TAKEOVER_VERSION: u32 = 1;
+
+/// Descriptors sent per message (the kernel's `SCM_MAX_FD` is 253).
+pub const FDS_PER_MESSAGE: usize = 250;
+
+/// Largest state accepted (a node table of millions of inodes fits).
+const MAX_STATE: usize = 1 << 30;
+/// Largest number of descriptors accepted.
+const MAX_FDS: usize = 1 << 20;
+
+/// What moves to the new process: the session's state and the
+/// descriptors it refers to by position.
+///
+/// The state is a line `mountpoint <hex bytes>`, then
+/// `Negotiated::to_state`'s text, a line `--`, then the file system's own
+/// state (its format is the file system's).
+#[derive(Debug, Default)]
+pub struct Handover {
+    /// The state.
+    pub state: Vec<u8>,
+    /// The connection's descriptor first, then the file system's.
+    pub fds: Vec<OwnedFd>,
+}
+
+/// A received [`Handover`], taken apart.
+#[derive(Debug)]
+pub struct Received {
+    /// What the connection's INIT settled.
+    pub negotiated: fuse_server::Negotiated,
+    /// Where it is mounted.
+    pub mountpoint: std::path::PathBuf,
+    /// The connection's `/dev/fuse` descriptor.
+    pub dev_fd: OwnedFd,
+    /// The file system's state.
+    pub fs_state: Vec<u8>,
+    /// The file system's descriptors.
+    pub fs_fds: Vec<OwnedFd>,
+}
+
+impl Handover {
+    /// A hand-over of the connection `dev_fd`, mounted on `mountpoint` and
+    /// negotiated as `negotiated`, with the file system's `fs_state` and
+    /// descriptors.
+    pub fn new(
+        negotiated: &fuse_server::Negotiated,
+        mountpoint: &std::path::Path,
+        dev_fd: OwnedFd,
+        fs_state: &[u8],
+        fs_fds: Vec<OwnedFd>,
+    ) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let hex: String = mountpoint
+            .as_os_str()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut state = format!("mountpoint {hex}\n").into_bytes();
+        state.extend_from_slice(negotiated.to_state().as_bytes());
+        state.extend_from_slice(SEPARATOR.as_bytes());
+        state.extend_from_slice(fs_state);
+        let mut fds = vec![dev_fd];
+        fds.extend(fs_fds);
+        Self { state, fds }
+    }
+
+    /// Takes a received hand-over apart, checking the session's part.
+    pub fn into_parts(self) -> io::Result<Received> {
+        use std::os::unix::ffi::OsStringExt;
+        let text = &self.state;
+        let at = find(text, SEPARATOR.as_bytes())
+            .ok_or_else(|| invalid("the hand-over has no state separator"))?;
+        let session = std::str::from_utf8(&text[..at])
+            .map_err(|_| invalid("the session state is not text"))?;
+        let (first, negotiated) = session
+            .split_once('\n')
+            .ok_or_else(|| invalid("the session state has no mountpoint line"))?;
+        let hex = first
+            .strip_prefix("mountpoint ")
+            .filter(|h| h.len() % 2 == 0)
+            .ok_or_else(|| invalid("the session state has no mountpoint line"))?;
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|_| invalid("the mountpoint is not hexadecimal"))?;
+        let negotiated =
+            fuse_server::Negotiated::from_state(negotiated).map_err(|e| invalid(&e.to_string()))?;
+        let fs_state = text[at + SEPARATOR.len()..].to_vec();
+        let mut fds = self.fds.into_iter();
+        let dev_fd = fds
+            .next()
+            .ok_or_else(|| invalid("the hand-over has no /dev/fuse descriptor"))?;
+        Ok(Received {
+            negotiated,
+            mountpoint: std::ffi::OsString::from_vec(bytes).into(),
+            dev_fd,
+            fs_state,
+            fs_fds: fds.collect(),
+        })
+    }
+}
+
+const SEPARATOR: &str = "--\n";
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn invalid(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.to_string())
+}
+
+/// Sends `h` on `stream` (see the module docs).
+pub fn send_handover(stream: &UnixStream, h: &Handover) -> io::Result<()> {
+    let mut w = stream;
+    w.write_all(
+        format!(
+            "fuse-takeover {TAKEOVER_VERSION} {} {}\n",
+            h.state.len(),
+            h.fds.len()
+        )
+        .as_bytes(),
+    )?;
+    w.write_all(&h.state)?;
+    for batch in h.fds.chunks(FDS_PER_MESSAGE) {
+        let raw: Vec<RawFd> = batch.iter().map(|f| f.as_raw_fd()).collect();
+        send_fds(stream, &raw)?;
+    }
+    Ok(())
+}
+
+/// Receives a hand-over from `stream`. Nothing is read ahead: a read
+/// that took the byte a batch of descriptors rides on would drop the
+/// descriptors.
+pub fn recv_handover(stream: &UnixStream) -> io::Result<Handover> {
+    let line = read_line(stream)?;
+    if let Some(why) = line.strip_prefix("refused ") {
+        return Err(io::Error::other(format!(
+            "the serving daemon refused: {why}"
+        )));
+    }
+    let mut words = line.split(' ');
+    if words.next() != Some("fuse-takeover") {
+        return Err(invalid(&format!("not a hand-over: {line:?}")));
+    }
+    let version = words.next().unwrap_or_default();
+    if version != TAKEOVER_VERSION.to_string() {
+        return Err(invalid(&format!(
+            "hand-over version {version}, this build reads {TAKEOVER_VERSION}"
+        )));
+    }
+    let number = |w: Option<&str>, limit: usize| -> io::Result<usize> {
+        w.and_then(|w| w.parse().ok())
+            .filter(|&n| n <= limit)
+            .ok_or_else(|| invalid(&format!("bad hand-over header {line:?}")))
+    };
+    let state_len = number(words.next(), MAX_STATE)?;
+    let nfds = number(words.next(), MAX_FDS)?;
+    let mut state = vec![0u8; state_len];
+    (&*stream).read_exact(&mut state)?;
+    let mut fds = Vec::with_capacity(nfds);
+    while fds.len() < nfds {
+        let got = recv_fds(stream, FDS_PER_MESSAGE)?;
+        if got.is_empty() {
+            return Err(invalid("the hand-over ended before its descriptors"));
+        }
+        fds.extend(got);
+    }
+    if fds.len() != nfds {
+        return Err(invalid("more descriptors than announced"));
+    }
+    Ok(Handover { state, fds })
+}
+
+/// Reads one `\n`-terminated line (without it), at most 4 KiB, a byte at
+/// a time (see [`recv_handover`]).
+pub fn read_line(stream: &UnixStream) -> io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match (&*stream).read(&mut byte) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the other daemon closed the takeover socket",
+                ))
+            }
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() >= 4096 => return Err(invalid("a line longer than 4 KiB")),
+            Ok(_) => line.push(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(line).map_err(|_| invalid("a line that isn't text"))
+}
+
+/// Writes one line.
+pub fn write_line(stream: &UnixStream, line: &str) -> io::Result<()> {
+    let mut w = stream;
+    w.write_all(format!("{line}\n").as_bytes())
+}
+
+/// `sendmsg` of one byte with `fds` attached.
+fn send_fds(stream: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
+    let byte = [b'f'];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut _,
+        iov_len: 1,
+    };
+    let payload = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the
+    // call; the control buffer is CMSG_SPACE(payload) bytes, so the first
+    // header and its data fit.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), payload);
+        loop {
+            let n = libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// `recvmsg` of one byte with up to `max` descriptors (close-on-exec).
+fn recv_fds(stream: &UnixStream, max: usize) -> io::Result<Vec<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE((max * size_of::<RawFd>()) as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: as in `send_fds`; the kernel writes at most `space` bytes of
+    // control data, and every descriptor it passes is taken into an
+    // OwnedFd exactly once.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let n = loop {
+            let n = libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 {
+                break n;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        };
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                for i in 0..len / size_of::<RawFd>() {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(invalid("descriptors were cut off (MSG_CTRUNC)"));
+        }
+        if n == 0 && fds.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(fds)
+    }
+}
+
+/// The serving side of one takeover request arriving on `stream`: checks
+/// the hello, pauses `session`, sends the hand-over that `handover` makes
+/// (given a duplicate of the connection's descriptor), and waits for the
+/// answer. `Ok(true)`: the new daemon serves, and this session was
+/// released (the caller exits without unmounting). `Ok(false)`: refused
+/// or failed on the way, and this session serves again; the reason was
+/// logged and written to the new daemon where it still listens.
+pub fn offer(
+    session: &DevSession,
+    stream: &UnixStream,
+    handover: impl FnOnce(OwnedFd) -> io::Result<Handover>,
+) -> io::Result<bool> {
+    let hello = read_line(stream)?;
+    let expected = format!("fuse-takeover-hello {TAKEOVER_VERSION}");
+    if hello != expected {
+        let why = format!("this daemon speaks {expected:?}, the new one said {hello:?}");
+        tracing::warn!("takeover refused: {why}");
+        let _ = write_line(stream, &format!("refused {why}"));
+        return Ok(false);
+    }
+    if let Err(e) = session.pause() {
+        tracing::warn!("takeover refused: {e}");
+        let _ = write_line(stream, &format!("refused {e}"));
+        return Ok(false);
+    }
+    let result = (|| -> io::Result<bool> {
+        let dev = session.dev_fd()?.as_fd().try_clone_to_owned()?;
+        let h = handover(dev)?;
+        send_handover(stream, &h)?;
+        drop(h);
+        let answer = read_line(stream)?;
+        if answer == "ok" {
+            return Ok(true);
+        }
+        tracing::warn!(
+            "the new daemon did not take over: {}",
+            answer.strip_prefix("refused ").unwrap_or(&answer)
+        );
+        Ok(false)
+    })();
+    match result {
+        Ok(true) => {
+            session.release()?;
+            tracing::info!("handed the mount over to the new daemon");
+            Ok(true)
+        }
+        Ok(false) => {
+            session.unpause()?;
+            Ok(false)
+        }
+        Err(e) => {
+            tracing::warn!("takeover failed ({e}); serving again");
+            session.unpause()?;
+            Ok(false)
+        }
+    }
+}
+
+/// The new daemon's side: connects to `socket`, receives the hand-over,
+/// and gives it to `serve`, which starts serving it (typically
+/// [`DevSession::resume`] with a server whose file system restored its
+/// state) or says why not; the answer goes back to the old daemon, which
+/// exits or serves on accordingly.
+pub fn take_over<T>(
+    socket: &std::path::Path,
+    serve: impl FnOnce(Handover) -> io::Result<T>,
+) -> io::Result<T> {
+    let stream = UnixStream::connect(socket).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "connecting to the takeover socket {}: {e}",
+                socket.display()
+            ),
+        )
+    })?;
+    write_line(&stream, &format!("fuse-takeover-hello {TAKEOVER_VERSION}"))?;
+    let handover = recv_handover(&stream)?;
+    match serve(handover) {
+        Ok(served) => {
+            write_line(&stream, "ok")?;
+            Ok(served)
+        }
+        Err(e) => {
+            let _ = write_line(&stream, &format!("refused {e}"));
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handover_crosses_a_socket_with_its_descriptors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        // More descriptors than one message carries.
+        let fds: Vec<OwnedFd> = (0..FDS_PER_MESSAGE + 7)
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        let h = Handover {
+            state: b"fuse-negotiated 1\n--\nhello".to_vec(),
+            fds,
+        };
+        assert!(Handover {
+            state: h.state.clone(),
+            fds: Vec::new()
+        }
+        .into_parts()
+        .is_err());
+        let sender = std::thread::spawn(move || send_handover(&a, &h));
+        let got = recv_handover(&b).unwrap();
+        sender.join().unwrap().unwrap();
+        assert_eq!(got.state, b"fuse-negotiated 1\n--\nhello");
+        assert_eq!(got.fds.len(), FDS_PER_MESSAGE + 7);
+        // Open descriptors of /dev/null, close-on-exec.
+        for fd in &got.fds {
+            // SAFETY: fcntl on a descriptor we own.
+            let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+            assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        }
+    }
+
+    #[test]
+    fn the_session_state_round_trips() {
+        let kernel = fuse_server::KernelInit {
+            major: 7,
+            minor: 45,
+            max_readahead: 131072,
+            flags: fuse_abi::InitFlags::all(),
+            max_pages_limit: 256,
+        };
+        let fuse_server::init::InitOutcome::Agreed { negotiated, .. } =
+            fuse_server::init::negotiate(&kernel, &fuse_server::InitConfig::default())
+        else {
+            panic!("not agreed");
+        };
+        let dev: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let mnt = std::path::Path::new("/mnt/a b\nc");
+        let h = Handover::new(&negotiated, mnt, dev, b"fs\nstate", Vec::new());
+        let r = h.into_parts().unwrap();
+        assert_eq!(r.negotiated, negotiated);
+        assert_eq!(r.mountpoint, mnt);
+        assert_eq!(r.fs_state, b"fs\nstate");
+        assert!(r.fs_fds.is_empty());
+    }
+
+    #[test]
+    fn bad_headers_and_refusals_are_errors_with_the_reason() {
+        for (text, want) in [
+            ("refused busy\n", "refused: busy"),
+            ("fuse-takeover 2 0 0\n", "version 2"),
+            ("hello\n", "not a hand-over"),
+            ("fuse-takeover 1 x 0\n", "bad hand-over header"),
+        ] {
+            let (a, b) = UnixStream::pair().unwrap();
+            write_line(&a, text.trim_end()).unwrap();
+            let err = recv_handover(&b).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+        // The other side going away mid-way.
+        let (a, b) = UnixStream::pair().unwrap();
+        write_line(&a, "fuse-takeover 1 10 0").unwrap();
+        drop(a);
+        assert!(recv_handover(&b).is_err());
+    }
+}

@@ -1,0 +1,269 @@
+//! Handing a served mount over (live upgrade, `fuse_transport_dev::takeover`)
+//! while clients use it: the transport's part. Both sessions live in this
+//! process and share one file system object, so what is tested is the
+//! connection's way from one session to the other (pause, the socket
+//! exchange with the descriptor, resume with the negotiated state,
+//! release without unmounting), under load: no client sees an error.
+//! Moving a file system's own state is the file system's (the
+//! passthrough's tests).
+
+mod common;
+
+use common::require_root;
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_server::{Server, Session};
+use fuse_transport_dev::takeover::{self, Handover};
+use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn options() -> MountOptions {
+    MountOptions::default()
+}
+
+fn mounted(mnt: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = mnt.to_string_lossy();
+    text.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|p| p == want))
+}
+
+/// Writers that each rewrite and check their own file until `stop`; the
+/// first error any of them sees.
+fn start_clients(
+    mnt: PathBuf,
+    n: usize,
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
+    (0..n)
+        .map(|t| {
+            let (mnt, stop, rounds) = (mnt.clone(), stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let path = mnt.join(format!("client-{t}"));
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let data: Vec<u8> = (0..65536u32)
+                        .map(|k| (k as u64 * 31 + i + t as u64) as u8)
+                        .collect();
+                    let run = || -> std::io::Result<()> {
+                        let mut f = std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .create(true)
+                            .truncate(true)
+                            .open(&path)?;
+                        f.write_all(&data)?;
+                        f.seek(SeekFrom::Start(0))?;
+                        let mut back = Vec::new();
+                        f.read_to_end(&mut back)?;
+                        if back != data {
+                            return Err(std::io::Error::other("read back other bytes"));
+                        }
+                        // New names too: LOOKUP, CREATE, UNLINK.
+                        let other = mnt.join(format!("client-{t}-{}", i % 8));
+                        std::fs::write(&other, b"x")?;
+                        std::fs::remove_file(&other)?;
+                        Ok(())
+                    };
+                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
+fn wait_for_rounds(rounds: &AtomicU64, more: u64) {
+    let start = rounds.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while rounds.load(Ordering::Relaxed) < start + more {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clients made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let mut session = DevSession::mount(
+        Server::new(fs.clone()),
+        &mnt,
+        &options(),
+        SessionConfig::default().threads(2),
+    )
+    .expect("mount");
+    let mnt = session.mountpoint().to_path_buf();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let clients = start_clients(mnt.clone(), 4, stop.clone(), rounds.clone());
+    wait_for_rounds(&rounds, 20);
+
+    let socket = dir.path().join("takeover.sock");
+    for upgrade in 0..20 {
+        let listener = UnixListener::bind(&socket).unwrap();
+        // The serving side: one takeover request.
+        let old = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let negotiated = *session.server().negotiated().unwrap();
+            let mountpoint = session.mountpoint().to_path_buf();
+            let handed = takeover::offer(&session, &stream, |dev| {
+                Ok(Handover::new(&negotiated, &mountpoint, dev, b"", vec![]))
+            })
+            .expect("offer");
+            (session, handed)
+        });
+        // The new side.
+        let fs2 = fs.clone();
+        let new = takeover::take_over(&socket, move |h| {
+            let r = h.into_parts()?;
+            assert!(r.fs_state.is_empty() && r.fs_fds.is_empty());
+            DevSession::resume(
+                Server::new(fs2),
+                r.dev_fd,
+                r.mountpoint,
+                &r.negotiated,
+                SessionConfig::default().threads(2),
+            )
+            .map_err(|e| std::io::Error::other(e.to_string()))
+        })
+        .unwrap_or_else(|e| panic!("upgrade {upgrade}: {e}"));
+        let (old_session, handed) = old.join().unwrap();
+        assert!(handed, "upgrade {upgrade}: the old session kept the mount");
+        // The old session ends without unmounting.
+        old_session.wait().unwrap();
+        drop(old_session);
+        assert!(mounted(&mnt), "upgrade {upgrade}: the mount went away");
+        std::fs::remove_file(&socket).unwrap();
+        session = new;
+        wait_for_rounds(&rounds, 20);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap().expect("a client saw an error");
+    }
+    session.stop();
+    session.wait().unwrap();
+    assert!(!mounted(&mnt));
+}
+
+/// Serves one takeover request on `listener` in a thread; its result.
+fn offer_once(
+    session: DevSession,
+    listener: UnixListener,
+) -> std::thread::JoinHandle<(DevSession, bool)> {
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let negotiated = *session.server().negotiated().unwrap();
+        let mountpoint = session.mountpoint().to_path_buf();
+        let handed = takeover::offer(&session, &stream, |dev| {
+            Ok(Handover::new(&negotiated, &mountpoint, dev, b"", vec![]))
+        })
+        .expect("offer");
+        (session, handed)
+    })
+}
+
+fn still_served(mnt: &Path, name: &str) {
+    std::fs::write(mnt.join(name), name.as_bytes()).expect("the old session still serves");
+    assert_eq!(std::fs::read(mnt.join(name)).unwrap(), name.as_bytes());
+}
+
+#[test]
+fn refused_takeovers_leave_the_old_session_serving() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let mut session = DevSession::mount(
+        Server::new(fs.clone()),
+        &mnt,
+        &options(),
+        SessionConfig::default(),
+    )
+    .expect("mount");
+    let mnt = session.mountpoint().to_path_buf();
+    let socket = dir.path().join("takeover.sock");
+
+    // Another version of the exchange: refused before any pause.
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once(session, listener);
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    takeover::write_line(&stream, "fuse-takeover-hello 99").unwrap();
+    let answer = takeover::read_line(&stream).unwrap();
+    assert!(
+        answer.starts_with("refused ") && answer.contains("99"),
+        "{answer}"
+    );
+    let (s, handed) = old.join().unwrap();
+    assert!(!handed);
+    session = s;
+    still_served(&mnt, "after-version");
+    std::fs::remove_file(&socket).unwrap();
+
+    // A new daemon that would negotiate differently (it asks for the
+    // writeback cache the connection doesn't have): it refuses, with the
+    // reason, and the old session serves on.
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once(session, listener);
+    // A file system of its own, as a new process would have.
+    let fs2 = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let err = takeover::take_over(&socket, move |h| {
+        let r = h.into_parts()?;
+        let mut init = *Server::new(fs2.clone()).init_config();
+        init.flags |= fuse_abi::InitFlags::WRITEBACK_CACHE;
+        init.flags.remove(fuse_abi::InitFlags::NO_OPEN_SUPPORT);
+        let server = Server::new(fs2).with_init_config(init);
+        DevSession::resume(
+            server,
+            r.dev_fd,
+            r.mountpoint,
+            &r.negotiated,
+            SessionConfig::default(),
+        )
+        .map_err(|e| std::io::Error::other(e.to_string()))
+    })
+    .map(|_| ())
+    .unwrap_err();
+    assert!(err.to_string().contains("negotiate differently"), "{err}");
+    let (s, handed) = old.join().unwrap();
+    assert!(!handed);
+    session = s;
+    still_served(&mnt, "after-refusal");
+    std::fs::remove_file(&socket).unwrap();
+
+    // Nobody answers: the new daemon goes away mid-way.
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once(session, listener);
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    takeover::write_line(&stream, "fuse-takeover-hello 1").unwrap();
+    let h = takeover::recv_handover(&stream).unwrap();
+    drop(h);
+    drop(stream);
+    let (s, handed) = old.join().unwrap();
+    assert!(!handed);
+    session = s;
+    still_served(&mnt, "after-hangup");
+
+    session.stop();
+    session.wait().unwrap();
+    assert!(!mounted(&mnt));
+}
