@@ -118,6 +118,38 @@ impl HandleTable {
             .sum()
     }
 
+    /// Every handle, by number.
+    pub(crate) fn all(&self) -> Vec<(u64, Arc<Handle>)> {
+        let mut all: Vec<(u64, Arc<Handle>)> = self
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|(&fh, h)| (fh, h.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by_key(|(fh, _)| *fh);
+        all
+    }
+
+    /// The number the next handle gets.
+    pub(crate) fn next_fh(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Puts back handle `fh` of an earlier process (live upgrade); later
+    /// handles are numbered from `next` at least.
+    pub(crate) fn restore(&self, fh: u64, handle: Handle, next: u64) -> io::Result<()> {
+        let mut shard = self.shard(fh).write().unwrap_or_else(|e| e.into_inner());
+        shard.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
+        shard.insert(fh, Arc::new(handle));
+        self.next.fetch_max(next.max(fh + 1), Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Drops every handle.
     pub(crate) fn clear(&self) {
         for s in &self.shards {

@@ -800,6 +800,45 @@ impl InodeStore {
         None
     }
 
+    /// Every inode but the root, by node id.
+    pub(crate) fn all(&self) -> Vec<Arc<Inode>> {
+        let mut all: Vec<Arc<Inode>> = self
+            .by_id
+            .iter()
+            .flat_map(|s| {
+                s.read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .filter(|i| i.nodeid != fuse_abi::ROOT_ID)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by_key(|i| i.nodeid);
+        all
+    }
+
+    /// The node id the next new inode gets.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Puts back an inode of an earlier process (live upgrade), with the
+    /// lookup references the kernel holds on it; later node ids start at
+    /// `next` at least. Inodes come in node id order, so a key held by
+    /// several (a reused inode number) names the newest, as before.
+    pub(crate) fn restore(&self, inode: Inode, refs: u64, next: u64) {
+        let mut maps = self.write();
+        let id = inode.nodeid;
+        let key = inode.key;
+        inode.refs.store(refs, Ordering::Release);
+        self.shard_mut(id).insert(id, Arc::new(inode));
+        let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+        maps.by_key.insert(key, id);
+        maps.peak = maps.peak.max(count);
+        self.next.fetch_max(next.max(id + 1), Ordering::AcqRel);
+    }
+
     /// The inode for the file `file` with identity `key` and mode `mode`,
     /// with one more lookup reference: the node that holds that file
     /// already ([`InodeFile::holds_same_file`]), or a new one. A node for

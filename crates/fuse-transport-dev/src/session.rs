@@ -130,6 +130,9 @@ struct Shared {
     /// ([`DevSession::release`]): ending this session neither unmounts
     /// nor finishes the server (the connection isn't over).
     released: AtomicBool,
+    /// Paused for a hand-over ([`DevSession::pause`]): no worker runs, but
+    /// the session goes on ([`Session::wait`] keeps waiting).
+    paused: AtomicBool,
     /// A worker read ENODEV: the file system was unmounted (by us or from
     /// outside), so there is nothing left to unmount, and whatever is
     /// mounted on the path now belongs to somebody else.
@@ -253,6 +256,7 @@ impl DevSession {
             config: config.clone(),
             stop: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
@@ -352,10 +356,16 @@ impl DevSession {
                 format!("{waits} requests wait for locks; try again once they are answered"),
             ));
         }
+        self.shared.paused.store(true, Ordering::Release);
         self.shared.stop.store(true, Ordering::Release);
-        self.join_workers()?;
+        let joined = self.join_workers();
         self.shared.stop.store(false, Ordering::Release);
+        if let Err(e) = joined {
+            self.shared.paused.store(false, Ordering::Release);
+            return Err(e);
+        }
         if self.shared.unmounted.load(Ordering::Acquire) {
+            self.shared.paused.store(false, Ordering::Release);
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the file system was unmounted",
@@ -366,7 +376,9 @@ impl DevSession {
 
     /// Serves again after [`DevSession::pause`] (the hand-over failed).
     pub fn unpause(&self) -> io::Result<()> {
-        self.start_workers(self.shared.config.threads.max(1))
+        let started = self.start_workers(self.shared.config.threads.max(1));
+        self.shared.paused.store(false, Ordering::Release);
+        started
     }
 
     /// Gives the paused connection up for another process to serve: its
@@ -386,12 +398,19 @@ impl DevSession {
             .ok_or_else(|| io::Error::other("the session has ended"))?;
         let fd = mount.release()?;
         self.shared.released.store(true, Ordering::Release);
+        self.shared.paused.store(false, Ordering::Release);
         self.shared
             .master
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
         Ok((fd, self.mountpoint.clone()))
+    }
+
+    /// The connection was handed to another process
+    /// ([`DevSession::release`]).
+    pub fn is_released(&self) -> bool {
+        self.shared.released.load(Ordering::Acquire)
     }
 
     /// Wakes the workers until every one has ended (they check `stop`),
@@ -476,6 +495,8 @@ impl Session for DevSession {
             return;
         }
         self.shared.stop.store(true, Ordering::Release);
+        // A hand-over in progress loses: the session ends.
+        self.shared.paused.store(false, Ordering::Release);
         // Workers waiting for a lock on a client's behalf would never see
         // the stop: the file system ends those waits.
         self.shared.server.stop_waits();
@@ -495,6 +516,11 @@ impl Session for DevSession {
                 .unwrap_or_else(|e| e.into_inner())
                 .pop();
             let Some(handle) = handle else {
+                if self.shared.paused.load(Ordering::Acquire) {
+                    // Being handed over: serving again or released soon.
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
                 if self.shared.workers.load(Ordering::Acquire) == 0 {
                     break;
                 }

@@ -375,6 +375,9 @@ pub fn offer(
         }
         Err(e) => {
             tracing::warn!("takeover failed ({e}); serving again");
+            // Says why, if the new daemon still listens (nothing was sent
+            // yet when the state couldn't be made).
+            let _ = write_line(stream, &format!("refused {e}"));
             session.unpause()?;
             Ok(false)
         }

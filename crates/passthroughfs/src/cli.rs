@@ -184,6 +184,18 @@ pub struct Args {
     #[arg(long)]
     pub unmount_dead: bool,
 
+    /// Live upgrade: listen on this Unix socket for a new daemon started
+    /// with --take-over, and hand the mount over to it (the mount stays;
+    /// this daemon exits 0). /dev/fuse with --runtime sync only, for now.
+    #[arg(long, value_name = "PATH")]
+    pub takeover_socket: Option<PathBuf>,
+
+    /// Live upgrade: instead of mounting, take over the mount that the
+    /// daemon listening on this socket serves (see --takeover-socket);
+    /// MOUNTPOINT must be its mountpoint and SOURCE its source.
+    #[arg(long, value_name = "PATH")]
+    pub take_over: Option<PathBuf>,
+
     /// Generic mount flags from `-o` (`suid`, `dev`, `noexec`, `noatime`,
     /// ...), in order.
     #[arg(skip)]

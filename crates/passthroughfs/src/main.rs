@@ -115,6 +115,22 @@ impl Plan {
                     .into(),
             ));
         }
+        if (args.takeover_socket.is_some() || args.take_over.is_some())
+            && (args.uring || args.runtime != passthroughfs::Runtime::Sync)
+        {
+            return Err(Failure(
+                "--takeover-socket and --take-over work over /dev/fuse with --runtime sync \
+                 only, for now (an io_uring connection's rings belong to the process that \
+                 registered them)"
+                    .into(),
+            ));
+        }
+        if args.take_over.is_some() && args.auto_unmount {
+            return Err(Failure(
+                "--take-over can't be combined with --auto-unmount: the mount exists already"
+                    .into(),
+            ));
+        }
         let uring_defaults = UringConfig::default();
         if !args.uring
             && (args.uring_bufs != uring_defaults.bufs_per_queue
@@ -153,7 +169,9 @@ impl Plan {
             args.mountpoint = absolute(&args.mountpoint)?;
         }
         check_source(&source)?;
-        check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+        if args.take_over.is_none() {
+            check_mountpoint(&args.mountpoint, args.unmount_dead)?;
+        }
         let fs_config = args.fs.passthrough_config()?;
         args.fs.check_thread_pool(args.runtime)?;
         let session_config = session_config(args.threads, args.max_threads)?;
@@ -240,6 +258,7 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     }
     .with_request_log(args.debug);
     let mut uring_session = None;
+    let mut dev_session = None;
     let session: Arc<dyn Session> = match (uring, runtime) {
         (Some(config), _) => {
             let uring = Arc::new(
@@ -258,14 +277,26 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
             &options,
             TaskConfig::default(),
         )?,
-        (None, None) => Arc::new(
-            DevSession::mount(server, &args.mountpoint, &options, session_config)
-                .map_err(|e| Failure(e.to_string()))?,
-        ),
+        (None, None) => {
+            let session = Arc::new(match &args.take_over {
+                Some(socket) => take_over(socket, &fs, server, &args.mountpoint, session_config)?,
+                None => DevSession::mount(server, &args.mountpoint, &options, session_config)
+                    .map_err(|e| Failure(e.to_string()))?,
+            });
+            dev_session = Some(session.clone());
+            session
+        }
     };
     // Changes no reply carries (set-user-ID cleared by a WRITE) reach the
     // kernel's attribute cache through it.
     fs.set_notifier(session.notifier());
+    if args.take_over.is_some() {
+        fs.resumed();
+    }
+    let handed_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let (Some(path), Some(dev)) = (&args.takeover_socket, &dev_session) {
+        spawn_takeover_listener(path.clone(), dev.clone(), fs.clone(), handed_over.clone())?;
+    }
     tracing::info!(
         source = %source.display(),
         mountpoint = %session.mountpoint().display(),
@@ -295,6 +326,11 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     let result = session.wait();
     fs.set_notifier(None);
     notify::stopping();
+    let released = dev_session.as_ref().is_some_and(|d| d.is_released());
+    if released || handed_over.load(std::sync::atomic::Ordering::Acquire) {
+        tracing::info!("handed the mount over to the new daemon; exiting");
+        return result.map_err(|e| Failure(format!("serving failed: {e}")));
+    }
     match result {
         Ok(()) => {
             tracing::info!("unmounted; exiting");
@@ -302,6 +338,110 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
         }
         Err(e) => Err(Failure(format!("serving failed: {e}"))),
     }
+}
+
+/// Takes over the mount served by the daemon listening on `socket` (live
+/// upgrade): its connection, negotiated state and the passthrough's node
+/// table and handles, restored into `fs`.
+fn take_over(
+    socket: &Path,
+    fs: &Arc<PassthroughFs>,
+    server: Server,
+    mountpoint: &Path,
+    config: SessionConfig,
+) -> Result<DevSession, Failure> {
+    let mountpoint = std::path::absolute(mountpoint)
+        .map_err(|e| Failure(format!("{}: {e}", mountpoint.display())))?;
+    fuse_transport_dev::takeover::take_over(socket, |h| {
+        let r = h.into_parts()?;
+        if r.mountpoint != mountpoint {
+            return Err(std::io::Error::other(format!(
+                "the serving daemon's mountpoint is {}, not {}",
+                r.mountpoint.display(),
+                mountpoint.display()
+            )));
+        }
+        fs.restore_state(&r.fs_state, r.fs_fds)?;
+        DevSession::resume(server, r.dev_fd, r.mountpoint, &r.negotiated, config)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    })
+    .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
+}
+
+/// Binds `path` for takeover requests, replacing a socket file nobody
+/// listens on any more.
+fn bind_takeover_socket(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    match UnixListener::bind(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("another daemon listens on {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path)
+        }
+        r => r,
+    }
+}
+
+/// Serves takeover requests on `path` (`--takeover-socket`): one at a
+/// time; the socket file goes while one is answered (the new daemon may
+/// bind the same path for the next upgrade) and comes back if it failed.
+fn spawn_takeover_listener(
+    path: PathBuf,
+    session: Arc<DevSession>,
+    fs: Arc<PassthroughFs>,
+    handed_over: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(), Failure> {
+    use fuse_transport_dev::takeover::{offer, Handover};
+    let mut listener = bind_takeover_socket(&path)
+        .map_err(|e| Failure(format!("--takeover-socket {}: {e}", path.display())))?;
+    tracing::info!(socket = %path.display(), "listening for a takeover");
+    std::thread::Builder::new()
+        .name("takeover".into())
+        .spawn(move || loop {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("takeover socket: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
+            };
+            let _ = std::fs::remove_file(&path);
+            let Some(negotiated) = session.server().negotiated().copied() else {
+                continue;
+            };
+            let mountpoint = session.mountpoint().to_path_buf();
+            tracing::info!("a new daemon asks to take over");
+            let result = offer(&session, &stream, |dev| {
+                let (state, fds) = fs.save_state()?;
+                Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
+            });
+            match result {
+                Ok(true) => {
+                    handed_over.store(true, std::sync::atomic::Ordering::Release);
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!("takeover failed: {e}"),
+            }
+            match bind_takeover_socket(&path) {
+                Ok(l) => listener = l,
+                Err(e) => {
+                    tracing::error!(
+                        "--takeover-socket {}: {e}; no more takeovers",
+                        path.display()
+                    );
+                    return;
+                }
+            }
+        })
+        .map_err(|e| Failure(format!("starting the takeover thread: {e}")))?;
+    Ok(())
 }
 
 /// Memory that a large walk used goes back once the kernel forgot its

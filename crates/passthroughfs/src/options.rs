@@ -196,6 +196,14 @@ const OPTIONS: &[Opt] = &[
         a.fs.cache = choice::<Cache>(v)?;
         Ok(())
     }),
+    value("takeover_socket=", "--takeover-socket PATH", |a, v| {
+        a.takeover_socket = Some(v.into());
+        Ok(())
+    }),
+    value("take_over=", "--take-over PATH", |a, v| {
+        a.take_over = Some(v.into());
+        Ok(())
+    }),
     value("zero_copy=", "--zero-copy never|auto|always", |a, v| {
         a.fs.zero_copy = choice::<ZeroCopy>(v)?;
         Ok(())

@@ -35,6 +35,7 @@ mod dir;
 mod file;
 mod locking;
 mod lookup;
+mod takeover;
 mod xattr;
 
 pub use attr::attr_from_statx;

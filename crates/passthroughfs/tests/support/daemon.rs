@@ -165,6 +165,12 @@ impl Daemon {
         d
     }
 
+    /// The mount is someone else's now (handed over to a new daemon):
+    /// dropping this one doesn't unmount it.
+    pub fn forget_mount(&mut self) {
+        self.mnt = PathBuf::new();
+    }
+
     /// The process id.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32

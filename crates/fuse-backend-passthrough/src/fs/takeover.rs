@@ -1,0 +1,297 @@
+//! The passthrough's part of a live upgrade: its node table and open
+//! handles written down for a new process ([`PassthroughFs::save_state`])
+//! and taken back there ([`PassthroughFs::restore_state`]).
+//!
+//! Everything that is an open file moves as a descriptor (`SCM_RIGHTS`,
+//! by `fuse_transport_dev::takeover`): each inode's `O_PATH` descriptor,
+//! each handle's open file, each zero-message handle, and each lock
+//! owner's open file description, so the new process holds the very same
+//! open files: file offsets, `O_APPEND`, and the locks taken through them
+//! (the passthrough keeps POSIX locks as OFD locks on a description per
+//! owner, `flock` locks on the handle's description) survive as they are.
+//! What doesn't move: a directory handle's buffered entries (the next
+//! READDIR seeks to its cookie, as after an LSEEK), the source watch's
+//! marks (the new process marks again as it answers, and drops the names
+//! and attributes the kernel cached on the old watch's word: an INC_EPOCH
+//! and an attribute INVAL_INODE per known file, see
+//! [`PassthroughFs::resumed`]), and counters.
+//!
+//! Refused (the old daemon serves on): kernel passthrough with backing
+//! ids registered (they belong to the connection, and the daemon would
+//! have to hand over which handle holds which; not done yet).
+//!
+//! ## The state text (version 1)
+//!
+//! ```text
+//! passthrough-state 1
+//! root <ino> <dev>
+//! next <next node id> <next handle number>
+//! inode <node id> <ino> <dev> <mnt id> <mode> <lookup refs> <fd index>
+//! handle <fh> <node id> <open flags> <file|dir> <fd index>
+//! lazy <node id> <open flags> <fd index>
+//! lock <node id> <owner> <pid> <fh,fh,...|-> <fd index>
+//! ```
+//!
+//! Numbers are decimal; an fd index is a position in the descriptors sent
+//! with the state. Inodes come in node id order.
+
+use super::*;
+use crate::handle::LockCtx;
+
+/// The version of [`PassthroughFs::save_state`]'s text.
+pub const PASSTHROUGH_STATE_VERSION: u32 = 1;
+
+impl PassthroughFs {
+    /// The file system's state for a new process to continue the same
+    /// connection, and the descriptors it refers to (see the module
+    /// docs). Call it while no request is being served (the session is
+    /// paused); fails, changing nothing, where the state can't move.
+    pub fn save_state(&self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+        let pt = self.pt.stats();
+        if pt.live_backing_ids > 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{} kernel passthrough backing ids are registered: they can't be handed \
+                     over yet (run with kernel passthrough off to upgrade live)",
+                    pt.live_backing_ids
+                ),
+            ));
+        }
+        let mut text = format!("passthrough-state {PASSTHROUGH_STATE_VERSION}\n");
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        let mut add_fd = |fd: BorrowedFd<'_>| -> io::Result<usize> {
+            fds.push(fd.try_clone_to_owned()?);
+            Ok(fds.len() - 1)
+        };
+        let root = self.inodes.root();
+        text.push_str(&format!("root {} {}\n", root.key.ino, root.key.dev));
+        text.push_str(&format!(
+            "next {} {}\n",
+            self.inodes.next_id(),
+            self.handles.next_fh()
+        ));
+        let inodes = self.inodes.all();
+        for inode in &inodes {
+            let pfd = inode.file.path_fd()?;
+            let at = add_fd(pfd.as_fd())?;
+            text.push_str(&format!(
+                "inode {} {} {} {} {} {} {at}\n",
+                inode.nodeid,
+                inode.key.ino,
+                inode.key.dev,
+                inode.key.mnt_id,
+                inode.ftype,
+                inode.refs(),
+            ));
+        }
+        for (fh, h) in self.handles.all() {
+            let at = add_fd(h.fd())?;
+            let kind = if h.dir.is_some() { "dir" } else { "file" };
+            text.push_str(&format!(
+                "handle {fh} {} {} {kind} {at}\n",
+                h.nodeid, h.flags
+            ));
+        }
+        for inode in inodes.iter().chain(std::iter::once(root)) {
+            if let Some(h) = lock(&inode.lazy).as_ref() {
+                let at = add_fd(h.fd())?;
+                text.push_str(&format!("lazy {} {} {at}\n", inode.nodeid, h.flags));
+            }
+            for (owner, ctx) in lock(&inode.locks).iter() {
+                let at = add_fd(ctx.fd.as_fd())?;
+                let fhs = lock(&ctx.fhs);
+                let fhs = if fhs.is_empty() {
+                    "-".to_string()
+                } else {
+                    fhs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+                };
+                text.push_str(&format!(
+                    "lock {} {owner} {} {fhs} {at}\n",
+                    inode.nodeid,
+                    ctx.pid.load(Ordering::Relaxed)
+                ));
+            }
+        }
+        Ok((text.into_bytes(), fds))
+    }
+
+    /// Takes back the state of [`PassthroughFs::save_state`] from an
+    /// earlier process serving the same source, on a passthrough made
+    /// with [`PassthroughFs::new`] that has served nothing yet. Fails
+    /// with the reason on a state it can't read, for another source, or
+    /// whose files are not what it says (the source changed under it).
+    pub fn restore_state(&self, state: &[u8], fds: Vec<OwnedFd>) -> io::Result<()> {
+        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+        if !self.inodes.all().is_empty() || self.handles.len() > 0 {
+            return Err(io::Error::other(
+                "restore_state needs a passthrough that has served nothing",
+            ));
+        }
+        let text = std::str::from_utf8(state).map_err(|_| bad("the state is not text".into()))?;
+        let mut lines = text.lines();
+        let header = lines.next().unwrap_or_default();
+        if header != format!("passthrough-state {PASSTHROUGH_STATE_VERSION}") {
+            return Err(bad(format!(
+                "passthrough state {header:?}, this build reads version {PASSTHROUGH_STATE_VERSION}"
+            )));
+        }
+        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
+        let mut take = |at: &str| -> io::Result<OwnedFd> {
+            let i: usize = at
+                .parse()
+                .map_err(|_| bad(format!("bad fd index {at:?}")))?;
+            fds.get_mut(i)
+                .and_then(Option::take)
+                .ok_or_else(|| bad(format!("fd index {i} missing or used twice")))
+        };
+        let num = |w: Option<&str>, line: &str| -> io::Result<u64> {
+            w.and_then(|w| w.parse().ok())
+                .ok_or_else(|| bad(format!("bad line {line:?}")))
+        };
+        let (mut next_id, mut next_fh) = (0, 0);
+        // Handles by number, to count writers and bind lock contexts.
+        let mut restored_handles = Vec::new();
+        for line in lines.filter(|l| !l.is_empty()) {
+            let mut w = line.split(' ');
+            match w.next() {
+                Some("root") => {
+                    let (ino, dev) = (num(w.next(), line)?, num(w.next(), line)?);
+                    let root = self.inodes.root();
+                    if (ino, dev) != (root.key.ino, root.key.dev) {
+                        return Err(bad(format!(
+                            "the state is of another source (root inode {ino} on device {dev}, \
+                             this one serves {} on {})",
+                            root.key.ino, root.key.dev
+                        )));
+                    }
+                }
+                Some("next") => {
+                    next_id = num(w.next(), line)?;
+                    next_fh = num(w.next(), line)?;
+                }
+                Some("inode") => {
+                    let nodeid = num(w.next(), line)?;
+                    let key = InodeKey {
+                        ino: num(w.next(), line)?,
+                        dev: num(w.next(), line)?,
+                        mnt_id: num(w.next(), line)?,
+                    };
+                    let mode = num(w.next(), line)? as u32;
+                    let refs = num(w.next(), line)?;
+                    let fd = take(w.next().unwrap_or_default())?;
+                    let st = sys::statx_fd(fd.as_fd(), libc::STATX_INO)
+                        .map_err(|e| bad(format!("inode {nodeid}: {e}")))?;
+                    if st.stx_ino != key.ino {
+                        return Err(bad(format!(
+                            "inode {nodeid}: its descriptor is inode {}, the state says {}",
+                            st.stx_ino, key.ino
+                        )));
+                    }
+                    if nodeid <= fuse_abi::ROOT_ID {
+                        return Err(bad(format!("bad node id in {line:?}")));
+                    }
+                    let file = self.inodes.files().make(fd);
+                    self.inodes
+                        .restore(Inode::new(nodeid, key, file, mode), refs, next_id);
+                }
+                Some("handle") => {
+                    let fh = num(w.next(), line)?;
+                    let nodeid = num(w.next(), line)?;
+                    let flags = num(w.next(), line)? as i32;
+                    let kind = w.next().unwrap_or_default();
+                    let fd = take(w.next().unwrap_or_default())?;
+                    let inode = self
+                        .inodes
+                        .get(nodeid)
+                        .map_err(|_| bad(format!("handle {fh} of unknown node {nodeid}")))?;
+                    let handle = match kind {
+                        "file" => Handle::file(fd, nodeid, flags),
+                        "dir" => {
+                            let h = Handle::dir(fd, nodeid, flags);
+                            if let Some(d) = &h.dir {
+                                // Its buffer stayed behind: seek next time.
+                                lock(d).invalidate();
+                            }
+                            h
+                        }
+                        _ => return Err(bad(format!("bad handle kind in {line:?}"))),
+                    };
+                    self.handles.restore(fh, handle, next_fh)?;
+                    if kind == "file" && flags & libc::O_ACCMODE != libc::O_RDONLY {
+                        let mut writers = lock(&inode.writers);
+                        *writers += 1;
+                        inode.has_writers.store(true, Ordering::Release);
+                    }
+                    restored_handles.push(fh);
+                }
+                Some("lazy") => {
+                    let nodeid = num(w.next(), line)?;
+                    let flags = num(w.next(), line)? as i32;
+                    let fd = take(w.next().unwrap_or_default())?;
+                    let inode = self
+                        .inodes
+                        .get(nodeid)
+                        .map_err(|_| bad(format!("lazy handle of unknown node {nodeid}")))?;
+                    *lock(&inode.lazy) = Some(Arc::new(Handle::file(fd, nodeid, flags)));
+                    if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                        *lock(&inode.writers) += 1;
+                        inode.has_writers.store(true, Ordering::Release);
+                    }
+                }
+                Some("lock") => {
+                    let nodeid = num(w.next(), line)?;
+                    let owner = num(w.next(), line)?;
+                    let pid = num(w.next(), line)? as u32;
+                    let fhs = match w.next().unwrap_or_default() {
+                        "-" => Vec::new(),
+                        list => list
+                            .split(',')
+                            .map(|f| f.parse::<u64>())
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|_| bad(format!("bad handle list in {line:?}")))?,
+                    };
+                    let fd = take(w.next().unwrap_or_default())?;
+                    let inode = self
+                        .inodes
+                        .get(nodeid)
+                        .map_err(|_| bad(format!("lock of unknown node {nodeid}")))?;
+                    let ctx = LockCtx {
+                        fd,
+                        pid: std::sync::atomic::AtomicU32::new(pid),
+                        fhs: Mutex::new(fhs),
+                    };
+                    lock(&inode.locks).push((owner, Arc::new(ctx)));
+                }
+                _ => return Err(bad(format!("unknown line {line:?}"))),
+            }
+        }
+        tracing::info!(
+            inodes = self.inodes.all().len(),
+            handles = restored_handles.len(),
+            "passthrough state taken over"
+        );
+        Ok(())
+    }
+
+    /// After a takeover, once the new session can send notifications
+    /// ([`PassthroughFs::set_notifier`]): the kernel may hold names and
+    /// attributes for a day on the old process's source watch, which this
+    /// one doesn't have yet, so they are dropped (`INC_EPOCH` where the
+    /// kernel has it, and an attribute `INVAL_INODE` per known file).
+    pub fn resumed(&self) {
+        let Some(n) = lock(&self.notifier).clone() else {
+            return;
+        };
+        if self.kernel_minor.load(Ordering::Relaxed) >= 44 {
+            if let Err(e) = n.inc_epoch() {
+                tracing::debug!("INC_EPOCH after the takeover: {e}");
+            }
+        }
+        for inode in self.inodes.all() {
+            if let Err(e) = n.inval_inode(inode.nodeid, -1, 0) {
+                tracing::debug!(nodeid = inode.nodeid, "INVAL_INODE after the takeover: {e}");
+            }
+        }
+    }
+}

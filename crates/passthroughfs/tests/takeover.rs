@@ -1,0 +1,239 @@
+//! Live upgrade of `passthroughfs` (`--takeover-socket`, `--take-over`):
+//! new daemon processes take the mount over one after another while
+//! clients use it, and no client notices. Files opened before the first
+//! upgrade stay usable after the last, a lock taken before them is still
+//! held, and once the clients are gone the last daemon holds no node the
+//! kernel forgot (every FORGET found its node).
+
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use daemon::{dirs, is_mounted, Daemon, Transport};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Clients that each rewrite and check a file, create, rename and remove
+/// names, until `stop`; the first error one saw.
+fn clients(
+    mnt: &Path,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+    rounds: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
+    (0..n)
+        .map(|t| {
+            let (mnt, stop, rounds) = (mnt.to_path_buf(), stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let dir = mnt.join(format!("client-{t}"));
+                std::fs::create_dir(&dir).map_err(|e| format!("client {t}: mkdir: {e}"))?;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let data: Vec<u8> = (0..100_000u32)
+                        .map(|k| (k as u64 * 7 + i + t as u64) as u8)
+                        .collect();
+                    let run = || -> std::io::Result<()> {
+                        let a = dir.join(format!("f-{}", i % 5));
+                        let b = dir.join(format!("g-{}", i % 5));
+                        std::fs::write(&a, &data)?;
+                        std::fs::rename(&a, &b)?;
+                        if std::fs::read(&b)? != data {
+                            return Err(std::io::Error::other("read back other bytes"));
+                        }
+                        if i % 3 == 0 {
+                            std::fs::remove_file(&b)?;
+                        }
+                        let listed = std::fs::read_dir(&dir)?.count();
+                        if listed > 10 {
+                            return Err(std::io::Error::other(format!("{listed} names")));
+                        }
+                        Ok(())
+                    };
+                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
+fn progress(rounds: &AtomicU64, more: u64) {
+    let start = rounds.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rounds.load(Ordering::Relaxed) < start + more {
+        assert!(Instant::now() < deadline, "the clients made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn flock_nb(path: &Path) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+#[test]
+fn twenty_upgrades_under_load_and_no_client_notices() {
+    let d = dirs();
+    let sock = d.dir.path().join("takeover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    // Kernel passthrough off: its backing ids don't move yet.
+    let first_args = ["--no-passthrough", "--takeover-socket", &sock_arg];
+    let mut daemon = Daemon::start(&d.src, &d.mnt, Transport::Dev, &first_args);
+
+    // Held across every upgrade: an open file (its offset too) and a lock.
+    let held_path = d.mnt.join("held");
+    let mut held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&held_path)
+        .unwrap();
+    held.write_all(b"before;").unwrap();
+    let locked = std::fs::File::open(d.mnt.join("held")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(locked.as_raw_fd(), libc::LOCK_EX) }, 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let workers = clients(&d.mnt, 4, &stop, &rounds);
+    progress(&rounds, 20);
+
+    let take_args = [
+        "--no-passthrough",
+        "--take-over",
+        &sock_arg,
+        "--takeover-socket",
+        &sock_arg,
+    ];
+    for upgrade in 0..20 {
+        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
+        daemon.forget_mount();
+        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+        assert!(
+            status.success(),
+            "upgrade {upgrade}: the old daemon exited with {status}: {log}"
+        );
+        assert!(
+            log.contains("handed the mount over"),
+            "upgrade {upgrade}: {log}"
+        );
+        assert!(is_mounted(&d.mnt), "upgrade {upgrade}: the mount went away");
+        daemon = next;
+        // The held file goes on where it was.
+        held.write_all(format!("{upgrade};").as_bytes()).unwrap();
+        progress(&rounds, 10);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap().expect("a client saw an error");
+    }
+    // The lock taken before the first upgrade is still held.
+    assert!(!flock_nb(&held_path), "the lock was lost on the way");
+    drop(locked);
+    assert!(flock_nb(&held_path));
+    held.seek(SeekFrom::Start(0)).unwrap();
+    let mut text = String::new();
+    held.read_to_string(&mut text).unwrap();
+    let want: String = std::iter::once("before;".to_string())
+        .chain((0..20).map(|u| format!("{u};")))
+        .collect();
+    assert_eq!(text, want);
+    drop(held);
+
+    // Every node the kernel drops is found: once it dropped its dentries
+    // and inodes, the daemon holds the root alone.
+    for name in ["client-0", "client-1", "client-2", "client-3"] {
+        std::fs::remove_dir_all(d.mnt.join(name)).unwrap();
+    }
+    std::fs::remove_file(&held_path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
+        daemon.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(200));
+        let log = daemon.stderr();
+        let state = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("file system state"))
+            .unwrap_or_default()
+            .to_string();
+        if state.contains("inodes=1 ") && state.contains("lookup_refs=0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes left: {state}");
+    }
+    let log = daemon.stderr();
+    assert!(
+        !log.contains("FORGET of an unknown node id") && !log.contains("more references than held"),
+        "{log}"
+    );
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    assert!(!is_mounted(&d.mnt));
+}
+
+/// Runs a `--take-over` daemon that must fail; its standard error.
+fn failed_takeover(src: &Path, mnt: &Path, sock: &str) -> String {
+    let out = std::process::Command::new(daemon::BIN)
+        .args(["--foreground", "--no-passthrough", "--take-over", sock])
+        .arg(src)
+        .arg(mnt)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the takeover worked: {err}");
+    err
+}
+
+#[test]
+fn refused_or_unanswered_takeovers_leave_the_mount_served() {
+    let d = dirs();
+    let sock = d.dir.path().join("takeover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    // Nobody listens: the new daemon fails with the reason.
+    let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
+    assert!(err.contains("takeover socket"), "{err}");
+
+    let daemon = Daemon::start(
+        &d.src,
+        &d.mnt,
+        Transport::Dev,
+        &["--takeover-socket", &sock_arg],
+    );
+    std::fs::write(d.mnt.join("f"), b"data").unwrap();
+
+    // Another mountpoint than the one served: the new daemon refuses.
+    let other = d.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let err = failed_takeover(&d.src, &other, &sock_arg);
+    assert!(err.contains("mountpoint"), "{err}");
+    assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
+
+    // A file passed through to the kernel is open: its backing id can't
+    // move, and the serving daemon refuses (where kernel passthrough
+    // works here at all).
+    let open = std::fs::File::open(d.mnt.join("f")).unwrap();
+    daemon.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(300));
+    let state = daemon.stderr();
+    if state.contains("backing_ids=1") {
+        let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
+        assert!(err.contains("backing ids"), "{err}");
+    } else {
+        eprintln!("kernel passthrough is not in use here: that refusal is not checked");
+    }
+    drop(open);
+    assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+}
