@@ -358,7 +358,7 @@ impl DevSession {
         }
         self.shared.paused.store(true, Ordering::Release);
         self.shared.stop.store(true, Ordering::Release);
-        let joined = self.join_workers();
+        let joined = self.join_workers(false);
         self.shared.stop.store(false, Ordering::Release);
         if let Err(e) = joined {
             self.shared.paused.store(false, Ordering::Release);
@@ -413,9 +413,11 @@ impl DevSession {
         self.shared.released.load(Ordering::Acquire)
     }
 
-    /// Wakes the workers until every one has ended (they check `stop`),
-    /// and joins them; the first error of one.
-    fn join_workers(&self) -> io::Result<()> {
+    /// Joins the workers as they end, waking them while the session
+    /// stops (or pauses: both set `stop`); the first error of one. With
+    /// `through_pauses`, a pause with every worker gone doesn't end the
+    /// wait: the session serves again or is released soon.
+    fn join_workers(&self, through_pauses: bool) -> io::Result<()> {
         let mut first_error = None;
         loop {
             let handle = self
@@ -425,15 +427,27 @@ impl DevSession {
                 .unwrap_or_else(|e| e.into_inner())
                 .pop();
             let Some(handle) = handle else {
+                if through_pauses && self.shared.paused.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
                 if self.shared.workers.load(Ordering::Acquire) == 0 {
                     break;
                 }
+                // A worker is starting another one; its handle arrives soon.
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             };
+            // While stopping, keep waking workers that went back into read(2)
+            // after the previous signal; otherwise just check now and then
+            // whether a stop began.
             while !handle.is_finished() {
-                self.wake_workers();
-                std::thread::sleep(Duration::from_millis(5));
+                if self.shared.stop.load(Ordering::Acquire) {
+                    self.wake_workers();
+                    std::thread::sleep(Duration::from_millis(5));
+                } else {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
             match handle.join() {
                 Ok(Ok(())) => {}
@@ -507,51 +521,10 @@ impl Session for DevSession {
     }
 
     fn wait(&self) -> io::Result<()> {
-        let mut first_error = None;
-        loop {
-            let handle = self
-                .shared
-                .handles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop();
-            let Some(handle) = handle else {
-                if self.shared.paused.load(Ordering::Acquire) {
-                    // Being handed over: serving again or released soon.
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                }
-                if self.shared.workers.load(Ordering::Acquire) == 0 {
-                    break;
-                }
-                // A worker is starting another one; its handle arrives soon.
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            };
-            // While stopping, keep waking workers that went back into read(2)
-            // after the previous signal; otherwise just check now and then
-            // whether a stop began.
-            while !handle.is_finished() {
-                if self.shared.stop.load(Ordering::Acquire) {
-                    self.wake_workers();
-                    std::thread::sleep(Duration::from_millis(5));
-                } else {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            match handle.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_error.get_or_insert(io::Error::other("a worker thread panicked"));
-                }
-            }
-        }
+        let joined = self.join_workers(true);
         if self.shared.released.load(Ordering::Acquire) {
             // Another process serves the connection now.
-            return first_error.map_or(Ok(()), Err);
+            return joined;
         }
         self.shared.server.finish();
         if let Err(e) = self.unmount() {
@@ -565,7 +538,7 @@ impl Session for DevSession {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         self.mount.lock().unwrap_or_else(|e| e.into_inner()).take();
-        first_error.map_or(Ok(()), Err)
+        joined
     }
 
     fn notifier(&self) -> Option<fuse_server::Notifier> {
