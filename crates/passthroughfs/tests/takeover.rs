@@ -249,3 +249,111 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");
 }
+
+/// Runs `cmd` in `dir` (a shell line) again and again until `stop`; the
+/// first failure, with its output.
+fn loop_command(
+    dir: &Path,
+    line: &'static str,
+    stop: &Arc<AtomicBool>,
+    runs: &Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Result<(), String>> {
+    let (dir, stop, runs) = (dir.to_path_buf(), stop.clone(), runs.clone());
+    std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(line)
+                .env("I", i.to_string())
+                .current_dir(&dir)
+                .output()
+                .map_err(|e| format!("{line}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "run {i} of {line:?}: {}\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            runs.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn upgrades_under_fio_verify_and_a_git_loop() {
+    let d = dirs();
+    let sock = d.dir.path().join("takeover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    let mut daemon = Daemon::start(
+        &d.src,
+        &d.mnt,
+        Transport::Dev,
+        &["--no-passthrough", "--takeover-socket", &sock_arg],
+    );
+    let fio_dir = d.mnt.join("fio");
+    let git_dir = d.mnt.join("repo");
+    std::fs::create_dir(&fio_dir).unwrap();
+    std::fs::create_dir(&git_dir).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&git_dir)
+            .output()
+            .expect("git (the tests need it)");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.email", "t@example.invalid"]);
+    git(&["config", "user.name", "t"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicU64::new(0));
+    // fio: 4 MiB of random 4 KiB writes, each block verified (crc32c)
+    // while writing and at the end; a failed verify fails fio.
+    let fio = loop_command(
+        &fio_dir,
+        "fio --name=v --filename=data --size=4M --rw=randwrite --bs=4k --ioengine=psync \
+         --verify=crc32c --verify_backlog=64 --verify_fatal=1 --do_verify=1 \
+         --output=/dev/null",
+        &stop,
+        &runs,
+    );
+    let gitloop = loop_command(
+        &git_dir,
+        "echo \"$I\" > f-$((I % 7)) && git add -A && git commit -qm \"c$I\" && \
+         if [ $((I % 5)) = 0 ]; then git fsck --strict --no-progress; fi",
+        &stop,
+        &runs,
+    );
+    progress(&runs, 4);
+    let take_args = [
+        "--no-passthrough",
+        "--take-over",
+        &sock_arg,
+        "--takeover-socket",
+        &sock_arg,
+    ];
+    for upgrade in 0..20 {
+        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
+        daemon.forget_mount();
+        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+        assert!(status.success(), "upgrade {upgrade}: {status}: {log}");
+        daemon = next;
+        progress(&runs, 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    fio.join().unwrap().expect("fio failed across the upgrades");
+    gitloop
+        .join()
+        .unwrap()
+        .expect("git failed across the upgrades");
+    git(&["fsck", "--strict", "--no-progress"]);
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    assert!(!is_mounted(&d.mnt));
+}
