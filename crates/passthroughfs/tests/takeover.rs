@@ -96,6 +96,15 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
         .open(&held_path)
         .unwrap();
     held.write_all(b"before;").unwrap();
+    // And a file deleted while open: no name leads to it any more.
+    let mut ghost = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.mnt.join("ghost"))
+        .unwrap();
+    std::fs::remove_file(d.mnt.join("ghost")).unwrap();
     let locked = std::fs::File::open(d.mnt.join("held")).unwrap();
     // SAFETY: flock on a descriptor we own.
     assert_eq!(unsafe { libc::flock(locked.as_raw_fd(), libc::LOCK_EX) }, 0);
@@ -128,6 +137,9 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
         daemon = next;
         // The held file goes on where it was.
         held.write_all(format!("{upgrade};").as_bytes()).unwrap();
+        ghost
+            .write_all(format!("{upgrade};").as_bytes())
+            .unwrap_or_else(|e| panic!("upgrade {upgrade}: the deleted open file: {e}"));
         progress(&rounds, 10);
     }
     stop.store(true, Ordering::Relaxed);
@@ -146,6 +158,11 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
         .collect();
     assert_eq!(text, want);
     drop(held);
+    ghost.seek(SeekFrom::Start(0)).unwrap();
+    let mut text = String::new();
+    ghost.read_to_string(&mut text).unwrap();
+    assert_eq!(format!("before;{text}"), want, "the deleted open file");
+    drop(ghost);
 
     // Every node the kernel drops is found: once it dropped its dentries
     // and inodes, the daemon holds the root alone.

@@ -72,9 +72,31 @@ impl PassthroughFs {
             self.handles.next_fh()
         ));
         let inodes = self.inodes.all();
+        let handles = self.handles.all();
+        let mut skipped = 0usize;
         for inode in &inodes {
-            let pfd = inode.file.path_fd()?;
-            let at = add_fd(pfd.as_fd())?;
+            // A file that can't be opened by handle any more (deleted
+            // while the kernel holds its node) goes by one of its open
+            // files; without one it is left behind, and requests for it
+            // get ESTALE, as they would from this process.
+            let at = match inode.file.path_fd() {
+                Ok(pfd) => add_fd(pfd.as_fd())?,
+                Err(e) => {
+                    let open = handles
+                        .iter()
+                        .find(|(_, h)| h.nodeid == inode.nodeid)
+                        .map(|(_, h)| h.clone())
+                        .or_else(|| lock(&inode.lazy).clone());
+                    match open {
+                        Some(h) => add_fd(h.fd())?,
+                        None => {
+                            tracing::debug!(nodeid = inode.nodeid, "not handed over: {e}");
+                            skipped += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
             text.push_str(&format!(
                 "inode {} {} {} {} {} {} {at}\n",
                 inode.nodeid,
@@ -85,7 +107,13 @@ impl PassthroughFs {
                 inode.refs(),
             ));
         }
-        for (fh, h) in self.handles.all() {
+        if skipped > 0 {
+            tracing::info!(
+                skipped,
+                "nodes of files gone from the source are not handed over"
+            );
+        }
+        for (fh, h) in handles {
             let at = add_fd(h.fd())?;
             let kind = if h.dir.is_some() { "dir" } else { "file" };
             text.push_str(&format!(
