@@ -91,7 +91,14 @@ pub(crate) struct Passthrough {
     reason: Mutex<Option<String>>,
     /// Errnos already logged (a bit per errno below 64, bit 63 for others).
     logged: AtomicU64,
+    /// Backing ids of an earlier process (live upgrade), by node id,
+    /// waiting for the connection's registry ([`Passthrough::attach`]).
+    adopted: Mutex<Vec<(u64, i32)>>,
 }
+
+/// One inode's passthrough state as a live upgrade moves it: its node id,
+/// backing id (0: served by the daemon), and counted opens.
+pub(crate) type SavedInodeIo = (u64, i32, u64);
 
 impl Passthrough {
     pub(crate) fn new(wanted: bool) -> Self {
@@ -105,15 +112,64 @@ impl Passthrough {
             fallback_opens: AtomicU64::new(0),
             reason: Mutex::new(None),
             logged: AtomicU64::new(0),
+            adopted: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The state a live upgrade moves: every inode with counted opens, and
+    /// which inode each counted handle belongs to.
+    pub(crate) fn save(&self) -> (Vec<SavedInodeIo>, Vec<(u64, u64)>) {
+        let state = self.state();
+        let mut inodes: Vec<SavedInodeIo> = state
+            .inodes
+            .iter()
+            .map(|(&n, io)| (n, io.backing.as_ref().map_or(0, BackingId::id), io.opens))
+            .collect();
+        inodes.sort_unstable();
+        let mut handles: Vec<(u64, u64)> = state.handles.iter().map(|(&f, &n)| (f, n)).collect();
+        handles.sort_unstable();
+        (inodes, handles)
+    }
+
+    /// Takes back an inode's state from an earlier process (before INIT
+    /// is resumed): its backing id is adopted once the connection's
+    /// registry is attached.
+    pub(crate) fn restore_inode(&self, nodeid: u64, backing_id: i32, opens: u64) {
+        self.state().inodes.insert(
+            nodeid,
+            InodeIo {
+                backing: None,
+                opens,
+            },
+        );
+        if backing_id > 0 {
+            self.adopted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((nodeid, backing_id));
+        }
+    }
+
+    /// Takes back which inode a counted handle belongs to.
+    pub(crate) fn restore_handle(&self, fh: u64, nodeid: u64) {
+        self.state().handles.insert(fh, nodeid);
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The transport's registry (before INIT).
+    /// The transport's registry (before INIT); backing ids taken over from
+    /// an earlier process are owned through it from now on.
     pub(crate) fn attach(&self, files: Arc<dyn BackingFiles>) {
+        let adopted = std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut state = self.state();
+        for (nodeid, id) in adopted {
+            if let Some(io) = state.inodes.get_mut(&nodeid) {
+                io.backing = BackingId::adopt(&files, id);
+            }
+        }
+        drop(state);
         let _ = self.files.set(files);
     }
 

@@ -88,6 +88,16 @@ impl BackingId {
         })
     }
 
+    /// An id registered on `files`' connection by an earlier server of it
+    /// (live upgrade, [`crate::takeover`]): owned, and closed, from now on
+    /// as if registered here. `None` for an id that can't be one (<= 0).
+    pub fn adopt(files: &Arc<dyn BackingFiles>, id: i32) -> Option<Self> {
+        (id > 0).then(|| Self {
+            id,
+            files: files.clone(),
+        })
+    }
+
     /// The id for [`crate::Opened::backing_id`].
     pub fn id(&self) -> i32 {
         self.id

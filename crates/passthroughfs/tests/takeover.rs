@@ -235,32 +235,6 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
     assert!(err.contains("mountpoint"), "{err}");
     assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
 
-    // A file passed through to the kernel is open: its backing id can't
-    // move, and the serving daemon refuses (kernel passthrough works for
-    // root on these machines: a daemon that doesn't get it fails here).
-    let open = std::fs::File::open(d.mnt.join("f")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        daemon.signal(libc::SIGUSR1);
-        std::thread::sleep(Duration::from_millis(100));
-        let log = daemon.stderr();
-        let state = log
-            .lines()
-            .rev()
-            .find(|l| l.contains("file system state"))
-            .unwrap_or_default();
-        if state.contains("backing_ids=1") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the open file is not passed through to the kernel (needs kernel passthrough, \
-             root in the initial user namespace): {state}"
-        );
-    }
-    let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
-    assert!(err.contains("backing ids"), "{err}");
-    drop(open);
     assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
     daemon.signal(libc::SIGTERM);
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
@@ -373,4 +347,73 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");
     assert!(!is_mounted(&d.mnt));
+}
+
+/// The last "file system state" line of `daemon` once it contains `want`
+/// (asked for with SIGUSR1), within 30 s.
+fn fs_state_with(daemon: &Daemon, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        daemon.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(100));
+        let log = daemon.stderr();
+        let state = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("file system state"))
+            .unwrap_or_default()
+            .to_string();
+        if state.contains(want) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {want:?} in the daemon's state (kernel passthrough needs root in the \
+             initial user namespace): {state}"
+        );
+    }
+}
+
+#[test]
+fn kernel_passthrough_files_survive_upgrades() {
+    let d = dirs();
+    let sock = d.dir.path().join("takeover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    // Kernel passthrough is on by default.
+    let mut daemon = Daemon::start(
+        &d.src,
+        &d.mnt,
+        Transport::Dev,
+        &["--takeover-socket", &sock_arg],
+    );
+    std::fs::write(d.mnt.join("f"), b"0123456789").unwrap();
+    let mut open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.mnt.join("f"))
+        .unwrap();
+    // The open file is passed through: one backing id.
+    fs_state_with(&daemon, "backing_ids=1");
+    let take_args = ["--take-over", &sock_arg, "--takeover-socket", &sock_arg];
+    for upgrade in 0..3 {
+        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
+        daemon.forget_mount();
+        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+        assert!(status.success(), "upgrade {upgrade}: {status}: {log}");
+        daemon = next;
+        // The new daemon owns the id: the open file works, and a new
+        // open of the same file gets the same backing file.
+        fs_state_with(&daemon, "backing_ids=1");
+        open.seek(SeekFrom::Start(0)).unwrap();
+        open.write_all(format!("{upgrade}").as_bytes()).unwrap();
+        let again = std::fs::read(d.mnt.join("f")).unwrap();
+        assert_eq!(again[0], b'0' + upgrade as u8, "upgrade {upgrade}");
+        assert_eq!(&again[1..], b"123456789");
+    }
+    drop(open);
+    // The last release closes the id in the daemon that serves now.
+    fs_state_with(&daemon, "backing_ids=0");
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
 }

@@ -16,9 +16,11 @@
 //! and an attribute INVAL_INODE per known file, see
 //! [`PassthroughFs::resumed`]), and counters.
 //!
-//! Refused (the old daemon serves on): kernel passthrough with backing
-//! ids registered (they belong to the connection, and the daemon would
-//! have to hand over which handle holds which; not done yet).
+//! Kernel passthrough's backing ids belong to the connection, not the
+//! process: they move as numbers, with which inode each belongs to and
+//! how many opens count on it, and the new process owns (and closes) them
+//! from then on. The old process can't close them any more once it gave
+//! the connection up.
 //!
 //! ## The state text (version 1)
 //!
@@ -30,6 +32,8 @@
 //! handle <fh> <node id> <open flags> <file|dir> <fd index>
 //! lazy <node id> <open flags> <fd index>
 //! lock <node id> <owner> <pid> <fh,fh,...|-> <fd index>
+//! passthrough <node id> <backing id, 0: served by the daemon> <opens>
+//! passthrough-handle <fh> <node id>
 //! ```
 //!
 //! Numbers are decimal; an fd index is a position in the descriptors sent
@@ -47,17 +51,6 @@ impl PassthroughFs {
     /// docs). Call it while no request is being served (the session is
     /// paused); fails, changing nothing, where the state can't move.
     pub fn save_state(&self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-        let pt = self.pt.stats();
-        if pt.live_backing_ids > 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "{} kernel passthrough backing ids are registered: they can't be handed \
-                     over yet (run with kernel passthrough off to upgrade live)",
-                    pt.live_backing_ids
-                ),
-            ));
-        }
         let mut text = format!("passthrough-state {PASSTHROUGH_STATE_VERSION}\n");
         let mut fds: Vec<OwnedFd> = Vec::new();
         let mut add_fd = |fd: BorrowedFd<'_>| -> io::Result<usize> {
@@ -140,6 +133,13 @@ impl PassthroughFs {
                     ctx.pid.load(Ordering::Relaxed)
                 ));
             }
+        }
+        let (pt_inodes, pt_handles) = self.pt.save();
+        for (nodeid, backing_id, opens) in pt_inodes {
+            text.push_str(&format!("passthrough {nodeid} {backing_id} {opens}\n"));
+        }
+        for (fh, nodeid) in pt_handles {
+            text.push_str(&format!("passthrough-handle {fh} {nodeid}\n"));
         }
         Ok((text.into_bytes(), fds))
     }
@@ -290,6 +290,18 @@ impl PassthroughFs {
                         fhs: Mutex::new(fhs),
                     };
                     lock(&inode.locks).push((owner, Arc::new(ctx)));
+                }
+                Some("passthrough") => {
+                    let nodeid = num(w.next(), line)?;
+                    let backing_id = i32::try_from(num(w.next(), line)?)
+                        .map_err(|_| bad(format!("bad backing id in {line:?}")))?;
+                    let opens = num(w.next(), line)?;
+                    self.pt.restore_inode(nodeid, backing_id, opens);
+                }
+                Some("passthrough-handle") => {
+                    let fh = num(w.next(), line)?;
+                    let nodeid = num(w.next(), line)?;
+                    self.pt.restore_handle(fh, nodeid);
                 }
                 _ => return Err(bad(format!("unknown line {line:?}"))),
             }
