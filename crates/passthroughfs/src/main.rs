@@ -120,8 +120,8 @@ impl Plan {
         {
             return Err(Failure(
                 "--takeover-socket and --take-over work over /dev/fuse with --runtime sync \
-                 only, for now (an io_uring connection's rings belong to the process that \
-                 registered them)"
+                 only, for now (over io_uring the old daemon can't retire its ring entries \
+                 without the kernel failing a request with ECANCELED; see docs/takeover.md)"
                     .into(),
             ));
         }
