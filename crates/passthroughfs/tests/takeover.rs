@@ -417,3 +417,24 @@ fn kernel_passthrough_files_survive_upgrades() {
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");
 }
+
+#[test]
+fn takeover_is_refused_where_it_would_lose_requests() {
+    // io_uring (a ring's entries can't be retired without failing a
+    // request) and the async runtimes (no pause yet): refused at start,
+    // with the reason, before anything is mounted.
+    let d = dirs();
+    for extra in [&["--uring"][..], &["--runtime", "tokio"][..]] {
+        let out = std::process::Command::new(daemon::BIN)
+            .args(["--foreground", "--takeover-socket", "/nonexistent/sock"])
+            .args(extra)
+            .arg(&d.src)
+            .arg(&d.mnt)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains("--runtime sync only"), "{extra:?}: {err}");
+        assert!(!is_mounted(&d.mnt));
+    }
+}
