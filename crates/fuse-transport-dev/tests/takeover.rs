@@ -117,17 +117,7 @@ fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
     let socket = dir.path().join("takeover.sock");
     for upgrade in 0..20 {
         let listener = UnixListener::bind(&socket).unwrap();
-        // The serving side: one takeover request.
-        let old = std::thread::spawn(move || {
-            let (stream, _) = listener.accept().unwrap();
-            let negotiated = *session.server().negotiated().unwrap();
-            let mountpoint = session.mountpoint().to_path_buf();
-            let handed = takeover::offer(&session, &stream, |dev| {
-                Ok(Handover::new(&negotiated, &mountpoint, dev, b"", vec![]))
-            })
-            .expect("offer");
-            (session, handed)
-        });
+        let old = offer_once(session, listener);
         // The new side.
         let fs2 = fs.clone();
         let new = takeover::take_over(&socket, move |h| {

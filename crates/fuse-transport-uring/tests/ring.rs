@@ -13,7 +13,6 @@ use common::*;
 use fuse_abi::{InitFlags, Opcode};
 use fuse_server::Session;
 use fuse_transport_uring::{UringConfig, UringFault, UringMode, UringSession};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -273,46 +272,7 @@ fn lazy_unmount_from_outside_while_four_writers_run() {
     require_root_and_uring();
     let m = mount(UringConfig::default());
     assert_uring(&m.session);
-    // Each writer opens its file before the unmount and keeps using it.
-    let files: Vec<_> = (0..4)
-        .map(|t| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(m.mnt.join(format!("lazy-{t}")))
-                .unwrap()
-        })
-        .collect();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
-    let writers: Vec<_> = files
-        .into_iter()
-        .enumerate()
-        .map(|(t, f)| {
-            let go_rx = go_rx.clone();
-            std::thread::spawn(move || {
-                let data = pattern(100 + t as u64, 4 * MIB);
-                for (i, part) in data.chunks(MIB).enumerate() {
-                    if i == 1 {
-                        // Wait until the unmount happened.
-                        let _ = go_rx.lock().unwrap().recv();
-                    }
-                    f.write_all_at(part, (i * MIB) as u64).unwrap();
-                }
-                let mut back = vec![0u8; data.len()];
-                f.read_exact_at(&mut back, 0).unwrap();
-                assert!(back == data, "writer {t}: content differs");
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(200));
-    fuse_transport_dev::unmount_path(&m.mnt, true).expect("umount -l");
-    drop(go_tx);
-    for w in writers {
-        w.join().expect("a writer failed after the lazy unmount");
-    }
+    writers_across_a_lazy_unmount(&m.mnt, 100);
     // The last file closed: the kernel ends the connection, the rings
     // return their entries and the session ends by itself.
     let Mounted { session, .. } = m;

@@ -214,6 +214,12 @@ fn read_at_most(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
 fn mmap_matches(f: &File, model: &[u8], op: usize) {
     use std::os::fd::AsRawFd;
     if model.is_empty() {
+        // Nothing to map (mmap of 0 bytes is EINVAL): the file is empty.
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            0,
+            "op {op}: the file isn't empty"
+        );
         return;
     }
     // SAFETY: a new read-only mapping of the file, unmapped below.
@@ -424,44 +430,7 @@ fn vm_zero_copy_lazy_unmount_while_four_writers_run() {
         served_by_the_daemon(),
     );
     assert_zero_copy(&m.session);
-    let files: Vec<_> = (0..4)
-        .map(|t| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(m.mnt.join(format!("lazy-{t}")))
-                .unwrap()
-        })
-        .collect();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let go_rx = Arc::new(std::sync::Mutex::new(go_rx));
-    let writers: Vec<_> = files
-        .into_iter()
-        .enumerate()
-        .map(|(t, f)| {
-            let go_rx = go_rx.clone();
-            std::thread::spawn(move || {
-                let data = pattern(200 + t as u64, 4 * MIB);
-                for (i, part) in data.chunks(MIB).enumerate() {
-                    if i == 1 {
-                        let _ = go_rx.lock().unwrap().recv();
-                    }
-                    f.write_all_at(part, (i * MIB) as u64).unwrap();
-                }
-                let mut back = vec![0u8; data.len()];
-                f.read_exact_at(&mut back, 0).unwrap();
-                assert!(back == data, "writer {t}: content differs");
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(200));
-    fuse_transport_dev::unmount_path(&m.mnt, true).expect("umount -l");
-    drop(go_tx);
-    for w in writers {
-        w.join().expect("a writer failed after the lazy unmount");
-    }
+    writers_across_a_lazy_unmount(&m.mnt, 200);
     let stats = m.session.stats();
     assert!(stats.zero_copy_writes > 0, "{stats:?}");
     let session = m.session;

@@ -293,9 +293,8 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     if args.take_over.is_some() {
         fs.resumed();
     }
-    let handed_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let (Some(path), Some(dev)) = (&args.takeover_socket, &dev_session) {
-        spawn_takeover_listener(path.clone(), dev.clone(), fs.clone(), handed_over.clone())?;
+        spawn_takeover_listener(path.clone(), dev.clone(), fs.clone())?;
     }
     tracing::info!(
         source = %source.display(),
@@ -327,7 +326,7 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     fs.set_notifier(None);
     notify::stopping();
     let released = dev_session.as_ref().is_some_and(|d| d.is_released());
-    if released || handed_over.load(std::sync::atomic::Ordering::Acquire) {
+    if released {
         tracing::info!("handed the mount over to the new daemon; exiting");
         return result.map_err(|e| Failure(format!("serving failed: {e}")));
     }
@@ -394,7 +393,6 @@ fn spawn_takeover_listener(
     path: PathBuf,
     session: Arc<DevSession>,
     fs: Arc<PassthroughFs>,
-    handed_over: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<(), Failure> {
     use fuse_transport_dev::takeover::{offer, Handover};
     let mut listener = bind_takeover_socket(&path)
@@ -422,10 +420,8 @@ fn spawn_takeover_listener(
                 Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
             });
             match result {
-                Ok(true) => {
-                    handed_over.store(true, std::sync::atomic::Ordering::Release);
-                    return;
-                }
+                // Released: the main thread's wait returns and sees it.
+                Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => tracing::warn!("takeover failed: {e}"),
             }

@@ -71,6 +71,51 @@ fn progress(rounds: &AtomicU64, more: u64) {
     }
 }
 
+/// One upgrade: a daemon started with `args` takes over the mount of
+/// `old`, which must exit 0 saying it handed the mount over, the mount
+/// staying; the new daemon.
+fn upgrade(mut old: Daemon, src: &Path, mnt: &Path, args: &[&str], n: usize) -> Daemon {
+    let next = Daemon::start(src, mnt, Transport::Dev, args);
+    old.forget_mount();
+    let (status, log, _) = old.wait_exit(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "upgrade {n}: the old daemon exited with {status}: {log}"
+    );
+    assert!(log.contains("handed the mount over"), "upgrade {n}: {log}");
+    assert!(is_mounted(mnt), "upgrade {n}: the mount went away");
+    next
+}
+
+/// The last "file system state" line of `daemon` once it contains every
+/// one of `wants` (asked for with SIGUSR1, after dropping the kernel's
+/// dentries and inodes with `drop_caches`), within 60 s.
+fn fs_state_with(daemon: &Daemon, wants: &[&str], drop_caches: bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if drop_caches {
+            let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
+        }
+        daemon.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(100));
+        let log = daemon.stderr();
+        let state = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("file system state"))
+            .unwrap_or_default()
+            .to_string();
+        if wants.iter().all(|w| state.contains(w)) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {wants:?} in the daemon's state (backing ids need kernel passthrough: root \
+             in the initial user namespace): {state}"
+        );
+    }
+}
+
 fn flock_nb(path: &Path) -> bool {
     let f = std::fs::File::open(path).unwrap();
     // SAFETY: flock on a descriptor we own.
@@ -122,19 +167,7 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
         &sock_arg,
     ];
     for upgrade in 0..20 {
-        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
-        daemon.forget_mount();
-        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
-        assert!(
-            status.success(),
-            "upgrade {upgrade}: the old daemon exited with {status}: {log}"
-        );
-        assert!(
-            log.contains("handed the mount over"),
-            "upgrade {upgrade}: {log}"
-        );
-        assert!(is_mounted(&d.mnt), "upgrade {upgrade}: the mount went away");
-        daemon = next;
+        daemon = self::upgrade(daemon, &d.src, &d.mnt, &take_args, upgrade);
         // The held file goes on where it was.
         held.write_all(format!("{upgrade};").as_bytes()).unwrap();
         ghost
@@ -170,23 +203,7 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
         std::fs::remove_dir_all(d.mnt.join(name)).unwrap();
     }
     std::fs::remove_file(&held_path).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
-        daemon.signal(libc::SIGUSR1);
-        std::thread::sleep(Duration::from_millis(200));
-        let log = daemon.stderr();
-        let state = log
-            .lines()
-            .rev()
-            .find(|l| l.contains("file system state"))
-            .unwrap_or_default()
-            .to_string();
-        if state.contains("inodes=1 ") && state.contains("lookup_refs=0") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nodes left: {state}");
-    }
+    fs_state_with(&daemon, &["inodes=1 ", "lookup_refs=0"], true);
     let log = daemon.stderr();
     assert!(
         !log.contains("FORGET of an unknown node id") && !log.contains("more references than held"),
@@ -329,11 +346,7 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
         &sock_arg,
     ];
     for upgrade in 0..20 {
-        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
-        daemon.forget_mount();
-        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
-        assert!(status.success(), "upgrade {upgrade}: {status}: {log}");
-        daemon = next;
+        daemon = self::upgrade(daemon, &d.src, &d.mnt, &take_args, upgrade);
         progress(&runs, 1);
     }
     stop.store(true, Ordering::Relaxed);
@@ -347,31 +360,6 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");
     assert!(!is_mounted(&d.mnt));
-}
-
-/// The last "file system state" line of `daemon` once it contains `want`
-/// (asked for with SIGUSR1), within 30 s.
-fn fs_state_with(daemon: &Daemon, want: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        daemon.signal(libc::SIGUSR1);
-        std::thread::sleep(Duration::from_millis(100));
-        let log = daemon.stderr();
-        let state = log
-            .lines()
-            .rev()
-            .find(|l| l.contains("file system state"))
-            .unwrap_or_default()
-            .to_string();
-        if state.contains(want) {
-            return state;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {want:?} in the daemon's state (kernel passthrough needs root in the \
-             initial user namespace): {state}"
-        );
-    }
 }
 
 #[test]
@@ -393,17 +381,13 @@ fn kernel_passthrough_files_survive_upgrades() {
         .open(d.mnt.join("f"))
         .unwrap();
     // The open file is passed through: one backing id.
-    fs_state_with(&daemon, "backing_ids=1");
+    fs_state_with(&daemon, &["backing_ids=1"], false);
     let take_args = ["--take-over", &sock_arg, "--takeover-socket", &sock_arg];
     for upgrade in 0..3 {
-        let next = Daemon::start(&d.src, &d.mnt, Transport::Dev, &take_args);
-        daemon.forget_mount();
-        let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
-        assert!(status.success(), "upgrade {upgrade}: {status}: {log}");
-        daemon = next;
+        daemon = self::upgrade(daemon, &d.src, &d.mnt, &take_args, upgrade);
         // The new daemon owns the id: the open file works, and a new
         // open of the same file gets the same backing file.
-        fs_state_with(&daemon, "backing_ids=1");
+        fs_state_with(&daemon, &["backing_ids=1"], false);
         open.seek(SeekFrom::Start(0)).unwrap();
         open.write_all(format!("{upgrade}").as_bytes()).unwrap();
         let again = std::fs::read(d.mnt.join("f")).unwrap();
@@ -412,7 +396,7 @@ fn kernel_passthrough_files_survive_upgrades() {
     }
     drop(open);
     // The last release closes the id in the daemon that serves now.
-    fs_state_with(&daemon, "backing_ids=0");
+    fs_state_with(&daemon, &["backing_ids=0"], false);
     daemon.signal(libc::SIGTERM);
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");

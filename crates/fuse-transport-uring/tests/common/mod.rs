@@ -673,3 +673,52 @@ pub fn assert_all_writing(writers: &[std::thread::JoinHandle<WriterEnd>]) {
         );
     }
 }
+
+/// Four writers whose files under `mnt` are opened before a lazy unmount
+/// (`umount -l`) and used after it: each writes 4 MiB (pattern `seed + t`)
+/// in 1 MiB pieces, the last three after the unmount, then reads it all
+/// back. Files opened before the unmount keep the connection, so every
+/// write and read must work; a writer that fails panics the caller.
+pub fn writers_across_a_lazy_unmount(mnt: &Path, seed: u64) {
+    use std::os::unix::fs::FileExt;
+    const MIB: usize = 1 << 20;
+    let files: Vec<_> = (0..4)
+        .map(|t| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(mnt.join(format!("lazy-{t}")))
+                .unwrap()
+        })
+        .collect();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let writers: Vec<_> = files
+        .into_iter()
+        .enumerate()
+        .map(|(t, f)| {
+            let go_rx = go_rx.clone();
+            std::thread::spawn(move || {
+                let data = pattern(seed + t as u64, 4 * MIB);
+                for (i, part) in data.chunks(MIB).enumerate() {
+                    if i == 1 {
+                        // Wait until the unmount happened.
+                        let _ = go_rx.lock().unwrap().recv();
+                    }
+                    f.write_all_at(part, (i * MIB) as u64).unwrap();
+                }
+                let mut back = vec![0u8; data.len()];
+                f.read_exact_at(&mut back, 0).unwrap();
+                assert!(back == data, "writer {t}: content differs");
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    fuse_transport_dev::unmount_path(mnt, true).expect("umount -l");
+    drop(go_tx);
+    for w in writers {
+        w.join().expect("a writer failed after the lazy unmount");
+    }
+}
