@@ -33,6 +33,7 @@ pub mod io;
 pub mod notify;
 pub mod opcode_table;
 mod operations;
+pub mod recovery;
 pub mod request;
 mod request_log;
 pub mod server;

@@ -10,6 +10,7 @@ use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyReader, ZeroCopyWri
 use crate::notify::{NotificationSink, Notifier};
 use crate::opcode_table::opcode_info_raw;
 use crate::request::{decode, DecodeOptions, Operation, RawRequest};
+use crate::recovery::{self, Attempt, RequestJournal, Resent};
 use crate::request_log;
 use crate::types::*;
 use fuse_abi::{
@@ -171,6 +172,7 @@ pub struct Server {
     counters: RequestCounters,
     backing_files: OnceLock<Arc<dyn BackingFiles>>,
     request_log: AtomicBool,
+    journal: OnceLock<RequestJournal>,
 }
 
 impl Server {
@@ -190,7 +192,18 @@ impl Server {
             counters: RequestCounters::new(),
             backing_files: OnceLock::new(),
             request_log: AtomicBool::new(false),
+            journal: OnceLock::new(),
         }
+    }
+
+    /// Keeps a request journal (crash recovery, see [`crate::recovery`]):
+    /// each request is recorded before the file system sees it and its
+    /// reply before it is written, and a request the kernel resends after
+    /// a serving process died is replayed, undone or run again as that
+    /// module says. Only for transports that carry a request on one thread
+    /// from read to reply. Set once; `false` if one was set already.
+    pub fn set_request_journal(&self, journal: RequestJournal) -> bool {
+        self.journal.set(journal).is_ok()
     }
 
     /// Sets what the server asks for at INIT before the file system adjusts
@@ -363,10 +376,71 @@ impl Server {
     /// Handles one request: decode, call the file system, reply (and log
     /// it, with [`Server::with_request_log`]).
     pub async fn handle_async(&self, tx: &mut dyn Transaction) -> io::Result<Outcome> {
+        if let Some(journal) = self.journal.get() {
+            return self.handle_journaled(journal, tx).await;
+        }
+        self.handle_unjournaled(tx).await
+    }
+
+    async fn handle_unjournaled(&self, tx: &mut dyn Transaction) -> io::Result<Outcome> {
         if self.request_log.load(Ordering::Relaxed) && request_log::enabled() {
             return request_log::handle_logged(self, tx).await;
         }
         self.dispatch(tx).await
+    }
+
+    /// A request under a [`RequestJournal`]: a resent one is replayed or
+    /// undone first, as its previous attempt was recorded.
+    async fn handle_journaled(
+        &self,
+        journal: &RequestJournal,
+        tx: &mut dyn Transaction,
+    ) -> io::Result<Outcome> {
+        let Ok(header) = tx.request().in_header() else {
+            return self.handle_unjournaled(tx).await;
+        };
+        let (unique, opcode) = (header.unique, header.opcode);
+        let expects_reply = opcode_info_raw(opcode).is_none_or(|i| i.expects_reply());
+        if !expects_reply {
+            return self.handle_unjournaled(tx).await;
+        }
+        let ctx = Context {
+            unique,
+            nodeid: header.nodeid,
+            uid: header.uid,
+            gid: header.gid,
+            pid: header.pid,
+        };
+        let mut attempt = Attempt::First;
+        if unique & fuse_abi::UNIQUE_RESEND != 0 {
+            let (resent, a) = journal.take_previous(unique);
+            attempt = a;
+            match resent {
+                Resent::Replay { error, body } => {
+                    tracing::debug!(unique, opcode, error, "resent request: replaying its reply");
+                    let _scope = journal.begin(unique, opcode, attempt);
+                    let buf = tx.reply_buffer();
+                    if body.len() > buf.len() {
+                        return self.reply_error(tx, unique, libc::EIO);
+                    }
+                    buf[..body.len()].copy_from_slice(&body);
+                    return self.send(tx, unique, error, body.len());
+                }
+                Resent::ForgetThenRun(nodeids) => {
+                    tracing::debug!(
+                        unique,
+                        entries = nodeids.len(),
+                        "resent READDIRPLUS: its undelivered entries are given back"
+                    );
+                    for nodeid in nodeids {
+                        let _ = self.fs.forget(&ctx, nodeid, 1).await;
+                    }
+                }
+                Resent::Run => {}
+            }
+        }
+        let _scope = journal.begin(unique, opcode, attempt);
+        self.handle_unjournaled(tx).await
     }
 
     /// The dispatch: decode, call the file system, reply.
@@ -758,6 +832,9 @@ impl Server {
         error: i32,
         len: usize,
     ) -> io::Result<Outcome> {
+        if self.journal.get().is_some() && !recovery::entries_saved() {
+            recovery::save_reply(error, &tx.reply_buffer()[..len]);
+        }
         match tx.send_reply(unique, error, len) {
             Ok(()) => Ok(Outcome::Replied),
             // ENOENT: the kernel no longer waits for this request (interrupted).
@@ -969,6 +1046,9 @@ impl Server {
             Ok(len) => len,
             Err(e) => return self.reply_error(tx, ctx.unique, errno_of(&e)),
         };
+        if self.journal.get().is_some() {
+            recovery::save_entries(&direntplus_nodeids(&tx.reply_buffer()[..len]));
+        }
         let outcome = self.send(tx, ctx.unique, 0, len);
         if !matches!(outcome, Ok(Outcome::Replied)) {
             let nodeids = direntplus_nodeids(&tx.reply_buffer()[..len]);
