@@ -1,12 +1,13 @@
 //! Open files and directories (the handles the kernel passes back), and
 //! the directory stream each open directory keeps.
 
+use crate::crash_table::{CrashTable, NO_SLOT};
 use crate::inode::IdMap;
 use crate::sys::{self, errno};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// An open file or directory of the backing tree.
 pub(crate) struct Handle {
@@ -23,6 +24,8 @@ pub(crate) struct Handle {
     /// don't try it again on this handle.
     #[cfg_attr(not(feature = "async"), allow(dead_code))] // the async path's
     pub no_nowait: AtomicBool,
+    /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
+    pub crash_slot: AtomicU32,
 }
 
 impl Handle {
@@ -34,6 +37,7 @@ impl Handle {
             flags,
             dir: None,
             no_nowait: AtomicBool::new(false),
+            crash_slot: AtomicU32::new(NO_SLOT),
         }
     }
 
@@ -45,6 +49,7 @@ impl Handle {
             flags,
             dir: Some(Mutex::new(DirStream::new())),
             no_nowait: AtomicBool::new(false),
+            crash_slot: AtomicU32::new(NO_SLOT),
         }
     }
 
@@ -68,6 +73,8 @@ const SHARDS: usize = 16;
 pub(crate) struct HandleTable {
     shards: [RwLock<IdMap<Arc<Handle>>>; SHARDS],
     next: AtomicU64,
+    /// The crash table, with crash recovery.
+    crash: OnceLock<Arc<CrashTable>>,
 }
 
 impl HandleTable {
@@ -76,7 +83,20 @@ impl HandleTable {
             shards: std::array::from_fn(|_| RwLock::new(IdMap::default())),
             // 0 means "no handle" (zero-message opens).
             next: AtomicU64::new(1),
+            crash: OnceLock::new(),
         }
+    }
+
+    /// Keeps the open handles in `table` from now on (crash recovery).
+    pub(crate) fn set_crash_table(&self, table: Arc<CrashTable>) -> bool {
+        self.crash.set(table).is_ok()
+    }
+
+    /// Puts back handle `fh` of a crashed process, kept in crash table
+    /// slot `slot`.
+    pub(crate) fn restore_crashed(&self, fh: u64, handle: Handle, slot: u32) -> io::Result<()> {
+        handle.crash_slot.store(slot, Ordering::Release);
+        self.restore(fh, handle, fh + 1)
     }
 
     fn shard(&self, fh: u64) -> &RwLock<IdMap<Arc<Handle>>> {
@@ -88,6 +108,10 @@ impl HandleTable {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         let mut shard = self.shard(fh).write().unwrap_or_else(|e| e.into_inner());
         shard.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
+        if let Some(table) = self.crash.get() {
+            let slot = table.add_handle(fh, handle.nodeid, handle.flags, handle.dir.is_some());
+            handle.crash_slot.store(slot, Ordering::Release);
+        }
         shard.insert(fh, Arc::new(handle));
         Ok(fh)
     }
@@ -104,10 +128,18 @@ impl HandleTable {
     /// Removes the handle `fh` (its descriptor closes when the last
     /// request using it is done).
     pub(crate) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
-        self.shard(fh)
+        let removed = self
+            .shard(fh)
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh)
+            .remove(&fh);
+        if let (Some(table), Some(h)) = (self.crash.get(), &removed) {
+            let slot = h.crash_slot.swap(NO_SLOT, Ordering::AcqRel);
+            if slot != NO_SLOT {
+                table.free_handle(slot);
+            }
+        }
+        removed
     }
 
     /// Open handles.
@@ -154,6 +186,14 @@ impl HandleTable {
     pub(crate) fn clear(&self) {
         for s in &self.shards {
             let old = std::mem::take(&mut *s.write().unwrap_or_else(|e| e.into_inner()));
+            if let Some(table) = self.crash.get() {
+                for h in old.values() {
+                    let slot = h.crash_slot.swap(NO_SLOT, Ordering::AcqRel);
+                    if slot != NO_SLOT {
+                        table.free_handle(slot);
+                    }
+                }
+            }
             drop(old);
         }
     }

@@ -20,7 +20,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::crash_table::{CrashTable, NodeRecord, NO_SLOT};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// A hasher for keys that are already unique integers (node ids, handles).
@@ -366,6 +368,19 @@ impl InodeFiles {
     /// The way to hold the file of the `O_PATH` descriptor `fd`: its file
     /// handle (with `fd` kept in the cache, as the inode is about to be
     /// used) when it is on the source's mount and has one, else `fd`.
+    /// A file held by `handle` (of the source's mount), opened when
+    /// first used; `None` without file handles.
+    pub(crate) fn from_handle(&self, handle: sys::FileHandle) -> Option<InodeFile> {
+        let opener = self.opener.as_ref()?;
+        let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
+        Some(InodeFile(Repr::Handle(HandleFile {
+            handle,
+            id,
+            opener: opener.clone(),
+            recent: Mutex::new(std::sync::Weak::new()),
+        })))
+    }
+
     pub(crate) fn make(&self, fd: OwnedFd) -> InodeFile {
         let Some(opener) = &self.opener else {
             return InodeFile(Repr::Fd(fd));
@@ -500,6 +515,14 @@ impl InodeFile {
 
     /// The backing file's generation, where its file handle tells it (0
     /// otherwise). `ino` is the file's inode number.
+    /// The file handle it is held by (`None`: held by descriptor).
+    pub(crate) fn file_handle(&self) -> Option<&sys::FileHandle> {
+        match &self.0 {
+            Repr::Handle(h) => Some(&h.handle),
+            Repr::Fd(_) => None,
+        }
+    }
+
     pub(crate) fn generation(&self, ino: u64) -> u64 {
         match &self.0 {
             Repr::Handle(h) => h.handle.generation(ino).map_or(0, u64::from),
@@ -551,6 +574,8 @@ pub(crate) struct Inode {
     pub writers: Mutex<u32>,
     /// `writers` is not 0 (read without the lock).
     pub has_writers: AtomicBool,
+    /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
+    pub crash_slot: AtomicU32,
 }
 
 impl Inode {
@@ -575,6 +600,7 @@ impl Inode {
             attrs_watched: AtomicU64::new(0),
             writers: Mutex::new(0),
             has_writers: AtomicBool::new(false),
+            crash_slot: AtomicU32::new(NO_SLOT),
         }
     }
 
@@ -618,6 +644,7 @@ impl Counted<'_> {
     /// holds the reference from now on (and gives it back with FORGET).
     pub(crate) fn hand_over(mut self) -> Arc<Inode> {
         self.handed_over = true;
+        self.store.handed_to_kernel(&self.inode);
         self.inode.clone()
     }
 }
@@ -659,6 +686,8 @@ pub(crate) struct InodeStore {
     next: AtomicU64,
     root: Arc<Inode>,
     files: InodeFiles,
+    /// The crash table, with crash recovery.
+    crash: OnceLock<Arc<CrashTable>>,
 }
 
 /// A store that never held this many inodes keeps its memory.
@@ -680,6 +709,7 @@ impl InodeStore {
             next: AtomicU64::new(fuse_abi::ROOT_ID + 1),
             root,
             files,
+            crash: OnceLock::new(),
         };
         store
             .shard_mut(fuse_abi::ROOT_ID)
@@ -867,6 +897,13 @@ impl InodeStore {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode::new(id, key, file, mode));
         inode.refs.store(1, Ordering::Release);
+        if let (Some(table), Some(handle)) = (self.crash.get(), inode.file.file_handle()) {
+            // Before the node can be found: every reference handed over
+            // is counted in its slot.
+            inode
+                .crash_slot
+                .store(table.add_node(&inode, handle), Ordering::Release);
+        }
         self.shard_mut(id).insert(id, inode.clone());
         let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(stale) = maps.by_key.insert(key, id) {
@@ -938,6 +975,12 @@ impl InodeStore {
                     _ => None,
                 };
                 drop(shard);
+                if let (Some(table), Some(inode)) = (self.crash.get(), &removed) {
+                    let slot = inode.crash_slot.swap(NO_SLOT, Ordering::AcqRel);
+                    if slot != NO_SLOT {
+                        table.free_node(slot);
+                    }
+                }
                 let shrunk = removed.is_some() && self.shrink(&mut maps);
                 (removed, shrunk)
             };
@@ -977,6 +1020,69 @@ impl InodeStore {
         self.count.load(Ordering::Acquire)
     }
 
+    /// Keeps the node table in `table` from now on (crash recovery).
+    /// Set once, before serving.
+    pub(crate) fn set_crash_table(&self, table: Arc<CrashTable>) -> bool {
+        self.crash.set(table).is_ok()
+    }
+
+    /// A reply handed one lookup reference on `inode` to the kernel.
+    fn handed_to_kernel(&self, inode: &Inode) {
+        if self.crash.get().is_none() {
+            return;
+        }
+        let slot = inode.crash_slot.load(Ordering::Acquire);
+        if let (Some(table), true) = (self.crash.get(), slot != NO_SLOT) {
+            table.refs(slot).fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// FORGET: the kernel drops `n` lookup references on `nodeid`.
+    pub(crate) fn kernel_forget(&self, nodeid: u64, n: u64) -> Option<Arc<Inode>> {
+        if let Some(table) = self.crash.get() {
+            if let Ok(inode) = self.get(nodeid) {
+                let slot = inode.crash_slot.load(Ordering::Acquire);
+                if slot != NO_SLOT {
+                    let refs = table.refs(slot);
+                    let _ = refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                        Some(r.saturating_sub(n))
+                    });
+                }
+            }
+        }
+        self.forget(nodeid, n)
+    }
+
+    /// Puts back the nodes a crashed process's table kept: each with its
+    /// file handle (opened when first used: a file gone meanwhile answers
+    /// ESTALE, and its FORGET still finds it), its lookup count and its
+    /// slot.
+    pub(crate) fn restore_crashed(&self, records: Vec<NodeRecord>) -> usize {
+        let mut restored = 0;
+        let next = records.iter().map(|r| r.nodeid + 1).max().unwrap_or(0);
+        for r in records {
+            let Some(table) = self.crash.get() else { break };
+            if r.nodeid <= fuse_abi::ROOT_ID {
+                table.free_node(r.slot);
+                continue;
+            }
+            let Some(file) = self.files.from_handle(r.handle) else {
+                table.free_node(r.slot);
+                continue;
+            };
+            let key = InodeKey {
+                ino: r.ino,
+                dev: r.dev,
+                mnt_id: r.mnt_id,
+            };
+            let inode = Inode::new(r.nodeid, key, file, r.mode);
+            inode.crash_slot.store(r.slot, Ordering::Release);
+            self.restore(inode, r.refs, next);
+            restored += 1;
+        }
+        restored
+    }
+
     /// The sum of all lookup references, the root's excluded.
     pub(crate) fn lookup_refs(&self) -> u64 {
         self.by_id
@@ -995,6 +1101,14 @@ impl InodeStore {
 
     /// Drops every inode but the root (the connection ended).
     pub(crate) fn clear(&self) {
+        if let Some(table) = self.crash.get() {
+            for inode in self.all() {
+                let slot = inode.crash_slot.swap(NO_SLOT, Ordering::AcqRel);
+                if slot != NO_SLOT {
+                    table.free_node(slot);
+                }
+            }
+        }
         let old: Vec<IdShard> = {
             let mut maps = self.write();
             let old = self

@@ -117,6 +117,7 @@
 //! [`PassthroughFs::inode_count`] to 1 (the root) after either.
 
 mod config;
+mod crash_table;
 mod creds;
 mod fs;
 mod handle;
@@ -130,6 +131,8 @@ mod readdir_tests;
 mod sys;
 mod watch;
 
+pub use crash_table::{crash_table_bytes, CRASH_TABLE_VERSION};
+pub use fs::crash::CrashRecovery;
 pub use config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};
 pub use passthrough::PassthroughStats;

@@ -1,6 +1,7 @@
 //! Inodes and names: LOOKUP and FORGET, making, removing, renaming and
 //! linking entries, and the lookup references their replies hand over.
 
+use super::crash::resent_after_start;
 use super::*;
 
 /// An entry about to be answered, with the lookup reference its reply
@@ -31,6 +32,15 @@ pub(super) fn check_name(name: &CStr) -> io::Result<()> {
 
 pub(super) fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
+}
+
+/// A removal or rename that finds its name gone on a resend the first
+/// attempt had started: that attempt did it.
+fn done_if_gone(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && resent_after_start() => Ok(()),
+        r => r,
+    }
 }
 
 impl PassthroughFs {
@@ -202,7 +212,7 @@ impl PassthroughFs {
     }
 
     pub(super) fn forget(&self, _ctx: &Context, ino: u64, nlookup: u64) {
-        if let Some(gone) = self.inodes.forget(ino, nlookup) {
+        if let Some(gone) = self.inodes.kernel_forget(ino, nlookup) {
             self.forgotten(gone);
         }
     }
@@ -231,7 +241,10 @@ impl PassthroughFs {
         let parent = self.inodes.get(parent)?;
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
-        sys::symlinkat(target, pfd.as_fd(), name)?;
+        match sys::symlinkat(target, pfd.as_fd(), name) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {}
+            r => r?,
+        }
         self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
@@ -246,10 +259,14 @@ impl PassthroughFs {
         let parent = self.inodes.get(parent)?;
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
-        if args.mode & libc::S_IFMT == libc::S_IFDIR {
-            sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)?;
+        let made = if args.mode & libc::S_IFMT == libc::S_IFDIR {
+            sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)
         } else {
-            sys::mknodat(pfd.as_fd(), name, args.mode, sys::decode_dev(args.rdev))?;
+            sys::mknodat(pfd.as_fd(), name, args.mode, sys::decode_dev(args.rdev))
+        };
+        match made {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {}
+            r => r?,
         }
         self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
@@ -265,7 +282,10 @@ impl PassthroughFs {
         let parent = self.inodes.get(parent)?;
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
-        sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)?;
+        match sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {}
+            r => r?,
+        }
         self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
@@ -274,7 +294,7 @@ impl PassthroughFs {
         let parent = self.inodes.get(parent)?;
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
-        sys::unlinkat(pfd.as_fd(), name, 0)
+        done_if_gone(sys::unlinkat(pfd.as_fd(), name, 0))
     }
 
     pub(super) fn rmdir(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
@@ -282,7 +302,7 @@ impl PassthroughFs {
         let parent = self.inodes.get(parent)?;
         self.creds.caller(ctx)?;
         let pfd = parent.file.path_fd()?;
-        sys::unlinkat(pfd.as_fd(), name, libc::AT_REMOVEDIR)
+        done_if_gone(sys::unlinkat(pfd.as_fd(), name, libc::AT_REMOVEDIR))
     }
 
     pub(super) fn rename(
@@ -298,13 +318,13 @@ impl PassthroughFs {
         self.creds.caller(ctx)?;
         let ofd = old.file.path_fd()?;
         let nfd = new.file.path_fd()?;
-        sys::renameat2(
+        done_if_gone(sys::renameat2(
             ofd.as_fd(),
             args.name,
             nfd.as_fd(),
             args.newname,
             args.flags.bits(),
-        )
+        ))
     }
 
     pub(super) fn link(
@@ -320,7 +340,17 @@ impl PassthroughFs {
         self.creds.caller(ctx)?;
         let src = inode.file.path_fd()?;
         let dir = parent.file.path_fd()?;
-        sys::link_proc(src.proc_path().as_cstr(), dir.as_fd(), newname)?;
+        match sys::link_proc(src.proc_path().as_cstr(), dir.as_fd(), newname) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {
+                // Made by the first attempt if it is the same file.
+                let found = self.lookup_in(&parent, newname)?;
+                if found.counted.inode().nodeid != inode.nodeid {
+                    return Err(e);
+                }
+                return Ok(found.hand_over());
+            }
+            r => r?,
+        }
         self.lookup_in(&parent, newname)
             .map(CountedEntry::hand_over)
     }
@@ -342,7 +372,14 @@ impl PassthroughFs {
             // The descriptor becomes the inode's shared one: read-write.
             flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
         }
-        let flags = flags | libc::O_CREAT | (args.flags as i32 & libc::O_EXCL) | libc::O_NOFOLLOW;
+        // A resend the first attempt had started may have made the file:
+        // the kernel still holds the directory locked, so it is ours.
+        let excl = if resent_after_start() {
+            0
+        } else {
+            args.flags as i32 & libc::O_EXCL
+        };
+        let flags = flags | libc::O_CREAT | excl | libc::O_NOFOLLOW;
         let fd = sys::openat(pfd.as_fd(), name, flags, args.mode & 0o7777)?;
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
         let counted = self.inode_of_open_fd(fd.as_fd(), &st)?;

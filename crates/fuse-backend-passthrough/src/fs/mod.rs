@@ -31,6 +31,7 @@ use std::time::Duration;
 #[cfg(feature = "async")]
 mod async_fs;
 mod attr;
+pub(crate) mod crash;
 mod dir;
 mod file;
 mod locking;
