@@ -57,6 +57,7 @@ const H_RECORDS: usize = 3;
 const H_FS_OFFSET: usize = 4;
 const H_FS_LEN: usize = 5;
 const H_NEGOTIATED_LEN: usize = 6;
+const H_SERVING: usize = 7;
 /// The negotiated text starts at this byte of the header page.
 const NEGOTIATED_AT: usize = 64;
 const NEGOTIATED_MAX: usize = PAGE - NEGOTIATED_AT;
@@ -243,6 +244,18 @@ impl StateArea {
         };
         h[H_NEGOTIATED_LEN].store(text.len() as u64, Ordering::Release);
         Ok(())
+    }
+
+    /// Says that process `pid` serves now (after it took the connection
+    /// over), for the supervisor to tell a process that failed to start
+    /// from one that served.
+    pub fn set_serving(&self, pid: u32) {
+        self.map.header()[H_SERVING].store(pid as u64, Ordering::Release);
+    }
+
+    /// The process that last said it serves ([`StateArea::set_serving`]).
+    pub fn serving(&self) -> u32 {
+        self.map.header()[H_SERVING].load(Ordering::Acquire) as u32
     }
 
     /// The request journal. Taking it reads what the previous serving

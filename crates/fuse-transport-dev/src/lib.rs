@@ -50,6 +50,7 @@ pub mod dev;
 pub mod mount;
 pub mod session;
 pub mod signal;
+pub mod supervise;
 pub mod takeover;
 #[cfg(feature = "tokio")]
 pub mod task;

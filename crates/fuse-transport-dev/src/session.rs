@@ -233,7 +233,7 @@ impl DevSession {
     }
 
     /// Starts the workers of a connection whose INIT is done.
-    fn serve(
+    pub(crate) fn serve(
         server: Arc<Server>,
         master: Arc<OwnedFd>,
         mount: Mount,
@@ -558,7 +558,7 @@ impl Drop for DevSession {
 }
 
 /// Reads and answers requests on `fd` until INIT is done.
-fn serve_init(server: &Server, fd: BorrowedFd<'_>) -> Result<(), SessionError> {
+pub(crate) fn serve_init(server: &Server, fd: BorrowedFd<'_>) -> Result<(), SessionError> {
     let default = fuse_server::InitConfig::default();
     let size = (default.max_write as usize + 2 * AlignedBuf::ALIGN).max(fuse_abi::MIN_READ_BUFFER);
     let mut request = AlignedBuf::new(size).map_err(SessionError::Init)?;
@@ -836,7 +836,7 @@ extern "C" fn wake_handler(_signal: libc::c_int) {}
 /// `SA_RESTART`, so the signal makes a blocked `read(2)` return EINTR
 /// (process-wide, see [`SessionConfig::wake_signal`]). Once per signal: a
 /// session with another `wake_signal` than an earlier one gets its own.
-fn install_wake_handler(signal: i32) {
+pub(crate) fn install_wake_handler(signal: i32) {
     static INSTALLED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     if installed.contains(&signal) {

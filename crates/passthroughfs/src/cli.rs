@@ -184,6 +184,15 @@ pub struct Args {
     #[arg(long)]
     pub unmount_dead: bool,
 
+    /// Crash recovery: a supervisor process mounts and holds the
+    /// connection, and starts the daemon that serves it; if that daemon
+    /// dies (a crash, kill -9), the supervisor starts another, which takes
+    /// the node table and open files back from shared memory and has the
+    /// kernel resend what the dead one was answering: clients see no
+    /// error. /dev/fuse with --runtime sync only; see docs/takeover.md.
+    #[arg(long)]
+    pub supervise: bool,
+
     /// Live upgrade: listen on this Unix socket for a new daemon started
     /// with --take-over, and hand the mount over to it (the mount stays;
     /// this daemon exits 0). /dev/fuse with --runtime sync only, for now.

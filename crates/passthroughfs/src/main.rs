@@ -31,6 +31,7 @@
 use clap::Parser;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
+use fuse_transport_dev::supervise::Supervised;
 use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringSession};
 use passthroughfs::cli::Args;
@@ -105,7 +106,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(mut args: Args, background: bool) -> Result<Plan, Failure> {
+    fn new(mut args: Args, background: bool, supervised: bool) -> Result<Plan, Failure> {
         if args.allow_other && !args.default_permissions {
             return Err(Failure(
                 "--allow-other needs --default-permissions: the daemon serves every user's \
@@ -124,6 +125,32 @@ impl Plan {
                  without the kernel failing a request with ECANCELED; see docs/takeover.md)"
                     .into(),
             ));
+        }
+        if args.supervise {
+            if args.uring || args.runtime != passthroughfs::Runtime::Sync {
+                return Err(Failure(
+                    "--supervise works over /dev/fuse with --runtime sync only, for now (the \
+                     request journal follows a request on one thread; the kernel resends only \
+                     what /dev/fuse readers held)"
+                        .into(),
+                ));
+            }
+            if args.takeover_socket.is_some() || args.take_over.is_some() {
+                return Err(Failure(
+                    "--supervise can't be combined with --takeover-socket or --take-over yet"
+                        .into(),
+                ));
+            }
+            if args.fs.passthrough {
+                return Err(Failure(
+                    "--supervise can't be combined with --passthrough: kernel passthrough's \
+                     backing ids are not kept in the crash table"
+                        .into(),
+                ));
+            }
+            // Off: a file the kernel holds open in passthrough mode can't
+            // be opened again by a new daemon that doesn't know its id.
+            args.fs.no_passthrough = true;
         }
         if args.take_over.is_some() && args.auto_unmount {
             return Err(Failure(
@@ -169,7 +196,8 @@ impl Plan {
             args.mountpoint = absolute(&args.mountpoint)?;
         }
         check_source(&source)?;
-        if args.take_over.is_none() {
+        // A supervised daemon serves the supervisor's mount.
+        if args.take_over.is_none() && !supervised {
             check_mountpoint(&args.mountpoint, args.unmount_dead)?;
         }
         let fs_config = args.fs.passthrough_config()?;
@@ -233,7 +261,11 @@ impl Plan {
 
 /// Mounts and serves until unmounted or stopped by a signal; `detach` is
 /// told once the mount is usable.
-fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
+fn serve(
+    plan: Plan,
+    detach: &mut Detach,
+    supervised: Option<Supervised>,
+) -> Result<(), Failure> {
     let Plan {
         args,
         source,
@@ -278,10 +310,20 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
             TaskConfig::default(),
         )?,
         (None, None) => {
-            let session = Arc::new(match &args.take_over {
-                Some(socket) => take_over(socket, &fs, server, &args.mountpoint, session_config)?,
-                None => DevSession::mount(server, &args.mountpoint, &options, session_config)
-                    .map_err(|e| Failure(e.to_string()))?,
+            let session = Arc::new(match (&args.take_over, supervised) {
+                (_, Some(supervised)) => {
+                    fs.recover(supervised.area.fs_region())
+                        .map_err(|e| Failure(format!("taking the crash table back: {e}")))?;
+                    DevSession::supervised(server, supervised, session_config)
+                        .map_err(|e| Failure(e.to_string()))?
+                }
+                (Some(socket), None) => {
+                    take_over(socket, &fs, server, &args.mountpoint, session_config)?
+                }
+                (None, None) => {
+                    DevSession::mount(server, &args.mountpoint, &options, session_config)
+                        .map_err(|e| Failure(e.to_string()))?
+                }
             });
             dev_session = Some(session.clone());
             session
@@ -307,6 +349,9 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     detach.ready();
     notify::ready();
     let (logger, stopper) = (session.clone(), session.clone());
+    // A supervised daemon asked to stop leaves the mount to its
+    // supervisor, which unmounts (with the method it mounted by).
+    let supervised_session = dev_session.clone().filter(|_| args.supervise);
     spawn_signal_thread(
         signals,
         session.mountpoint().to_path_buf(),
@@ -319,6 +364,12 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
         },
         move || {
             notify::stopping();
+            if let Some(dev) = supervised_session {
+                match dev.pause().and_then(|()| dev.release()) {
+                    Ok(_) => return,
+                    Err(e) => tracing::warn!("stopping without the supervisor: {e}"),
+                }
+            }
             stopper.stop()
         },
     )?;
@@ -326,6 +377,10 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
     fs.set_notifier(None);
     notify::stopping();
     let released = dev_session.as_ref().is_some_and(|d| d.is_released());
+    if released && args.supervise {
+        tracing::info!("stopped; the supervisor unmounts");
+        return result.map_err(|e| Failure(format!("serving failed: {e}")));
+    }
     if released {
         tracing::info!("handed the mount over to the new daemon; exiting");
         return result.map_err(|e| Failure(format!("serving failed: {e}")));
@@ -338,6 +393,64 @@ fn serve(plan: Plan, detach: &mut Detach) -> Result<(), Failure> {
         Err(e) => Err(Failure(format!("serving failed: {e}"))),
     }
 }
+
+/// Nodes the crash table of `--supervise` has room for (its memfd is
+/// sparse: a slot costs memory once used).
+const SUPERVISED_NODES: usize = 1 << 20;
+
+/// `--supervise`: mounts, and runs serving processes (this program again,
+/// with `argv`, in `cwd`) until one ends with status 0.
+fn supervise(
+    plan: Plan,
+    detach: &mut Detach,
+    argv: Vec<OsString>,
+    cwd: PathBuf,
+) -> Result<(), Failure> {
+    use fuse_transport_dev::supervise::{Supervisor, SupervisorExit};
+    let mount = fuse_transport_dev::Mount::new(&plan.args.mountpoint, &plan.options)
+        .map_err(|e| Failure(e.to_string()))?;
+    let supervisor = Supervisor::new(
+        mount,
+        fuse_backend_passthrough::crash_table_bytes(SUPERVISED_NODES),
+    )
+    .map_err(|e| Failure(format!("creating the state area: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure(format!("finding this program to run it again: {e}")))?;
+    let background = detach.is_background();
+    tracing::info!(
+        mountpoint = %plan.args.mountpoint.display(),
+        "passthroughfs supervising"
+    );
+    let exit = supervisor
+        .run(
+            || {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args(argv.iter().skip(1))
+                    .current_dir(&cwd)
+                    .env_remove("NOTIFY_SOCKET");
+                if background {
+                    cmd.env(LOG_TO_SYSLOG, "1");
+                }
+                cmd
+            },
+            || {
+                detach.ready();
+                notify::ready();
+            },
+        )
+        .map_err(|e| Failure(format!("supervising: {e}")))?;
+    notify::stopping();
+    match exit {
+        SupervisorExit::Done => {
+            tracing::info!("unmounted; exiting");
+            Ok(())
+        }
+        SupervisorExit::GaveUp(why) => Err(Failure(why)),
+    }
+}
+
+/// Set for a supervised daemon whose supervisor logs to syslog.
+const LOG_TO_SYSLOG: &str = "PASSTHROUGHFS_LOG_TO_SYSLOG";
 
 /// Takes over the mount served by the daemon listening on `socket` (live
 /// upgrade): its connection, negotiated state and the passthrough's node
@@ -459,6 +572,14 @@ fn tune_malloc() {
 
 fn main() -> ExitCode {
     tune_malloc();
+    // Before any thread: it edits the environment.
+    let supervised = match Supervised::from_env() {
+        Ok(s) => s,
+        Err(e) => return usage_error(&format!("supervised start: {e}")),
+    };
+    let to_syslog = std::env::var_os(LOG_TO_SYSLOG).is_some();
+    std::env::remove_var(LOG_TO_SYSLOG);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let mut argv: Vec<OsString> = std::env::args_os().collect();
     let mut helper = HelperFlags::default();
     if argv.first().is_some_and(|a| invoked_as_helper(a)) {
@@ -467,21 +588,24 @@ fn main() -> ExitCode {
             Err(Failure(msg)) => return usage_error(&msg),
         }
     }
-    let mut args = Args::parse_from(argv);
+    let mut args = Args::parse_from(argv.clone());
     args.sloppy = helper.sloppy;
     let skipped = match options::apply(&mut args) {
         Ok(skipped) => skipped,
         Err(Failure(msg)) => return usage_error(&msg),
     };
-    let foreground = args.foreground || args.debug;
+    let foreground = args.foreground || args.debug || supervised.is_some();
     passthroughfs::logging::init_logging_with(
         "info",
-        foreground && passthroughfs::logging::color_wanted(),
+        foreground && !to_syslog && passthroughfs::logging::color_wanted(),
     );
+    if to_syslog {
+        passthroughfs::logging::log_to_syslog();
+    }
     for option in skipped {
         tracing::warn!(%option, "unknown mount option ignored (mount -s)");
     }
-    let plan = match Plan::new(args, !foreground) {
+    let plan = match Plan::new(args, !foreground, supervised.is_some()) {
         Ok(plan) => plan,
         Err(Failure(msg)) => return usage_error(&msg),
     };
@@ -497,7 +621,12 @@ fn main() -> ExitCode {
             Err(Failure(msg)) => return usage_error(&msg),
         }
     };
-    match serve(plan, &mut detach) {
+    let served = if plan.args.supervise && supervised.is_none() {
+        supervise(plan, &mut detach, argv, cwd)
+    } else {
+        serve(plan, &mut detach, supervised)
+    };
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(msg)) => {
             detach.report_failure(&msg);

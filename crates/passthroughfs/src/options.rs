@@ -268,6 +268,7 @@ const OPTIONS: &[Opt] = &[
         a.fs.killpriv_v2 = false;
     }),
     flag("unmount_dead", "--unmount-dead", |a| a.unmount_dead = true),
+    flag("supervise", "--supervise", |a| a.supervise = true),
     // Generic mount flags (listed together in --help).
     mount_flag("suid"),
     mount_flag("nosuid"),
