@@ -1033,12 +1033,24 @@ impl InodeStore {
         }
         let slot = inode.crash_slot.load(Ordering::Acquire);
         if let (Some(table), true) = (self.crash.get(), slot != NO_SLOT) {
+            // Journaled first: a crash before the reply is recorded gives
+            // it back on the resend, never leaves it counted twice.
+            fuse_server::recovery::handed(inode.nodeid);
             table.refs(slot).fetch_add(1, Ordering::AcqRel);
         }
     }
 
     /// FORGET: the kernel drops `n` lookup references on `nodeid`.
     pub(crate) fn kernel_forget(&self, nodeid: u64, n: u64) -> Option<Arc<Inode>> {
+        self.kernel_forget_count(nodeid, n);
+        self.forget(nodeid, n)
+    }
+
+    /// The crash table's part of a FORGET: `n` fewer references counted
+    /// for `nodeid`. A BATCH_FORGET counts all its entries first (memory
+    /// writes only), so that a crash while the inodes go (closing
+    /// descriptors) leaves no count behind.
+    pub(crate) fn kernel_forget_count(&self, nodeid: u64, n: u64) {
         if let Some(table) = self.crash.get() {
             if let Ok(inode) = self.get(nodeid) {
                 let slot = inode.crash_slot.load(Ordering::Acquire);
@@ -1050,7 +1062,6 @@ impl InodeStore {
                 }
             }
         }
-        self.forget(nodeid, n)
     }
 
     /// Puts back the nodes a crashed process's table kept: each with its
@@ -1062,7 +1073,9 @@ impl InodeStore {
         let next = records.iter().map(|r| r.nodeid + 1).max().unwrap_or(0);
         for r in records {
             let Some(table) = self.crash.get() else { break };
-            if r.nodeid <= fuse_abi::ROOT_ID {
+            // No reference left with the kernel: forgotten, or made and
+            // never handed over before the crash.
+            if r.nodeid <= fuse_abi::ROOT_ID || r.refs == 0 {
                 table.free_node(r.slot);
                 continue;
             }

@@ -71,6 +71,7 @@ const R_UNIQUE: usize = 1;
 const R_OPCODE_ERROR: usize = 2;
 const R_NOTE: usize = 3;
 const R_LEN: usize = 4;
+const R_HANDED: usize = 5;
 const R_REPLY_AT: usize = 8;
 const R_IDS_AT: usize = R_REPLY_AT + SAVED_REPLY_MAX / 8;
 const R_IDS_MAX: usize = RECORD_SIZE / 8 - R_IDS_AT;
@@ -335,8 +336,10 @@ impl std::fmt::Debug for Region {
 /// recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Previous {
-    /// The file system was called; it may or may not have acted.
-    Started { note: u64 },
+    /// The file system was called; it may or may not have acted, and had
+    /// handed these lookup references ([`handed`]) to a reply that was
+    /// never recorded.
+    Started { note: u64, handed: Vec<u64> },
     /// The reply, about to be written.
     Saved { error: i32, body: Vec<u8> },
     /// A READDIRPLUS reply handing these node ids, about to be written.
@@ -486,9 +489,16 @@ impl RequestJournal {
                         .collect(),
                 ),
                 STATE_BIG => Previous::Big,
-                _ => Previous::Started {
-                    note: r[R_NOTE].load(Ordering::Relaxed),
-                },
+                _ => {
+                    let handed = (r[R_HANDED].load(Ordering::Relaxed) as usize).min(R_IDS_MAX);
+                    Previous::Started {
+                        note: r[R_NOTE].load(Ordering::Relaxed),
+                        handed: r[R_IDS_AT..R_IDS_AT + handed]
+                            .iter()
+                            .map(|w| w.load(Ordering::Relaxed))
+                            .collect(),
+                    }
+                }
             };
             previous.insert(unique, prev);
             r[R_STATE].store(STATE_FREE, Ordering::Release);
@@ -530,8 +540,12 @@ impl RequestJournal {
                     note: 0,
                 },
             ),
-            Some(Previous::Started { note }) => (
-                Resent::Run,
+            Some(Previous::Started { note, handed }) => (
+                if handed.is_empty() {
+                    Resent::Run
+                } else {
+                    Resent::ForgetThenRun(handed)
+                },
                 Attempt::Resent {
                     started: true,
                     note,
@@ -610,6 +624,7 @@ impl RequestJournal {
             r[R_OPCODE_ERROR].store(opcode as u64, Ordering::Relaxed);
             r[R_NOTE].store(0, Ordering::Relaxed);
             r[R_LEN].store(0, Ordering::Relaxed);
+            r[R_HANDED].store(0, Ordering::Relaxed);
             r[R_STATE].store(STATE_STARTED, Ordering::Release);
         }
         CURRENT.with(|c| {
@@ -637,6 +652,24 @@ impl Drop for JournalScope {
             c.attempt = Attempt::First;
         });
     }
+}
+
+/// Records that the current request is about to hand one lookup reference
+/// on `nodeid` to the kernel: call it *before* counting the reference
+/// where it survives a crash. If the process dies before the reply is
+/// recorded, the resend gives the reference back first (`forget`), then
+/// runs again. Does nothing outside a journaled request.
+pub fn handed(nodeid: u64) {
+    CURRENT.with(|c| {
+        if let Some((j, i)) = &c.borrow().record {
+            let r = j.record(*i);
+            let n = r[R_HANDED].load(Ordering::Relaxed) as usize;
+            if n < R_IDS_MAX {
+                r[R_IDS_AT + n].store(nodeid, Ordering::Relaxed);
+                r[R_HANDED].store(n as u64 + 1, Ordering::Release);
+            }
+        }
+    });
 }
 
 /// Records, before it is written, the reply of the current thread's
@@ -733,11 +766,15 @@ mod tests {
         let journal = area.journal();
         // Four requests on four threads, each stopped at another point
         // (the threads exit without their scope ending: as a crash).
-        let steps: [fn(); 4] = [
+        let steps: [fn(); 5] = [
             || note(77),
             || save_reply(0, b"entry-bytes"),
             || save_entries(&[5, 6, 7]),
             || save_reply(0, &[0; SAVED_REPLY_MAX + 1]),
+            || {
+                handed(8);
+                handed(9);
+            },
         ];
         for (k, step) in steps.into_iter().enumerate() {
             let j = journal.clone();
@@ -753,7 +790,7 @@ mod tests {
             .unwrap();
         }
         let next = reopen(&area).journal();
-        assert_eq!(next.previous_len(), 4);
+        assert_eq!(next.previous_len(), 5);
         let resend = |u: u64| next.take_previous(u | fuse_abi::UNIQUE_RESEND);
         assert_eq!(
             resend(100),
@@ -774,6 +811,7 @@ mod tests {
         );
         assert_eq!(resend(102).0, Resent::ForgetThenRun(vec![5, 6, 7]));
         assert_eq!(resend(103).0, Resent::Run);
+        assert_eq!(resend(104).0, Resent::ForgetThenRun(vec![8, 9]));
         // Taken once; an unknown one was never started.
         assert_eq!(
             resend(101),

@@ -211,6 +211,17 @@ impl PassthroughFs {
         self.lookup_in(&parent, name).map(CountedEntry::hand_over)
     }
 
+    pub(super) fn batch_forget(&self, _ctx: &Context, items: fuse_server::request::ForgetList<'_>) {
+        for item in items.iter() {
+            self.inodes.kernel_forget_count(item.nodeid, item.nlookup);
+        }
+        for item in items.iter() {
+            if let Some(gone) = self.inodes.forget(item.nodeid, item.nlookup) {
+                self.forgotten(gone);
+            }
+        }
+    }
+
     pub(super) fn forget(&self, _ctx: &Context, ino: u64, nlookup: u64) {
         if let Some(gone) = self.inodes.kernel_forget(ino, nlookup) {
             self.forgotten(gone);

@@ -846,6 +846,10 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::forget(self, _ctx, ino, nlookup)
     }
 
+    fn batch_forget(&self, ctx: &Context, items: fuse_server::request::ForgetList<'_>) {
+        PassthroughFs::batch_forget(self, ctx, items)
+    }
+
     fn getattr(&self, _ctx: &Context, ino: u64, fh: Option<u64>) -> io::Result<AttrReply> {
         PassthroughFs::getattr(self, _ctx, ino, fh)
     }
