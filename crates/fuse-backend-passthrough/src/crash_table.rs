@@ -136,7 +136,10 @@ impl CrashTable {
         let node_cap = (total.saturating_sub(HEADER_WORDS)) / (NODE_WORDS + HANDLE_SLOT_WORDS / 4);
         let handle_cap = node_cap / 4;
         if node_cap == 0 || handle_cap == 0 {
-            return Err(bad(format!("a crash table needs more than {} bytes", total * 8)));
+            return Err(bad(format!(
+                "a crash table needs more than {} bytes",
+                total * 8
+            )));
         }
         let handles_at = HEADER_WORDS + node_cap * NODE_WORDS;
         let (node_high, handle_high) = match words[H_MAGIC].load(Ordering::Acquire) {

@@ -14,13 +14,13 @@
 //! tree of any size can be served within the descriptor limit, and a hot
 //! inode costs no extra system call.
 
+use crate::crash_table::{CrashTable, NodeRecord, NO_SLOT};
 use crate::handle::{Handle, LockCtx};
 use crate::sys::{self, StackPath};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use crate::crash_table::{CrashTable, NodeRecord, NO_SLOT};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};

@@ -328,7 +328,9 @@ impl Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("words", &self.words).finish()
+        f.debug_struct("Region")
+            .field("words", &self.words)
+            .finish()
     }
 }
 
@@ -404,7 +406,10 @@ impl Drop for Held {
     fn drop(&mut self) {
         if let Some(j) = self.journal.upgrade() {
             j.record(self.index)[R_STATE].store(STATE_FREE, Ordering::Release);
-            j.free.lock().unwrap_or_else(|e| e.into_inner()).push(self.index);
+            j.free
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(self.index);
         }
     }
 }
@@ -436,8 +441,7 @@ struct JournalInner {
 
 impl JournalInner {
     fn record(&self, index: usize) -> &[AtomicU64] {
-        self.map
-            .words(PAGE + index * RECORD_SIZE, RECORD_SIZE / 8)
+        self.map.words(PAGE + index * RECORD_SIZE, RECORD_SIZE / 8)
     }
 }
 
@@ -843,7 +847,10 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(journal.inner.free.lock().unwrap().len(), JOURNAL_RECORDS - 1);
+        assert_eq!(
+            journal.inner.free.lock().unwrap().len(),
+            JOURNAL_RECORDS - 1
+        );
         assert_eq!(reopen(&area).journal().previous_len(), 0);
     }
 }

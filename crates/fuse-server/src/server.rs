@@ -9,8 +9,8 @@ use crate::init::{negotiate, InitConfig, InitOutcome, KernelInit, Negotiated};
 use crate::io::{DirentBuf, SliceReader, SliceWriter, ZeroCopyReader, ZeroCopyWriter};
 use crate::notify::{NotificationSink, Notifier};
 use crate::opcode_table::opcode_info_raw;
-use crate::request::{decode, DecodeOptions, Operation, RawRequest};
 use crate::recovery::{self, Attempt, RequestJournal, Resent};
+use crate::request::{decode, DecodeOptions, Operation, RawRequest};
 use crate::request_log;
 use crate::types::*;
 use fuse_abi::{

@@ -74,14 +74,17 @@ impl Supervised {
         std::env::remove_var(ENV_MOUNTPOINT);
         let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
         let fds = fds.to_string_lossy().into_owned();
-        let mountpoint = mountpoint.ok_or_else(|| bad(format!("{ENV_FDS} without {ENV_MOUNTPOINT}")))?;
+        let mountpoint =
+            mountpoint.ok_or_else(|| bad(format!("{ENV_FDS} without {ENV_MOUNTPOINT}")))?;
         let parsed: Vec<RawFd> = fds
             .split(',')
             .map(|f| f.parse::<RawFd>())
             .collect::<Result<_, _>>()
             .map_err(|_| bad(format!("{ENV_FDS}={fds:?}: not two descriptor numbers")))?;
         let [dev, area] = parsed[..] else {
-            return Err(bad(format!("{ENV_FDS}={fds:?}: not two descriptor numbers")));
+            return Err(bad(format!(
+                "{ENV_FDS}={fds:?}: not two descriptor numbers"
+            )));
         };
         let take = |fd: RawFd| -> io::Result<OwnedFd> {
             // SAFETY: a plain fcntl; checks the descriptor is open.
@@ -224,6 +227,9 @@ impl Supervisor {
         let mut start_failures = 0;
         let mut stopping = false;
         let mut serving_since: Option<Instant> = None;
+        // Killed serving processes not reaped yet (a thread of theirs may
+        // wait in the kernel for something only the next one can answer).
+        let mut lingering: Vec<Child> = Vec::new();
         let outcome = loop {
             let mut cmd = command();
             cmd.env(ENV_FDS, format!("{},{}", dev.as_raw_fd(), area.as_raw_fd()))
@@ -236,9 +242,26 @@ impl Supervisor {
             };
             let pid = child.id();
             tracing::info!(pid, "serving process started");
+            let mut dead_since: Option<Instant> = None;
             let status = loop {
+                lingering.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
                 if let Some(status) = child.try_wait()? {
-                    break status;
+                    break Some(status);
+                }
+                // Its main thread is gone but the process isn't: a thread
+                // is stuck in the kernel, typically a notification
+                // (INVAL_ENTRY) waiting for a directory lock that a
+                // client holds while it waits for a reply only the next
+                // serving process can give. Don't wait for it.
+                if main_thread_dead(pid) {
+                    let since = *dead_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_millis(200) {
+                        tracing::warn!(
+                            pid,
+                            "the serving process died, one of its threads is stuck in the kernel"
+                        );
+                        break None;
+                    }
                 }
                 let served = self.area.serving() == pid;
                 if served && serving_since.is_none() {
@@ -260,6 +283,14 @@ impl Supervisor {
                 }
             };
             let served = serving_since.take().is_some() || self.area.serving() == pid;
+            let Some(status) = status else {
+                lingering.push(child);
+                if stopping {
+                    break SupervisorExit::Done;
+                }
+                tracing::warn!(pid, "the serving process died; starting another");
+                continue;
+            };
             if status.success() {
                 break SupervisorExit::Done;
             }
@@ -277,8 +308,14 @@ impl Supervisor {
                 }
             }
             match status.signal() {
-                Some(sig) => tracing::warn!(pid, signal = sig, "the serving process was killed; starting another"),
-                None => tracing::warn!(pid, %status, "the serving process failed; starting another"),
+                Some(sig) => tracing::warn!(
+                    pid,
+                    signal = sig,
+                    "the serving process was killed; starting another"
+                ),
+                None => {
+                    tracing::warn!(pid, %status, "the serving process failed; starting another")
+                }
             }
         };
         if let SupervisorExit::GaveUp(why) = &outcome {
@@ -289,6 +326,19 @@ impl Supervisor {
         }
         Ok(outcome)
     }
+}
+
+/// Whether the main thread of process `pid` has exited (a zombie leader)
+/// while the process lives on in another thread.
+fn main_thread_dead(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and
+    // may contain anything.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_some_and(|state| state == 'Z')
 }
 
 /// A duplicate of `fd` that child processes inherit.

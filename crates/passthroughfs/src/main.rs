@@ -261,11 +261,7 @@ impl Plan {
 
 /// Mounts and serves until unmounted or stopped by a signal; `detach` is
 /// told once the mount is usable.
-fn serve(
-    plan: Plan,
-    detach: &mut Detach,
-    supervised: Option<Supervised>,
-) -> Result<(), Failure> {
+fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Result<(), Failure> {
     let Plan {
         args,
         source,

@@ -7,69 +7,17 @@
 
 #[path = "support/daemon.rs"]
 mod daemon;
+#[path = "support/load.rs"]
+mod load;
 
 use daemon::{dirs, is_mounted, Daemon, Transport};
+use load::{clients, fs_state_with, loop_command, progress};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Clients that each rewrite and check a file, create, rename and remove
-/// names, until `stop`; the first error one saw.
-fn clients(
-    mnt: &Path,
-    n: usize,
-    stop: &Arc<AtomicBool>,
-    rounds: &Arc<AtomicU64>,
-) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
-    (0..n)
-        .map(|t| {
-            let (mnt, stop, rounds) = (mnt.to_path_buf(), stop.clone(), rounds.clone());
-            std::thread::spawn(move || {
-                let dir = mnt.join(format!("client-{t}"));
-                std::fs::create_dir(&dir).map_err(|e| format!("client {t}: mkdir: {e}"))?;
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let data: Vec<u8> = (0..100_000u32)
-                        .map(|k| (k as u64 * 7 + i + t as u64) as u8)
-                        .collect();
-                    let run = || -> std::io::Result<()> {
-                        let a = dir.join(format!("f-{}", i % 5));
-                        let b = dir.join(format!("g-{}", i % 5));
-                        std::fs::write(&a, &data)?;
-                        std::fs::rename(&a, &b)?;
-                        if std::fs::read(&b)? != data {
-                            return Err(std::io::Error::other("read back other bytes"));
-                        }
-                        if i % 3 == 0 {
-                            std::fs::remove_file(&b)?;
-                        }
-                        let listed = std::fs::read_dir(&dir)?.count();
-                        if listed > 10 {
-                            return Err(std::io::Error::other(format!("{listed} names")));
-                        }
-                        Ok(())
-                    };
-                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
-                    rounds.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-                Ok(())
-            })
-        })
-        .collect()
-}
-
-fn progress(rounds: &AtomicU64, more: u64) {
-    let start = rounds.load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while rounds.load(Ordering::Relaxed) < start + more {
-        assert!(Instant::now() < deadline, "the clients made no progress");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use std::time::Duration;
 
 /// One upgrade: a daemon started with `args` takes over the mount of
 /// `old`, which must exit 0 saying it handed the mount over, the mount
@@ -85,35 +33,6 @@ fn upgrade(mut old: Daemon, src: &Path, mnt: &Path, args: &[&str], n: usize) -> 
     assert!(log.contains("handed the mount over"), "upgrade {n}: {log}");
     assert!(is_mounted(mnt), "upgrade {n}: the mount went away");
     next
-}
-
-/// The last "file system state" line of `daemon` once it contains every
-/// one of `wants` (asked for with SIGUSR1, after dropping the kernel's
-/// dentries and inodes with `drop_caches`), within 60 s.
-fn fs_state_with(daemon: &Daemon, wants: &[&str], drop_caches: bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if drop_caches {
-            let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
-        }
-        daemon.signal(libc::SIGUSR1);
-        std::thread::sleep(Duration::from_millis(100));
-        let log = daemon.stderr();
-        let state = log
-            .lines()
-            .rev()
-            .find(|l| l.contains("file system state"))
-            .unwrap_or_default()
-            .to_string();
-        if wants.iter().all(|w| state.contains(w)) {
-            return state;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {wants:?} in the daemon's state (backing ids need kernel passthrough: root \
-             in the initial user namespace): {state}"
-        );
-    }
 }
 
 fn flock_nb(path: &Path) -> bool {
@@ -256,40 +175,6 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
     daemon.signal(libc::SIGTERM);
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");
-}
-
-/// Runs `cmd` in `dir` (a shell line) again and again until `stop`; the
-/// first failure, with its output.
-fn loop_command(
-    dir: &Path,
-    line: &'static str,
-    stop: &Arc<AtomicBool>,
-    runs: &Arc<AtomicU64>,
-) -> std::thread::JoinHandle<Result<(), String>> {
-    let (dir, stop, runs) = (dir.to_path_buf(), stop.clone(), runs.clone());
-    std::thread::spawn(move || {
-        let mut i = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            let out = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(line)
-                .env("I", i.to_string())
-                .current_dir(&dir)
-                .output()
-                .map_err(|e| format!("{line}: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "run {i} of {line:?}: {}\n{}{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            runs.fetch_add(1, Ordering::Relaxed);
-            i += 1;
-        }
-        Ok(())
-    })
 }
 
 #[test]

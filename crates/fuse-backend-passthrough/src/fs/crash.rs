@@ -80,8 +80,8 @@ impl PassthroughFs {
         self.creds.root();
         for h in handles {
             let reopened = self.inodes.get(h.nodeid).and_then(|inode| {
-                let flags = h.flags
-                    & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY);
+                let flags =
+                    h.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY);
                 let fd = inode.file.reopen(self.proc_self_fd.as_fd(), flags)?;
                 Ok((inode, fd, flags))
             });

@@ -1,0 +1,230 @@
+//! Crash recovery of `passthroughfs` (`--supervise`): the serving process
+//! is killed (SIGKILL) again and again while clients use the mount; the
+//! supervisor starts another each time, which takes the node table and
+//! open files back and has the kernel resend what the dead one held. No
+//! client sees an error, nothing fsynced is lost, files opened before the
+//! first crash stay usable, and every FORGET finds its node.
+
+#[path = "support/daemon.rs"]
+mod daemon;
+#[path = "support/load.rs"]
+mod load;
+
+use daemon::{dirs, is_mounted, Daemon, Transport};
+use load::{clients, fs_state_with, loop_command, progress};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The supervisor's serving process.
+fn serving_pid(supervisor: &Daemon) -> i32 {
+    let pid = supervisor.pid();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(child) = children.split_whitespace().next() {
+            return child.parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no serving process: {}",
+            supervisor.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Kills the serving process (SIGKILL) and waits until its successor
+/// serves (the `n`th crash: `n + 2` "serving" lines in the log).
+fn crash(supervisor: &Daemon, n: usize) {
+    let pid = serving_pid(supervisor);
+    // SAFETY: a plain kill of the supervisor's child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while supervisor.stderr().matches("passthroughfs serving").count() < n + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "crash {n}: no new serving process: {}",
+            supervisor.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        is_mounted(&supervisor.mnt),
+        "crash {n}: the mount went away"
+    );
+}
+
+fn start(src: &Path, mnt: &Path) -> Daemon {
+    Daemon::start(src, mnt, Transport::Dev, &["--supervise"])
+}
+
+/// The supervisor stops (SIGTERM): the serving process leaves, the
+/// supervisor unmounts and exits 0.
+fn stop(supervisor: Daemon) -> String {
+    let mnt = supervisor.mnt.clone();
+    supervisor.signal(libc::SIGTERM);
+    let (status, log, _) = supervisor.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    assert!(!is_mounted(&mnt), "{log}");
+    log
+}
+
+#[test]
+fn twenty_crashes_under_load_and_no_client_notices() {
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    // Held across every crash: an open file, written at offsets and
+    // fsynced after each crash.
+    let held_path = d.mnt.join("held");
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&held_path)
+        .unwrap();
+    held.write_all_at(b"before;", 0).unwrap();
+    let mut written = b"before;".to_vec();
+
+    let stop_clients = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let workers = clients(&d.mnt, 4, &stop_clients, &rounds);
+    progress(&rounds, 20);
+    for n in 0..20 {
+        crash(&daemon, n);
+        let record = format!("{n};");
+        held.write_all_at(record.as_bytes(), written.len() as u64)
+            .unwrap_or_else(|e| panic!("crash {n}: the file opened before: {e}"));
+        held.sync_all().unwrap();
+        written.extend_from_slice(record.as_bytes());
+        progress(&rounds, 10);
+    }
+    stop_clients.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap().expect("a client saw an error");
+    }
+    let mut text = Vec::new();
+    (&held).seek(SeekFrom::Start(0)).unwrap();
+    (&held).read_to_end(&mut text).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        String::from_utf8_lossy(&written)
+    );
+    drop(held);
+    // What was fsynced is in the source too.
+    assert_eq!(std::fs::read(d.src.join("held")).unwrap(), written);
+
+    // Every node the kernel drops is found (no FORGET finds an unknown
+    // node or fewer references than it drops), and every handle is
+    // released. A FORGET the kernel had just given a process that was
+    // killed is lost with it (no reply, never resent): its node stays
+    // counted until the unmount, so the node count isn't checked here.
+    for name in ["client-0", "client-1", "client-2", "client-3"] {
+        std::fs::remove_dir_all(d.mnt.join(name)).unwrap();
+    }
+    std::fs::remove_file(&held_path).unwrap();
+    let state = fs_state_with(&daemon, &["handles=0"], true);
+    eprintln!("after 20 crashes and the clients gone: {state}");
+    let log = stop(daemon);
+    assert!(
+        !log.contains("FORGET of an unknown node id") && !log.contains("more references than held"),
+        "{log}"
+    );
+    assert_eq!(log.matches("; starting another").count(), 20, "{log}");
+}
+
+#[test]
+fn twenty_crashes_under_fio_verify_and_a_git_loop() {
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    let fio_dir = d.mnt.join("fio");
+    let git_dir = d.mnt.join("repo");
+    std::fs::create_dir(&fio_dir).unwrap();
+    std::fs::create_dir(&git_dir).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&git_dir)
+            .output()
+            .expect("git (the tests need it)");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.email", "t@example.invalid"]);
+    git(&["config", "user.name", "t"]);
+    let stop_loops = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicU64::new(0));
+    let fio = loop_command(
+        &fio_dir,
+        "fio --name=v --filename=data --size=4M --rw=randwrite --bs=4k --ioengine=psync \
+         --verify=crc32c --verify_backlog=64 --verify_fatal=1 --do_verify=1 \
+         --output=/dev/null",
+        &stop_loops,
+        &runs,
+    );
+    let gitloop = loop_command(
+        &git_dir,
+        "echo \"$I\" > f-$((I % 7)) && git add -A && git commit -qm \"c$I\" && \
+         if [ $((I % 5)) = 0 ]; then git fsck --strict --no-progress; fi",
+        &stop_loops,
+        &runs,
+    );
+    progress(&runs, 4);
+    for n in 0..20 {
+        crash(&daemon, n);
+        progress(&runs, 1);
+    }
+    stop_loops.store(true, Ordering::Relaxed);
+    fio.join().unwrap().expect("fio failed across the crashes");
+    gitloop
+        .join()
+        .unwrap()
+        .expect("git failed across the crashes");
+    git(&["fsck", "--strict", "--no-progress"]);
+    stop(daemon);
+}
+
+#[test]
+fn supervised_daemon_ends_with_the_mount() {
+    // Unmounted from outside: the serving process ends with status 0 and
+    // the supervisor with it, without starting another.
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    std::fs::write(d.mnt.join("f"), b"x").unwrap();
+    let status = std::process::Command::new("umount")
+        .arg(&d.mnt)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("serving process started").count(), 1, "{log}");
+}
+
+#[test]
+fn supervise_is_refused_where_it_would_lose_requests() {
+    let d = dirs();
+    for (extra, says) in [
+        (&["--uring"][..], "--runtime sync only"),
+        (&["--runtime", "tokio"][..], "--runtime sync only"),
+        (&["--passthrough"][..], "--passthrough"),
+        (&["--take-over", "/nonexistent/sock"][..], "--take-over"),
+    ] {
+        let out = std::process::Command::new(daemon::BIN)
+            .args(["--foreground", "--supervise"])
+            .args(extra)
+            .arg(&d.src)
+            .arg(&d.mnt)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!is_mounted(&d.mnt));
+    }
+}

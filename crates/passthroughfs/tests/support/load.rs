@@ -1,0 +1,129 @@
+//! Load for the live upgrade and crash recovery tests: clients that
+//! check what they read, shell loops (fio, git) that must not fail, and
+//! the daemon's own count of the nodes it holds.
+
+#![allow(dead_code)] // each test binary uses its part
+
+use super::daemon::Daemon;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Clients that each rewrite and check a file, create, rename and remove
+/// names, until `stop`; the first error one saw.
+pub fn clients(
+    mnt: &Path,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+    rounds: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
+    (0..n)
+        .map(|t| {
+            let (mnt, stop, rounds) = (mnt.to_path_buf(), stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let dir = mnt.join(format!("client-{t}"));
+                std::fs::create_dir(&dir).map_err(|e| format!("client {t}: mkdir: {e}"))?;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let data: Vec<u8> = (0..100_000u32)
+                        .map(|k| (k as u64 * 7 + i + t as u64) as u8)
+                        .collect();
+                    let run = || -> std::io::Result<()> {
+                        let a = dir.join(format!("f-{}", i % 5));
+                        let b = dir.join(format!("g-{}", i % 5));
+                        std::fs::write(&a, &data)?;
+                        std::fs::rename(&a, &b)?;
+                        if std::fs::read(&b)? != data {
+                            return Err(std::io::Error::other("read back other bytes"));
+                        }
+                        if i % 3 == 0 {
+                            std::fs::remove_file(&b)?;
+                        }
+                        let listed = std::fs::read_dir(&dir)?.count();
+                        if listed > 10 {
+                            return Err(std::io::Error::other(format!("{listed} names")));
+                        }
+                        Ok(())
+                    };
+                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
+pub fn progress(rounds: &AtomicU64, more: u64) {
+    let start = rounds.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rounds.load(Ordering::Relaxed) < start + more {
+        assert!(Instant::now() < deadline, "the clients made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The last "file system state" line of `daemon` once it contains every
+/// one of `wants` (asked for with SIGUSR1, after dropping the kernel's
+/// dentries and inodes with `drop_caches`), within 60 s.
+pub fn fs_state_with(daemon: &Daemon, wants: &[&str], drop_caches: bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if drop_caches {
+            let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
+        }
+        daemon.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(100));
+        let log = daemon.stderr();
+        let state = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("file system state"))
+            .unwrap_or_default()
+            .to_string();
+        if wants.iter().all(|w| state.contains(w)) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {wants:?} in the daemon's state (backing ids need kernel passthrough: root \
+             in the initial user namespace): {state}"
+        );
+    }
+}
+
+/// Runs `cmd` in `dir` (a shell line) again and again until `stop`; the
+/// first failure, with its output.
+pub fn loop_command(
+    dir: &Path,
+    line: &'static str,
+    stop: &Arc<AtomicBool>,
+    runs: &Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Result<(), String>> {
+    let (dir, stop, runs) = (dir.to_path_buf(), stop.clone(), runs.clone());
+    std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(line)
+                .env("I", i.to_string())
+                .current_dir(&dir)
+                .output()
+                .map_err(|e| format!("{line}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "run {i} of {line:?}: {}\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            runs.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+        }
+        Ok(())
+    })
+}
