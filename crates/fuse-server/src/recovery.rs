@@ -618,8 +618,11 @@ impl RequestJournal {
         })
     }
 
-    /// Starts journaling request `unique` on this thread, as `attempt`.
-    pub(crate) fn begin(&self, unique: u64, opcode: u32, attempt: Attempt) -> JournalScope {
+    /// Starts journaling request `unique` (of `opcode`) on this thread, as
+    /// `attempt`, until the scope is dropped. The server does it for each
+    /// request it handles; a transport or test that calls a file system
+    /// directly can do it too.
+    pub fn begin(&self, unique: u64, opcode: u32, attempt: Attempt) -> JournalScope {
         let record = self.thread_record();
         if let Some(i) = record {
             let r = self.inner.record(i);
@@ -642,7 +645,8 @@ impl RequestJournal {
 
 /// Clears the thread's record and attempt when the request is done (its
 /// reply written, or dropped).
-pub(crate) struct JournalScope {
+#[must_use = "the request is journaled while the scope lives"]
+pub struct JournalScope {
     _private: (),
 }
 

@@ -121,3 +121,210 @@ impl PassthroughFs {
         Ok(done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PassthroughConfig;
+    use fuse_server::recovery::StateArea;
+    use std::os::unix::fs::FileExt;
+
+    fn ctx() -> Context {
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Context {
+            uid,
+            gid,
+            ..Context::default()
+        }
+    }
+
+    fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+        r.expect_err("an error").raw_os_error().expect("an errno")
+    }
+
+    fn mkdir_args() -> MkdirArgs {
+        MkdirArgs {
+            mode: 0o755,
+            umask: 0,
+        }
+    }
+
+    /// What the passthrough answers to requests that find what their first
+    /// attempt may have done: as the module says when the dead process had
+    /// started them, as always otherwise.
+    #[test]
+    fn a_resend_the_dead_process_had_started_finds_its_work_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
+        let area = StateArea::create(1 << 20).unwrap();
+        let journal = area.journal();
+        std::fs::create_dir(dir.path().join("made")).unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let c = ctx();
+        let root = fuse_abi::ROOT_ID;
+
+        // First attempts: the errors the names call for.
+        let first = journal.begin(1, 0, Attempt::First);
+        assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
+        assert_eq!(
+            errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
+            libc::EEXIST
+        );
+        drop(first);
+        // A resend of a request the dead process never started: the same.
+        let never = journal.begin(
+            2 | fuse_abi::UNIQUE_RESEND,
+            0,
+            Attempt::Resent {
+                started: false,
+                note: 0,
+            },
+        );
+        assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
+        assert_eq!(
+            errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
+            libc::EEXIST
+        );
+        drop(never);
+
+        // Started: the work found done is answered as done.
+        let _resent = journal.begin(
+            3 | fuse_abi::UNIQUE_RESEND,
+            0,
+            Attempt::Resent {
+                started: true,
+                note: 0,
+            },
+        );
+        fs.unlink(&c, root, c"gone").expect("UNLINK of a name gone");
+        fs.rmdir(&c, root, c"gone").expect("RMDIR of a name gone");
+        let rename = RenameArgs {
+            newdir: root,
+            name: c"gone",
+            newname: c"there",
+            flags: Default::default(),
+        };
+        fs.rename(&c, root, &rename).expect("RENAME of a name gone");
+        let made = fs
+            .mkdir(&c, root, c"made", &mkdir_args())
+            .expect("MKDIR of a name made");
+        assert_ne!(made.nodeid, 0);
+        fs.forget(&c, made.nodeid, 1);
+        let file = fs.lookup(&c, root, c"file").unwrap();
+        let linked = fs
+            .link(&c, file.nodeid, root, c"file")
+            .expect("LINK to itself");
+        assert_eq!(linked.nodeid, file.nodeid);
+        // Another file under the name: still EEXIST.
+        let other = fs.lookup(&c, root, c"made").unwrap();
+        assert_eq!(
+            errno(fs.link(&c, other.nodeid, root, c"file")),
+            libc::EEXIST
+        );
+        fs.forget(&c, other.nodeid, 1);
+        fs.forget(&c, file.nodeid, 2);
+        let create = CreateArgs {
+            flags: (libc::O_CREAT | libc::O_EXCL | libc::O_RDWR) as u32,
+            mode: 0o644,
+            umask: 0,
+            open_flags: Default::default(),
+        };
+        let (entry, opened) = fs
+            .create(&c, root, c"file", &create)
+            .expect("CREATE O_EXCL");
+        fs.release(
+            &c,
+            entry.nodeid,
+            &ReleaseArgs {
+                fh: opened.fh,
+                ..ReleaseArgs::default()
+            },
+        )
+        .unwrap();
+        fs.forget(&c, entry.nodeid, 1);
+        assert_eq!(std::fs::read(dir.path().join("file")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn the_table_comes_back_in_a_new_passthrough() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"data").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let area = StateArea::create(1 << 20).unwrap();
+        let c = ctx();
+        let root = fuse_abi::ROOT_ID;
+        let old = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
+        if old.file_handle_fallback().is_some() {
+            // Not root: recover() refuses with the reason.
+            let e = old.recover(area.fs_region()).unwrap_err();
+            assert!(e.to_string().contains("file handle"), "{e}");
+            return;
+        }
+        assert_eq!(
+            old.recover(area.fs_region()).unwrap(),
+            CrashRecovery::default()
+        );
+        let f = old.lookup(&c, root, c"f").unwrap();
+        let f2 = old.lookup(&c, root, c"f").unwrap();
+        assert_eq!(f.nodeid, f2.nodeid);
+        let d = old.lookup(&c, root, c"d").unwrap();
+        old.forget(&c, d.nodeid, 1);
+        let opened = old
+            .open(
+                &c,
+                f.nodeid,
+                &OpenArgs {
+                    flags: libc::O_RDWR as u32,
+                    open_flags: Default::default(),
+                },
+            )
+            .unwrap();
+        // The process "dies": nothing of it but the area is left.
+        std::mem::forget(old);
+
+        let new = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
+        let got = new.recover(area.fs_region()).unwrap();
+        assert_eq!(
+            got,
+            CrashRecovery {
+                nodes: 1,
+                handles: 1,
+                handles_lost: 0
+            }
+        );
+        // The handle reads and writes; the node has its two references.
+        let mut buf = vec![0u8; 4];
+        let h = new.handles.get(opened.fh).unwrap();
+        let n = std::fs::File::from(h.fd().try_clone_to_owned().unwrap())
+            .read_at(&mut buf, 0)
+            .unwrap();
+        assert_eq!(&buf[..n], b"data");
+        assert_eq!(new.inodes.get(f.nodeid).unwrap().refs(), 2);
+        // A new node gets a new id.
+        let d = new.lookup(&c, root, c"d").unwrap();
+        assert!(d.nodeid > f.nodeid);
+        new.forget(&c, d.nodeid, 1);
+        new.release(
+            &c,
+            f.nodeid,
+            &ReleaseArgs {
+                fh: opened.fh,
+                ..ReleaseArgs::default()
+            },
+        )
+        .unwrap();
+        new.forget(&c, f.nodeid, 2);
+        // Everything given back: a third process finds an empty table.
+        let third = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
+        assert_eq!(
+            third.recover(area.fs_region()).unwrap(),
+            CrashRecovery::default()
+        );
+        // Another source is refused.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = PassthroughFs::new(other.path(), PassthroughConfig::default()).unwrap();
+        let e = elsewhere.recover(area.fs_region()).unwrap_err();
+        assert!(e.to_string().contains("another source"), "{e}");
+    }
+}
