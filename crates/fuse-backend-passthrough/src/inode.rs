@@ -370,7 +370,7 @@ impl InodeFiles {
     /// used) when it is on the source's mount and has one, else `fd`.
     /// A file held by `handle` (of the source's mount), opened when
     /// first used; `None` without file handles.
-    pub(crate) fn from_handle(&self, handle: sys::FileHandle) -> Option<InodeFile> {
+    pub(crate) fn held_by_handle(&self, handle: sys::FileHandle) -> Option<InodeFile> {
         let opener = self.opener.as_ref()?;
         let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
         Some(InodeFile(Repr::Handle(HandleFile {
@@ -1079,7 +1079,7 @@ impl InodeStore {
                 table.free_node(r.slot);
                 continue;
             }
-            let Some(file) = self.files.from_handle(r.handle) else {
+            let Some(file) = self.files.held_by_handle(r.handle) else {
                 table.free_node(r.slot);
                 continue;
             };
