@@ -18,7 +18,9 @@ Signals:
                                     fail, and the process dies of the signal
                                     (status 130 in a shell for Ctrl-C)
   SIGUSR1                           log the transport's and the file system's
-                                    state";
+                                    state
+  With --supervise, the supervisor passes these to the serving process, and
+  starts another when that one dies any other way (a crash, kill -9).";
 
 /// What `--help` says after the options: the `-o` names, the environment
 /// and the signals.
