@@ -25,9 +25,11 @@
 //! system was unmounted, or it was asked to stop); the supervisor then
 //! unmounts (if still mounted) and returns 0. One that was killed or failed
 //! is replaced; one that fails [`Supervisor::max_start_failures`] times in
-//! a row before serving makes the supervisor unmount and give up. SIGTERM,
+//! a row before serving makes the supervisor unmount and give up. One that
+//! ends with [`EXIT_RESTART`] is replaced too (a planned restart). SIGTERM,
 //! SIGINT and SIGHUP to the supervisor are passed to the serving process
-//! (which stops; see above), SIGUSR1 too.
+//! (which stops; see above), SIGUSR1 and SIGUSR2 (which asks it to restart)
+//! too.
 
 use crate::mount::Mount;
 use crate::session::{DevNotificationSink, DevSession, SessionConfig, SessionError};
@@ -46,6 +48,12 @@ use std::time::{Duration, Instant};
 pub const ENV_FDS: &str = "FUSE_SUPERVISED_FDS";
 /// The environment variable with the mountpoint.
 pub const ENV_MOUNTPOINT: &str = "FUSE_SUPERVISED_MOUNTPOINT";
+/// The exit status of a serving process that gave the connection back
+/// without unmounting (after [`DevSession::pause`] and
+/// [`DevSession::release`]: every request it read was answered) and asks
+/// for a successor: a planned restart, e.g. to run a build newly installed
+/// at the program's path. The supervisor asks for one with SIGUSR2.
+pub const EXIT_RESTART: i32 = 75;
 
 /// What a serving process inherits from its supervisor.
 #[derive(Debug)]
@@ -211,8 +219,8 @@ impl Supervisor {
     /// Starts serving processes, one at a time, each from `command()`
     /// (with [`ENV_FDS`] and [`ENV_MOUNTPOINT`] added), until one ends
     /// with status 0 or they keep failing; then unmounts. `ready` runs
-    /// once, when the first one serves. Handles SIGTERM, SIGINT, SIGHUP
-    /// and SIGUSR1 (passed on to the serving process) and SIGCHLD by
+    /// once, when the first one serves. Handles SIGTERM, SIGINT, SIGHUP,
+    /// SIGUSR1 and SIGUSR2 (passed on to the serving process) and SIGCHLD by
     /// blocking them in the calling thread: call it from the only thread.
     pub fn run(
         mut self,
@@ -273,7 +281,7 @@ impl Supervisor {
                 }
                 let wait = if served { 1000 } else { 10 };
                 match wait_signal(&signals, Duration::from_millis(wait)) {
-                    Some(libc::SIGUSR1) => kill(pid, libc::SIGUSR1),
+                    Some(sig @ (libc::SIGUSR1 | libc::SIGUSR2)) => kill(pid, sig),
                     Some(sig @ (libc::SIGTERM | libc::SIGINT | libc::SIGHUP)) => {
                         tracing::info!(signal = sig, "stopping the serving process");
                         stopping = true;
@@ -293,6 +301,13 @@ impl Supervisor {
             };
             if status.success() {
                 break SupervisorExit::Done;
+            }
+            if status.code() == Some(EXIT_RESTART) && !stopping {
+                tracing::info!(
+                    pid,
+                    "the serving process gave the connection back; starting the next"
+                );
+                continue;
             }
             if stopping {
                 tracing::warn!(pid, %status, "the serving process failed while stopping");
@@ -362,6 +377,7 @@ fn block_supervisor_signals() -> libc::sigset_t {
             libc::SIGTERM,
             libc::SIGHUP,
             libc::SIGUSR1,
+            libc::SIGUSR2,
             libc::SIGCHLD,
         ] {
             libc::sigaddset(&mut set, sig);

@@ -279,6 +279,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     }
 
     let signals = block_signals();
+    let restart_signal = supervised.is_some().then(block_restart_signal);
     let runtime = args.runtime.async_type();
     let server = match runtime {
         None => Server::new(fs.clone()),
@@ -331,6 +332,9 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     if args.take_over.is_some() {
         fs.resumed();
     }
+    if let (Some(set), Some(dev)) = (restart_signal, &dev_session) {
+        spawn_restart_thread(set, dev.clone(), fs.clone())?;
+    }
     if let (Some(path), Some(dev)) = (&args.takeover_socket, &dev_session) {
         spawn_takeover_listener(path.clone(), dev.clone(), fs.clone())?;
     }
@@ -347,7 +351,10 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     let (logger, stopper) = (session.clone(), session.clone());
     // A supervised daemon asked to stop leaves the mount to its
     // supervisor, which unmounts (with the method it mounted by).
-    let supervised_session = dev_session.clone().filter(|_| args.supervise);
+    let supervised_session = dev_session
+        .clone()
+        .filter(|_| args.supervise)
+        .map(|d| (d, fs.clone()));
     spawn_signal_thread(
         signals,
         session.mountpoint().to_path_buf(),
@@ -360,8 +367,8 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         },
         move || {
             notify::stopping();
-            if let Some(dev) = supervised_session {
-                match dev.pause().and_then(|()| dev.release()) {
+            if let Some((dev, fs)) = supervised_session {
+                match pause_quietly(&fs, &dev).and_then(|()| dev.release()) {
                     Ok(_) => return,
                     Err(e) => tracing::warn!("stopping without the supervisor: {e}"),
                 }
@@ -373,6 +380,12 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     fs.set_notifier(None);
     notify::stopping();
     let released = dev_session.as_ref().is_some_and(|d| d.is_released());
+    if released && args.supervise && RESTART.load(std::sync::atomic::Ordering::Acquire) {
+        tracing::info!("gave the connection back to the supervisor for a restart");
+        // Nothing of this process must be torn down: the next one
+        // continues from the table as it is.
+        std::process::exit(fuse_transport_dev::supervise::EXIT_RESTART);
+    }
     if released && args.supervise {
         tracing::info!("stopped; the supervisor unmounts");
         return result.map_err(|e| Failure(format!("serving failed: {e}")));
@@ -388,6 +401,75 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         }
         Err(e) => Err(Failure(format!("serving failed: {e}"))),
     }
+}
+
+/// A restart was asked for (SIGUSR2 under `--supervise`) and the
+/// connection given back.
+static RESTART: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// SIGUSR2 blocked (in this thread, so in every thread started later), for
+/// the restart thread to wait for.
+fn block_restart_signal() -> libc::sigset_t {
+    // SAFETY: the set is initialized by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR2);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// A supervised daemon's planned restart: on SIGUSR2 (which the supervisor
+/// passes on), it finishes the requests in progress, stops reading, gives
+/// the connection back and exits with `EXIT_RESTART`; the supervisor
+/// starts the next one (the program at its path: a new build installed
+/// there is what runs). Refused while a request waits for a lock (it
+/// can't be finished): the daemon says so and serves on.
+fn spawn_restart_thread(
+    set: libc::sigset_t,
+    session: Arc<DevSession>,
+    fs: Arc<PassthroughFs>,
+) -> Result<(), Failure> {
+    std::thread::Builder::new()
+        .name("restart".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: `set` is a valid signal set; `sig` is written by sigwait.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                continue;
+            }
+            tracing::info!("restart asked for: finishing the requests in progress");
+            match pause_quietly(&fs, &session) {
+                Ok(()) => {
+                    RESTART.store(true, std::sync::atomic::Ordering::Release);
+                    match session.release() {
+                        // The main thread's wait returns and exits.
+                        Ok(_) => return,
+                        Err(e) => {
+                            RESTART.store(false, std::sync::atomic::Ordering::Release);
+                            tracing::warn!("restart refused: {e}");
+                            let _ = session.unpause();
+                            fs.set_notifier(session.notifier().ok());
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("restart refused: {e}; serving on"),
+            }
+        })
+        .map_err(|e| Failure(format!("starting the restart thread: {e}")))?;
+    Ok(())
+}
+
+/// Pauses `session` to give its connection up, the source watch stopped
+/// first: a notification it sends (INVAL_ENTRY) may wait for a directory
+/// lock that a client holds until its request is answered, which only
+/// serving workers do. Serves on, watch and all, if the pause is refused.
+fn pause_quietly(fs: &PassthroughFs, session: &DevSession) -> std::io::Result<()> {
+    fs.set_notifier(None);
+    session.pause().inspect_err(|_| {
+        fs.set_notifier(session.notifier().ok());
+    })
 }
 
 /// Nodes the crash table of `--supervise` has room for (its memfd is
@@ -524,6 +606,9 @@ fn spawn_takeover_listener(
             };
             let mountpoint = session.mountpoint().to_path_buf();
             tracing::info!("a new daemon asks to take over");
+            // The source watch stops while the workers still answer (see
+            // `pause_quietly`); the new daemon starts its own.
+            fs.set_notifier(None);
             let result = offer(&session, &stream, |dev| {
                 let (state, fds) = fs.save_state()?;
                 Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
@@ -534,6 +619,7 @@ fn spawn_takeover_listener(
                 Ok(false) => {}
                 Err(e) => tracing::warn!("takeover failed: {e}"),
             }
+            fs.set_notifier(session.notifier().ok());
             match bind_takeover_socket(&path) {
                 Ok(l) => listener = l,
                 Err(e) => {

@@ -189,6 +189,61 @@ fn twenty_crashes_under_fio_verify_and_a_git_loop() {
     stop(daemon);
 }
 
+/// Waits until the `n`th successor of the first serving process serves.
+fn wait_serving(supervisor: &Daemon, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while supervisor.stderr().matches("passthroughfs serving").count() < n + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no serving process {n}: {}",
+            supervisor.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn ten_planned_restarts_under_load() {
+    // SIGUSR2: the serving process finishes what it holds, gives the
+    // connection back and exits; the supervisor starts the next (a new
+    // build installed at the program's path would be it).
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.mnt.join("held"))
+        .unwrap();
+    let stop_clients = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let workers = clients(&d.mnt, 4, &stop_clients, &rounds);
+    progress(&rounds, 20);
+    for n in 1..=10 {
+        daemon.signal(libc::SIGUSR2);
+        wait_serving(&daemon, n);
+        held.write_all_at(format!("{n};").as_bytes(), (n as u64 - 1) * 3)
+            .unwrap_or_else(|e| panic!("restart {n}: the file opened before: {e}"));
+        progress(&rounds, 10);
+    }
+    stop_clients.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap().expect("a client saw an error");
+    }
+    drop(held);
+    let log = stop(daemon);
+    assert_eq!(
+        log.matches("gave the connection back to the supervisor")
+            .count(),
+        10,
+        "{log}"
+    );
+    assert!(!log.contains("killed") && !log.contains("died"), "{log}");
+    // Every restart found every request answered.
+    assert!(!log.contains("was on these requests"), "{log}");
+}
+
 #[test]
 fn supervised_daemon_ends_with_the_mount() {
     // Unmounted from outside: the serving process ends with status 0 and
