@@ -20,7 +20,10 @@ Signals:
   SIGUSR1                           log the transport's and the file system's
                                     state
   With --supervise, the supervisor passes these to the serving process, and
-  starts another when that one dies any other way (a crash, kill -9).";
+  starts another when that one dies any other way (a crash, kill -9).
+  SIGUSR2 (--supervise)             restart the serving process: it answers
+                                    what it holds and the supervisor starts
+                                    the program again (a new build there)";
 
 /// What `--help` says after the options: the `-o` names, the environment
 /// and the signals.
