@@ -208,7 +208,7 @@ impl DevSession {
         server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
         let server = Arc::new(server);
         serve_init(&server, master.as_fd())?;
-        Self::serve(server, master, mount, config)
+        Self::serve(server, master, mount, config, false)
     }
 
     /// Serves a connection another session answered INIT on and handed
@@ -224,12 +224,38 @@ impl DevSession {
         negotiated: &fuse_server::Negotiated,
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
+        Self::resume_inner(server, dev_fd, mountpoint, negotiated, config, false)
+    }
+
+    /// [`DevSession::resume`], paused: everything is ready but no worker
+    /// reads yet. [`DevSession::unpause`] starts serving;
+    /// [`DevSession::release`] gives the connection up untouched (a
+    /// hand-over called off at the last step, see
+    /// [`crate::takeover::take_over`]).
+    pub fn resume_paused(
+        server: Server,
+        dev_fd: OwnedFd,
+        mountpoint: PathBuf,
+        negotiated: &fuse_server::Negotiated,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        Self::resume_inner(server, dev_fd, mountpoint, negotiated, config, true)
+    }
+
+    fn resume_inner(
+        server: Server,
+        dev_fd: OwnedFd,
+        mountpoint: PathBuf,
+        negotiated: &fuse_server::Negotiated,
+        config: SessionConfig,
+        paused: bool,
+    ) -> Result<Self, SessionError> {
         install_wake_handler(config.wake_signal);
         let master = Arc::new(dev_fd.try_clone().map_err(SessionError::Init)?);
         server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
         server.resume(negotiated).map_err(SessionError::Init)?;
         let mount = Mount::adopt(dev_fd, mountpoint);
-        Self::serve(Arc::new(server), master, mount, config)
+        Self::serve(Arc::new(server), master, mount, config, paused)
     }
 
     /// Starts the workers of a connection whose INIT is done.
@@ -238,6 +264,7 @@ impl DevSession {
         master: Arc<OwnedFd>,
         mount: Mount,
         config: SessionConfig,
+        paused: bool,
     ) -> Result<Self, SessionError> {
         let negotiated = server.negotiated().copied().ok_or_else(|| {
             SessionError::Init(io::Error::new(
@@ -256,7 +283,7 @@ impl DevSession {
             config: config.clone(),
             stop: AtomicBool::new(false),
             released: AtomicBool::new(false),
-            paused: AtomicBool::new(false),
+            paused: AtomicBool::new(paused),
             unmounted: AtomicBool::new(false),
             workers: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
@@ -272,8 +299,10 @@ impl DevSession {
             mount: Mutex::new(Some(mount)),
             mountpoint,
         };
-        for _ in 0..config.threads.max(1) {
-            spawn_worker(&shared).map_err(SessionError::Worker)?;
+        if !paused {
+            for _ in 0..config.threads.max(1) {
+                spawn_worker(&shared).map_err(SessionError::Worker)?;
+            }
         }
         tracing::info!(
             mountpoint = %session.mountpoint.display(),

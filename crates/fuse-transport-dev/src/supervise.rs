@@ -169,7 +169,7 @@ impl DevSession {
             }
         }
         let mount = Mount::adopt(dev_fd, mountpoint);
-        let session = Self::serve(Arc::new(server), master, mount, config)?;
+        let session = Self::serve(Arc::new(server), master, mount, config, false)?;
         area.set_serving(std::process::id());
         Ok(session)
     }

@@ -6,22 +6,30 @@
 //! (`SCM_RIGHTS`) to a new daemon and exit: the mount never goes away, and
 //! requests the kernel queued meanwhile are read by the new daemon.
 //!
-//! ## The exchange (version 1)
+//! ## The exchange (version 2)
 //!
 //! The new daemon connects to the serving one's socket and says
-//! `fuse-takeover-hello 1\n`. The serving daemon pauses its session
+//! `fuse-takeover-hello 2\n`. The serving daemon pauses its session
 //! ([`DevSession::pause`]: its workers finish the request each holds and
 //! stop reading), then sends the hand-over ([`send_handover`]): a line
 //! `fuse-takeover 1 <state bytes> <descriptors>\n`, the state (the
 //! mountpoint, [`fuse_server::Negotiated::to_state`]'s text, then the file
 //! system's own, see [`Handover`]), and the descriptors, the connection's first, in
 //! batches of at most [`FDS_PER_MESSAGE`] (each batch carries one byte).
-//! The new daemon answers `ok\n` once it serves ([`DevSession::resume`]),
-//! or `refused <reason>\n`; on `ok` the old daemon gives the mount up
-//! ([`DevSession::release`]) and exits, on anything else (a refusal, the
-//! socket closing) it serves again ([`DevSession::unpause`]). A refusal
-//! before the pause (another version, a lock wait in progress) is a
-//! `refused` line from the serving daemon instead of the hand-over.
+//! The new daemon restores what it got and readies a session that doesn't
+//! read yet ([`DevSession::resume_paused`]), then says `ready\n`, or
+//! `refused <reason>\n`. On `ready` the old daemon says `go\n`, gives the
+//! mount up ([`DevSession::release`]) and exits, and the new one starts
+//! reading ([`DevSession::unpause`]); on anything else (a refusal, the
+//! socket closing, no answer within the timeout) the old daemon says
+//! `refused <reason>\n` where it can and serves again
+//! ([`DevSession::unpause`]), and a new daemon that doesn't get `go`
+//! releases its session untouched: the serving daemon alone decides, so
+//! the two never read at once. A refusal before the pause (another
+//! version, a lock wait in progress) is a `refused` line from the serving
+//! daemon instead of the hand-over. Every wait of either side ends after
+//! the timeout given ([`DEFAULT_TIMEOUT`]): a peer that hangs costs the
+//! serving daemon at most that long paused.
 
 use crate::session::DevSession;
 use std::io::{self, Read, Write};
@@ -29,7 +37,10 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 /// The version of the exchange this build speaks.
-pub const TAKEOVER_VERSION: u32 = 1;
+pub const TAKEOVER_VERSION: u32 = 2;
+
+/// How long either side waits for the other, by default.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Descriptors sent per message (the kernel's `SCM_MAX_FD` is 253).
 pub const FDS_PER_MESSAGE: usize = 250;
@@ -333,8 +344,11 @@ fn recv_fds(stream: &UnixStream, max: usize) -> io::Result<Vec<OwnedFd>> {
 pub fn offer(
     session: &DevSession,
     stream: &UnixStream,
+    timeout: std::time::Duration,
     handover: impl FnOnce(OwnedFd) -> io::Result<Handover>,
 ) -> io::Result<bool> {
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
     let hello = read_line(stream)?;
     let expected = format!("fuse-takeover-hello {TAKEOVER_VERSION}");
     if hello != expected {
@@ -354,7 +368,8 @@ pub fn offer(
         send_handover(stream, &h)?;
         drop(h);
         let answer = read_line(stream)?;
-        if answer == "ok" {
+        if answer == "ready" {
+            write_line(stream, "go")?;
             return Ok(true);
         }
         tracing::warn!(
@@ -385,14 +400,17 @@ pub fn offer(
 }
 
 /// The new daemon's side: connects to `socket`, receives the hand-over,
-/// and gives it to `serve`, which starts serving it (typically
-/// [`DevSession::resume`] with a server whose file system restored its
-/// state) or says why not; the answer goes back to the old daemon, which
-/// exits or serves on accordingly.
-pub fn take_over<T>(
+/// and gives it to `prepare`, which readies a paused session for it
+/// ([`DevSession::resume_paused`] with a server whose file system
+/// restored its state) or says why not. The answer goes to the old
+/// daemon; once it says `go` the session starts serving and is returned.
+/// If it doesn't (it gave up waiting, or went away), the session is
+/// released untouched and the old daemon serves on.
+pub fn take_over(
     socket: &std::path::Path,
-    serve: impl FnOnce(Handover) -> io::Result<T>,
-) -> io::Result<T> {
+    timeout: std::time::Duration,
+    prepare: impl FnOnce(Handover) -> io::Result<DevSession>,
+) -> io::Result<DevSession> {
     let stream = UnixStream::connect(socket).map_err(|e| {
         io::Error::new(
             e.kind(),
@@ -402,16 +420,45 @@ pub fn take_over<T>(
             ),
         )
     })?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
     write_line(&stream, &format!("fuse-takeover-hello {TAKEOVER_VERSION}"))?;
-    let handover = recv_handover(&stream)?;
-    match serve(handover) {
-        Ok(served) => {
-            write_line(&stream, "ok")?;
-            Ok(served)
+    let handover = recv_handover(&stream).map_err(|e| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the serving daemon sent nothing within {timeout:?}"),
+            )
+        } else {
+            e
         }
+    })?;
+    let session = match prepare(handover) {
+        Ok(session) => session,
         Err(e) => {
             let _ = write_line(&stream, &format!("refused {e}"));
-            Err(e)
+            return Err(e);
+        }
+    };
+    let go = write_line(&stream, "ready").and_then(|()| read_line(&stream));
+    match go {
+        Ok(line) if line == "go" => {
+            session.unpause()?;
+            Ok(session)
+        }
+        other => {
+            // Not ours: give the connection back untouched (no unmount).
+            let _ = session.release();
+            let why = match other {
+                Ok(line) => line.strip_prefix("refused ").unwrap_or(&line).to_string(),
+                Err(e) => e.to_string(),
+            };
+            Err(io::Error::other(format!(
+                "the serving daemon called the takeover off: {why}"
+            )))
         }
     }
 }

@@ -120,10 +120,10 @@ fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
         let old = offer_once(session, listener);
         // The new side.
         let fs2 = fs.clone();
-        let new = takeover::take_over(&socket, move |h| {
+        let new = takeover::take_over(&socket, takeover::DEFAULT_TIMEOUT, move |h| {
             let r = h.into_parts()?;
             assert!(r.fs_state.is_empty() && r.fs_fds.is_empty());
-            DevSession::resume(
+            DevSession::resume_paused(
                 Server::new(fs2),
                 r.dev_fd,
                 r.mountpoint,
@@ -157,11 +157,20 @@ fn offer_once(
     session: DevSession,
     listener: UnixListener,
 ) -> std::thread::JoinHandle<(DevSession, bool)> {
+    offer_once_within(session, listener, takeover::DEFAULT_TIMEOUT)
+}
+
+/// [`offer_once`], waiting at most `timeout` for the new side.
+fn offer_once_within(
+    session: DevSession,
+    listener: UnixListener,
+    timeout: std::time::Duration,
+) -> std::thread::JoinHandle<(DevSession, bool)> {
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let negotiated = *session.server().negotiated().unwrap();
         let mountpoint = session.mountpoint().to_path_buf();
-        let handed = takeover::offer(&session, &stream, |dev| {
+        let handed = takeover::offer(&session, &stream, timeout, |dev| {
             Ok(Handover::new(&negotiated, &mountpoint, dev, b"", vec![]))
         })
         .expect("offer");
@@ -216,13 +225,13 @@ fn refused_takeovers_leave_the_old_session_serving() {
     let old = offer_once(session, listener);
     // A file system of its own, as a new process would have.
     let fs2 = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
-    let err = takeover::take_over(&socket, move |h| {
+    let err = takeover::take_over(&socket, takeover::DEFAULT_TIMEOUT, move |h| {
         let r = h.into_parts()?;
         let mut init = *Server::new(fs2.clone()).init_config();
         init.flags |= fuse_abi::InitFlags::WRITEBACK_CACHE;
         init.flags.remove(fuse_abi::InitFlags::NO_OPEN_SUPPORT);
         let server = Server::new(fs2).with_init_config(init);
-        DevSession::resume(
+        DevSession::resume_paused(
             server,
             r.dev_fd,
             r.mountpoint,
@@ -244,7 +253,8 @@ fn refused_takeovers_leave_the_old_session_serving() {
     let listener = UnixListener::bind(&socket).unwrap();
     let old = offer_once(session, listener);
     let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-    takeover::write_line(&stream, "fuse-takeover-hello 1").unwrap();
+    let hello = format!("fuse-takeover-hello {}", takeover::TAKEOVER_VERSION);
+    takeover::write_line(&stream, &hello).unwrap();
     let h = takeover::recv_handover(&stream).unwrap();
     drop(h);
     drop(stream);
@@ -252,6 +262,27 @@ fn refused_takeovers_leave_the_old_session_serving() {
     assert!(!handed);
     session = s;
     still_served(&mnt, "after-hangup");
+
+    // A new daemon that hangs after the hand-over: the old session waits
+    // the timeout, calls it off, and serves again; the new side then
+    // finds itself refused, not told to go.
+    std::fs::remove_file(&socket).unwrap();
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once_within(session, listener, std::time::Duration::from_millis(500));
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    takeover::write_line(&stream, &hello).unwrap();
+    let h = takeover::recv_handover(&stream).unwrap();
+    let (s, handed) = old.join().unwrap();
+    assert!(!handed);
+    session = s;
+    still_served(&mnt, "after-timeout");
+    // Its "ready" comes too late (the socket may be closed already).
+    let _ = takeover::write_line(&stream, "ready");
+    let answer = takeover::read_line(&stream).unwrap();
+    assert!(answer.starts_with("refused "), "{answer}");
+    drop(h);
+    drop(stream);
+    still_served(&mnt, "after-late-ready");
 
     session.stop();
     session.wait().unwrap();

@@ -210,6 +210,12 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub take_over: Option<PathBuf>,
 
+    /// Live upgrade: how long either daemon waits for the other during a
+    /// takeover, in seconds; the serving daemon stays paused at most that
+    /// long for a new daemon that hangs, then serves on.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub takeover_timeout: u64,
+
     /// Generic mount flags from `-o` (`suid`, `dev`, `noexec`, `noatime`,
     /// ...), in order.
     #[arg(skip)]

@@ -314,9 +314,14 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                     DevSession::supervised(server, supervised, session_config)
                         .map_err(|e| Failure(e.to_string()))?
                 }
-                (Some(socket), None) => {
-                    take_over(socket, &fs, server, &args.mountpoint, session_config)?
-                }
+                (Some(socket), None) => take_over(
+                    socket,
+                    &fs,
+                    server,
+                    &args.mountpoint,
+                    session_config,
+                    takeover_timeout(&args)?,
+                )?,
                 (None, None) => {
                     DevSession::mount(server, &args.mountpoint, &options, session_config)
                         .map_err(|e| Failure(e.to_string()))?
@@ -336,7 +341,12 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         spawn_restart_thread(set, dev.clone(), fs.clone())?;
     }
     if let (Some(path), Some(dev)) = (&args.takeover_socket, &dev_session) {
-        spawn_takeover_listener(path.clone(), dev.clone(), fs.clone())?;
+        spawn_takeover_listener(
+            path.clone(),
+            dev.clone(),
+            fs.clone(),
+            takeover_timeout(&args)?,
+        )?;
     }
     tracing::info!(
         source = %source.display(),
@@ -539,10 +549,11 @@ fn take_over(
     server: Server,
     mountpoint: &Path,
     config: SessionConfig,
+    timeout: std::time::Duration,
 ) -> Result<DevSession, Failure> {
     let mountpoint = std::path::absolute(mountpoint)
         .map_err(|e| Failure(format!("{}: {e}", mountpoint.display())))?;
-    fuse_transport_dev::takeover::take_over(socket, |h| {
+    fuse_transport_dev::takeover::take_over(socket, timeout, |h| {
         let r = h.into_parts()?;
         if r.mountpoint != mountpoint {
             return Err(std::io::Error::other(format!(
@@ -552,10 +563,20 @@ fn take_over(
             )));
         }
         fs.restore_state(&r.fs_state, r.fs_fds)?;
-        DevSession::resume(server, r.dev_fd, r.mountpoint, &r.negotiated, config)
+        DevSession::resume_paused(server, r.dev_fd, r.mountpoint, &r.negotiated, config)
             .map_err(|e| std::io::Error::other(e.to_string()))
     })
     .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
+}
+
+/// `--takeover-timeout`, checked.
+fn takeover_timeout(args: &Args) -> Result<std::time::Duration, Failure> {
+    if args.takeover_timeout == 0 {
+        return Err(Failure(
+            "--takeover-timeout must be at least 1 second".into(),
+        ));
+    }
+    Ok(std::time::Duration::from_secs(args.takeover_timeout))
 }
 
 /// Binds `path` for takeover requests, replacing a socket file nobody
@@ -584,6 +605,7 @@ fn spawn_takeover_listener(
     path: PathBuf,
     session: Arc<DevSession>,
     fs: Arc<PassthroughFs>,
+    timeout: std::time::Duration,
 ) -> Result<(), Failure> {
     use fuse_transport_dev::takeover::{offer, Handover};
     let mut listener = bind_takeover_socket(&path)
@@ -609,7 +631,7 @@ fn spawn_takeover_listener(
             // The source watch stops while the workers still answer (see
             // `pause_quietly`); the new daemon starts its own.
             fs.set_notifier(None);
-            let result = offer(&session, &stream, |dev| {
+            let result = offer(&session, &stream, timeout, |dev| {
                 let (state, fds) = fs.save_state()?;
                 Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
             });

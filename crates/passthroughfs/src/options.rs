@@ -204,6 +204,10 @@ const OPTIONS: &[Opt] = &[
         a.take_over = Some(v.into());
         Ok(())
     }),
+    value("takeover_timeout=", "--takeover-timeout SECS", |a, v| {
+        a.takeover_timeout = number(v)?;
+        Ok(())
+    }),
     value("zero_copy=", "--zero-copy never|auto|always", |a, v| {
         a.fs.zero_copy = choice::<ZeroCopy>(v)?;
         Ok(())

@@ -137,7 +137,13 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
 /// Runs a `--take-over` daemon that must fail; its standard error.
 fn failed_takeover(src: &Path, mnt: &Path, sock: &str) -> String {
     let out = std::process::Command::new(daemon::BIN)
-        .args(["--foreground", "--no-passthrough", "--take-over", sock])
+        .args([
+            "--foreground",
+            "--no-passthrough",
+            "--takeover-timeout",
+            "2",
+        ])
+        .args(["--take-over", sock])
         .arg(src)
         .arg(mnt)
         .output()
@@ -170,6 +176,42 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
     let err = failed_takeover(&d.src, &other, &sock_arg);
     assert!(err.contains("mountpoint"), "{err}");
     assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
+
+    assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
+
+    // A takeover under way (a new daemon that said hello and hangs): a
+    // second one finds no socket and says so; once the first hangs up, the
+    // serving daemon serves on and listens again.
+    let wait_socket = || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !sock.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no takeover socket again"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let hung = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let hello = format!(
+        "fuse-takeover-hello {}\n",
+        fuse_transport_dev::takeover::TAKEOVER_VERSION
+    );
+    (&hung).write_all(hello.as_bytes()).unwrap();
+    let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
+    assert!(err.contains("takeover socket"), "{err}");
+    drop(hung);
+    wait_socket();
+    assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
+
+    // A takeover socket whose daemon never answers (a listener that
+    // accepts and says nothing): the new daemon gives up after its
+    // --takeover-timeout, with the reason.
+    let silent_path = d.dir.path().join("silent.sock");
+    let silent = std::os::unix::net::UnixListener::bind(&silent_path).unwrap();
+    let err = failed_takeover(&d.src, &d.mnt, silent_path.to_str().unwrap());
+    assert!(err.contains("sent nothing within"), "{err}");
+    drop(silent);
 
     assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"data");
     daemon.signal(libc::SIGTERM);
