@@ -1,5 +1,5 @@
 //! The passthrough's part of crash recovery: its node table and open
-//! handles kept in a crash table ([`crate::crash_table`]) as it answers,
+//! handles kept in a crash table (`crash_table.rs`) as it answers,
 //! and taken back by a new process after the old one died
 //! ([`PassthroughFs::recover`]); and what a resent request that may have
 //! been carried out already does here (see `fuse_server::recovery`).
@@ -49,7 +49,7 @@ pub(super) fn resent_after_start() -> bool {
 impl PassthroughFs {
     /// Keeps the node table and open handles in `region` (a
     /// `fuse_server::recovery::StateArea`'s file system region, see
-    /// [`crate::crash_table`]) from now on, and takes back what a previous
+    /// `crash_table.rs`) from now on, and takes back what a previous
     /// process kept there, if any. Call it before serving, on a
     /// passthrough that has served nothing. Refused, with the reason, where
     /// the table can't be kept (inodes held by descriptor: no file handles
