@@ -42,7 +42,7 @@ use std::path::Path;
 
 const ROOT: u64 = ROOT_ID;
 
-fn ctx() -> Context {
+pub(crate) fn ctx() -> Context {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Context {
@@ -52,7 +52,7 @@ fn ctx() -> Context {
     }
 }
 
-fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+pub(crate) fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     r.expect_err("an error").raw_os_error().expect("an errno")
 }
 

@@ -390,6 +390,16 @@ impl AlignedBuf {
         Ok(Self { ptr, len })
     }
 
+    /// Writes every page once, so none is faulted in later (when the
+    /// kernel copies into it, say).
+    pub fn prefault(&mut self) {
+        for at in (0..self.len).step_by(Self::ALIGN) {
+            // SAFETY: in bounds of the mapping; a volatile write so that it
+            // isn't optimized away.
+            unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(at), 0) };
+        }
+    }
+
     /// The mapping's length: `len` rounded up to whole pages.
     fn map_len(len: usize) -> Option<usize> {
         len.checked_next_multiple_of(Self::ALIGN)

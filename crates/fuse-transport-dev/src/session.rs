@@ -57,6 +57,13 @@ pub struct SessionConfig {
     /// or send it itself. The passthrough backend's lock waits use another
     /// signal (`PassthroughConfig::interrupt_signal`, `SIGRTMIN() + 5`).
     pub wake_signal: i32,
+    /// Touch every page of each worker's request buffer when it starts, so
+    /// the kernel never has to fault one in while it copies a request
+    /// there. A process killed during such a fault makes the kernel end
+    /// the request being copied with EIO; supervised sessions
+    /// ([`DevSession::supervised`]), whose processes may be killed, turn
+    /// it on. Off by default: pages then cost memory only once used.
+    pub prefault_buffers: bool,
 }
 
 impl Default for SessionConfig {
@@ -67,6 +74,7 @@ impl Default for SessionConfig {
             max_threads: (4 * cpus).clamp(8, 64),
             clone_fd: true,
             wake_signal: libc::SIGRTMIN() + 4,
+            prefault_buffers: false,
         }
     }
 }
@@ -93,6 +101,14 @@ impl SessionConfig {
     #[must_use]
     pub fn clone_fd(mut self, on: bool) -> Self {
         self.clone_fd = on;
+        self
+    }
+
+    /// Sets whether workers touch their request buffers first
+    /// (`prefault_buffers`).
+    #[must_use]
+    pub fn prefault_buffers(mut self, on: bool) -> Self {
+        self.prefault_buffers = on;
         self
     }
 
@@ -645,7 +661,10 @@ fn spawn_worker(shared: &Arc<Shared>) -> io::Result<()> {
         master.try_clone()?
     };
     drop(master);
-    let request = AlignedBuf::new(shared.buffer_sizes.0)?;
+    let mut request = AlignedBuf::new(shared.buffer_sizes.0)?;
+    if shared.config.prefault_buffers {
+        request.prefault();
+    }
     let reply = AlignedBuf::new(shared.buffer_sizes.1)?;
     shared.workers.fetch_add(1, Ordering::AcqRel);
     shared.idle.fetch_add(1, Ordering::AcqRel);

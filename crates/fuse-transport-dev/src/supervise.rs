@@ -135,7 +135,10 @@ impl DevSession {
             area,
             mountpoint,
         } = supervised;
-        let config = config.clone_fd(false);
+        // No clones (see the module documentation), and no page fault
+        // while the kernel copies a request in: a process killed then
+        // would make the kernel fail that request with EIO.
+        let config = config.clone_fd(false).prefault_buffers(true);
         crate::session::install_wake_handler(config.wake_signal);
         let master = Arc::new(dev_fd.try_clone().map_err(SessionError::Init)?);
         server.set_backing_files(Arc::new(crate::backing::DevBackingFiles::new(
@@ -279,7 +282,13 @@ impl Supervisor {
                         ready();
                     }
                 }
-                let wait = if served { 1000 } else { 10 };
+                // A main thread dying sends no SIGCHLD while a thread lives on:
+                // look every 100 ms.
+                let wait = if served && dead_since.is_none() {
+                    100
+                } else {
+                    10
+                };
                 match wait_signal(&signals, Duration::from_millis(wait)) {
                     Some(sig @ (libc::SIGUSR1 | libc::SIGUSR2)) => kill(pid, sig),
                     Some(sig @ (libc::SIGTERM | libc::SIGINT | libc::SIGHUP)) => {

@@ -11,7 +11,7 @@ mod daemon;
 mod load;
 
 use daemon::{dirs, is_mounted, Daemon, Transport};
-use load::{clients, fs_state_with, loop_command, progress};
+use load::{clients, fs_state_with, progress, FioAndGit};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -19,23 +19,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The supervisor's serving process.
+/// The supervisor's serving process: the last it started (earlier ones
+/// may linger as zombies among its children for a moment).
 fn serving_pid(supervisor: &Daemon) -> i32 {
-    let pid = supervisor.pid();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        if let Some(child) = children.split_whitespace().next() {
-            return child.parse().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no serving process: {}",
-            supervisor.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let log = supervisor.stderr();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("serving process started"))
+        .unwrap_or_else(|| panic!("no serving process: {log}"));
+    let pid = line.rsplit_once("pid=").expect("pid=").1;
+    pid.trim().parse().unwrap()
 }
 
 /// Kills the serving process (SIGKILL) and waits until its successor
@@ -142,50 +136,12 @@ fn twenty_crashes_under_load_and_no_client_notices() {
 fn twenty_crashes_under_fio_verify_and_a_git_loop() {
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
-    let fio_dir = d.mnt.join("fio");
-    let git_dir = d.mnt.join("repo");
-    std::fs::create_dir(&fio_dir).unwrap();
-    std::fs::create_dir(&git_dir).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&git_dir)
-            .output()
-            .expect("git (the tests need it)");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q"]);
-    git(&["config", "user.email", "t@example.invalid"]);
-    git(&["config", "user.name", "t"]);
-    let stop_loops = Arc::new(AtomicBool::new(false));
-    let runs = Arc::new(AtomicU64::new(0));
-    let fio = loop_command(
-        &fio_dir,
-        "fio --name=v --filename=data --size=4M --rw=randwrite --bs=4k --ioengine=psync \
-         --verify=crc32c --verify_backlog=64 --verify_fatal=1 --do_verify=1 \
-         --output=/dev/null",
-        &stop_loops,
-        &runs,
-    );
-    let gitloop = loop_command(
-        &git_dir,
-        "echo \"$I\" > f-$((I % 7)) && git add -A && git commit -qm \"c$I\" && \
-         if [ $((I % 5)) = 0 ]; then git fsck --strict --no-progress; fi",
-        &stop_loops,
-        &runs,
-    );
-    progress(&runs, 4);
+    let load = FioAndGit::start(&d.mnt);
     for n in 0..20 {
         crash(&daemon, n);
-        progress(&runs, 1);
+        progress(&load.runs, 1);
     }
-    stop_loops.store(true, Ordering::Relaxed);
-    fio.join().unwrap().expect("fio failed across the crashes");
-    gitloop
-        .join()
-        .unwrap()
-        .expect("git failed across the crashes");
-    git(&["fsck", "--strict", "--no-progress"]);
+    load.finish("the crashes");
     stop(daemon);
 }
 

@@ -11,7 +11,7 @@ mod daemon;
 mod load;
 
 use daemon::{dirs, is_mounted, Daemon, Transport};
-use load::{clients, fs_state_with, loop_command, progress};
+use load::{clients, fs_state_with, progress, FioAndGit};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -230,41 +230,7 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
         Transport::Dev,
         &["--no-passthrough", "--takeover-socket", &sock_arg],
     );
-    let fio_dir = d.mnt.join("fio");
-    let git_dir = d.mnt.join("repo");
-    std::fs::create_dir(&fio_dir).unwrap();
-    std::fs::create_dir(&git_dir).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&git_dir)
-            .output()
-            .expect("git (the tests need it)");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q"]);
-    git(&["config", "user.email", "t@example.invalid"]);
-    git(&["config", "user.name", "t"]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let runs = Arc::new(AtomicU64::new(0));
-    // fio: 4 MiB of random 4 KiB writes, each block verified (crc32c)
-    // while writing and at the end; a failed verify fails fio.
-    let fio = loop_command(
-        &fio_dir,
-        "fio --name=v --filename=data --size=4M --rw=randwrite --bs=4k --ioengine=psync \
-         --verify=crc32c --verify_backlog=64 --verify_fatal=1 --do_verify=1 \
-         --output=/dev/null",
-        &stop,
-        &runs,
-    );
-    let gitloop = loop_command(
-        &git_dir,
-        "echo \"$I\" > f-$((I % 7)) && git add -A && git commit -qm \"c$I\" && \
-         if [ $((I % 5)) = 0 ]; then git fsck --strict --no-progress; fi",
-        &stop,
-        &runs,
-    );
-    progress(&runs, 4);
+    let load = FioAndGit::start(&d.mnt);
     let take_args = [
         "--no-passthrough",
         "--take-over",
@@ -274,15 +240,9 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
     ];
     for upgrade in 0..20 {
         daemon = self::upgrade(daemon, &d.src, &d.mnt, &take_args, upgrade);
-        progress(&runs, 1);
+        progress(&load.runs, 1);
     }
-    stop.store(true, Ordering::Relaxed);
-    fio.join().unwrap().expect("fio failed across the upgrades");
-    gitloop
-        .join()
-        .unwrap()
-        .expect("git failed across the upgrades");
-    git(&["fsck", "--strict", "--no-progress"]);
+    load.finish("the upgrades");
     daemon.signal(libc::SIGTERM);
     let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{log}");

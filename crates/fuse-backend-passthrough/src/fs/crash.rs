@@ -125,23 +125,10 @@ impl PassthroughFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::readdir_tests::{ctx, errno};
     use crate::PassthroughConfig;
     use fuse_server::recovery::StateArea;
     use std::os::unix::fs::FileExt;
-
-    fn ctx() -> Context {
-        // SAFETY: getuid/getgid have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Context {
-            uid,
-            gid,
-            ..Context::default()
-        }
-    }
-
-    fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
-        r.expect_err("an error").raw_os_error().expect("an errno")
-    }
 
     fn mkdir_args() -> MkdirArgs {
         MkdirArgs {

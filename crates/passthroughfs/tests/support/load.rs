@@ -127,3 +127,78 @@ pub fn loop_command(
         Ok(())
     })
 }
+
+/// fio (4 MiB of random 4 KiB writes, each block verified with crc32c
+/// while writing and at the end: a failed verify fails fio) and a loop of
+/// `git add/commit` with `git fsck --strict` every fifth round, each run
+/// again and again in a directory of `mnt` until [`FioAndGit::finish`].
+pub struct FioAndGit {
+    fio: std::thread::JoinHandle<Result<(), String>>,
+    git: std::thread::JoinHandle<Result<(), String>>,
+    git_dir: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+    /// Runs of either loop so far.
+    pub runs: Arc<AtomicU64>,
+}
+
+fn git_in(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git (the tests need it)");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+impl FioAndGit {
+    /// Starts both loops, and waits until they ran 4 times.
+    pub fn start(mnt: &Path) -> FioAndGit {
+        let fio_dir = mnt.join("fio");
+        let git_dir = mnt.join("repo");
+        std::fs::create_dir(&fio_dir).unwrap();
+        std::fs::create_dir(&git_dir).unwrap();
+        git_in(&git_dir, &["init", "-q"]);
+        git_in(&git_dir, &["config", "user.email", "t@example.invalid"]);
+        git_in(&git_dir, &["config", "user.name", "t"]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs = Arc::new(AtomicU64::new(0));
+        let fio = loop_command(
+            &fio_dir,
+            "fio --name=v --filename=data --size=4M --rw=randwrite --bs=4k --ioengine=psync \
+             --verify=crc32c --verify_backlog=64 --verify_fatal=1 --do_verify=1 \
+             --output=/dev/null",
+            &stop,
+            &runs,
+        );
+        let git = loop_command(
+            &git_dir,
+            "echo \"$I\" > f-$((I % 7)) && git add -A && git commit -qm \"c$I\" && \
+             if [ $((I % 5)) = 0 ]; then git fsck --strict --no-progress; fi",
+            &stop,
+            &runs,
+        );
+        progress(&runs, 4);
+        FioAndGit {
+            fio,
+            git,
+            git_dir,
+            stop,
+            runs,
+        }
+    }
+
+    /// Stops both loops; panics (saying `across`) if either failed, or if
+    /// a last `git fsck --strict` does.
+    pub fn finish(self, across: &str) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.fio
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("fio failed across {across}: {e}"));
+        self.git
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("git failed across {across}: {e}"));
+        git_in(&self.git_dir, &["fsck", "--strict", "--no-progress"]);
+    }
+}
