@@ -19,11 +19,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One upgrade: a daemon started with `args` takes over the mount of
-/// `old`, which must exit 0 saying it handed the mount over, the mount
-/// staying; the new daemon.
+/// The build upgrade `n` starts: the test build and another one in turn
+/// (`PASSTHROUGHFS_SECOND_BUILD`, which `cargo xtask test` sets to its
+/// release build), or the test build alone, said once, without it.
+fn build_for(n: usize) -> std::path::PathBuf {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    match std::env::var_os("PASSTHROUGHFS_SECOND_BUILD") {
+        Some(other) if n % 2 == 0 => other.into(),
+        Some(_) => daemon::BIN.into(),
+        None => {
+            SAID.call_once(|| {
+                eprintln!(
+                    "SKIPPED alternating two builds: PASSTHROUGHFS_SECOND_BUILD is not set \
+                     (cargo xtask test sets it to the release build); upgrading between \
+                     processes of the test build"
+                )
+            });
+            daemon::BIN.into()
+        }
+    }
+}
+
+/// One upgrade: a daemon started with `args` (of the build [`build_for`]
+/// `n` picks) takes over the mount of `old`, which must exit 0 saying it
+/// handed the mount over, the mount staying; the new daemon.
 fn upgrade(mut old: Daemon, src: &Path, mnt: &Path, args: &[&str], n: usize) -> Daemon {
-    let next = Daemon::start(src, mnt, Transport::Dev, args);
+    let next = Daemon::start_program(&build_for(n), src, mnt, Transport::Dev, args, |_| {});
     old.forget_mount();
     let (status, log, _) = old.wait_exit(Duration::from_secs(60));
     assert!(

@@ -463,6 +463,12 @@ fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
             ),
         }
     }
+    // The live upgrade tests alternate between the test build of
+    // passthroughfs and another one: the release build of the build step.
+    let release = target_dir().join("release/passthroughfs");
+    if std::env::var_os("PASSTHROUGHFS_SECOND_BUILD").is_none() && release.exists() {
+        cmd.env("PASSTHROUGHFS_SECOND_BUILD", &release);
+    }
     // `--workspace` would override a package selection given after `--`.
     let selects = cargo_args
         .iter()

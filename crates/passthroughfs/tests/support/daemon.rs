@@ -103,10 +103,23 @@ impl Daemon {
         extra: &[&str],
         setup: impl FnOnce(&mut Command),
     ) -> Self {
+        Self::start_program(Path::new(BIN), src, mnt, transport, extra, setup)
+    }
+
+    /// Like [`Daemon::start_with`], running `program` (another build of
+    /// passthroughfs).
+    pub fn start_program(
+        program: &Path,
+        src: &Path,
+        mnt: &Path,
+        transport: Transport,
+        extra: &[&str],
+        setup: impl FnOnce(&mut Command),
+    ) -> Self {
         if transport == Transport::Uring {
             require_uring();
         }
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(program);
         cmd.arg("--foreground")
             .args(transport.args())
             .args(extra)
