@@ -1020,6 +1020,11 @@ impl InodeStore {
         self.count.load(Ordering::Acquire)
     }
 
+    /// Whether a crash table is kept (crash recovery).
+    pub(crate) fn keeps_crash_table(&self) -> bool {
+        self.crash.get().is_some()
+    }
+
     /// Keeps the node table in `table` from now on (crash recovery).
     /// Set once, before serving.
     pub(crate) fn set_crash_table(&self, table: Arc<CrashTable>) -> bool {

@@ -15,17 +15,22 @@
 //! - CREATE with `O_EXCL`: opened without `O_EXCL` (the kernel holds the
 //!   directory locked while it waits for the answer, so no other client of
 //!   the mount made the file meanwhile).
-//! - SETXATTR with `XATTR_CREATE` (`EEXIST`), REMOVEXATTR (`ENODATA`): 0.
+//! - An `O_APPEND` WRITE (without the writeback cache, the backing file
+//!   appends): the first attempt noted where the end was; the bytes found
+//!   there that equal the request's are not appended again, only the rest.
 //!
 //! Everything else the passthrough does is idempotent when run again
-//! (writes at an offset, truncates, attribute changes, reads), except an
-//! `O_APPEND` write without the writeback cache, which lands twice if the
-//! process died during it, and RENAME_EXCHANGE, which swaps back if the
-//! process died between the swap and its reply being recorded.
+//! (writes at an offset, truncates, attribute changes, reads), except
+//! RENAME_EXCHANGE, which swaps back if the process died between the swap
+//! and its reply being recorded, and FALLOCATE's collapse and insert
+//! range. SETXATTR with `XATTR_CREATE` that finds the name (`EEXIST`) and
+//! REMOVEXATTR that finds none (`ENODATA`) answer what they find.
 
 use super::*;
 use crate::crash_table::CrashTable;
 use fuse_server::recovery::{attempt, Attempt, Region};
+use fuse_server::ZeroCopyReader;
+use std::os::fd::AsRawFd;
 
 /// What [`PassthroughFs::recover`] took back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,6 +49,48 @@ pub struct CrashRecovery {
 /// it may have acted on it already.
 pub(super) fn resent_after_start() -> bool {
     matches!(attempt(), Attempt::Resent { started: true, .. })
+}
+
+/// Before an appending (`O_APPEND`) WRITE on `fd`: on a resend the dead
+/// process had started, the bytes of `data` its first attempt appended
+/// (found at the end it noted, equal to the request's): consumed from
+/// `data`, their count returned, so that only the rest is appended. On
+/// any other attempt, notes where the end is for a later resend; 0.
+pub(super) fn append_done_before(
+    fd: BorrowedFd<'_>,
+    data: &mut dyn ZeroCopyReader,
+) -> io::Result<usize> {
+    let size = sys::statx_fd(fd, libc::STATX_SIZE)?.stx_size;
+    let noted = match attempt() {
+        Attempt::Resent {
+            started: true,
+            note,
+        } if note != 0 => note - 1,
+        _ => {
+            // +1: a note of 0 is no note.
+            fuse_server::recovery::note(size + 1);
+            return Ok(0);
+        }
+    };
+    let bytes = data.unconsumed();
+    if size <= noted || bytes.len() != data.remaining() {
+        return Ok(0);
+    }
+    let landed = ((size - noted) as usize).min(bytes.len());
+    // The handle may be write-only: read through a descriptor of its own.
+    let reader = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    let mut there = vec![0u8; landed];
+    if std::os::unix::fs::FileExt::read_exact_at(&reader, &mut there, noted).is_err() {
+        return Ok(0);
+    }
+    if there != bytes[..landed] {
+        // Someone else's bytes: this write never landed.
+        return Ok(0);
+    }
+    tracing::debug!(landed, "resent append: its first attempt's bytes are there");
+    data.consume(landed);
+    fuse_server::recovery::note(size + 1);
+    Ok(landed)
 }
 
 impl PassthroughFs {
@@ -128,6 +175,7 @@ mod tests {
     use crate::readdir_tests::{ctx, errno};
     use crate::PassthroughConfig;
     use fuse_server::recovery::StateArea;
+    use fuse_server::SliceReader;
     use std::os::unix::fs::FileExt;
 
     fn mkdir_args() -> MkdirArgs {
@@ -231,6 +279,60 @@ mod tests {
         .unwrap();
         fs.forget(&c, entry.nodeid, 1);
         assert_eq!(std::fs::read(dir.path().join("file")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_resent_append_appends_only_what_did_not_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, b"abc").unwrap();
+        let fs = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
+        let area = StateArea::create(1 << 20).unwrap();
+        if fs.recover(area.fs_region()).is_err() {
+            return; // not root: no file handles, no crash table (tested below)
+        }
+        let journal = area.journal();
+        let c = ctx();
+        let log = fs.lookup(&c, fuse_abi::ROOT_ID, c"log").unwrap();
+        let open = OpenArgs {
+            flags: (libc::O_WRONLY | libc::O_APPEND) as u32,
+            open_flags: Default::default(),
+        };
+        let fh = fs.open(&c, log.nodeid, &open).unwrap().fh;
+        let append = |attempt: Attempt, data: &[u8]| {
+            let _scope = journal.begin(7, 0, attempt);
+            let args = WriteArgs {
+                fh,
+                size: data.len() as u32,
+                ..WriteArgs::default()
+            };
+            fs.write(&c, log.nodeid, &args, &mut SliceReader::new(data))
+                .unwrap()
+        };
+        let resent = |end_before: u64| Attempt::Resent {
+            started: true,
+            note: end_before + 1,
+        };
+        assert_eq!(append(Attempt::First, b"def"), 3);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        // The first attempt appended it all before the crash.
+        assert_eq!(append(resent(3), b"def"), 3);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        // Part of it.
+        std::fs::write(&path, b"abcde").unwrap();
+        assert_eq!(append(resent(3), b"def"), 3);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        // Other bytes there: someone else's; all of it is appended.
+        std::fs::write(&path, b"abcXYZ").unwrap();
+        assert_eq!(append(resent(3), b"def"), 3);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcXYZdef");
+        // Never started: appended.
+        let never = Attempt::Resent {
+            started: false,
+            note: 0,
+        };
+        assert_eq!(append(never, b"!"), 1);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcXYZdef!");
     }
 
     #[test]

@@ -282,6 +282,16 @@ impl PassthroughFs {
     ) -> io::Result<usize> {
         self.creds.root();
         let h = self.handle(ino, args.fh)?;
+        // An appending write lands wherever the end is: a resend must not
+        // append again what its first attempt did (crash recovery).
+        let appended_before = if h.flags & libc::O_APPEND != 0 && self.inodes.keeps_crash_table() {
+            super::crash::append_done_before(h.fd(), data)?
+        } else {
+            0
+        };
+        if appended_before > 0 && data.remaining() == 0 {
+            return Ok(appended_before);
+        }
         let n = match Self::write_from(h.fd(), args.offset, data) {
             // A page cache write through a handle opened with O_DIRECT may
             // be unaligned (the tail of the file): write it buffered.
@@ -299,7 +309,7 @@ impl PassthroughFs {
         if args.kill_suidgid() && self.killpriv_v2() {
             self.kill_suidgid_fd(ino, h.fd())?;
         }
-        Ok(n)
+        Ok(appended_before + n)
     }
 
     pub(super) fn release(&self, _ctx: &Context, ino: u64, args: &ReleaseArgs) -> io::Result<()> {
