@@ -429,8 +429,9 @@ impl Server {
                 Resent::ForgetThenRun(nodeids) => {
                     tracing::debug!(
                         unique,
-                        entries = nodeids.len(),
-                        "resent READDIRPLUS: its undelivered entries are given back"
+                        references = nodeids.len(),
+                        "resent request: the lookup references its first attempt handed \
+                         to a reply never sent are given back"
                     );
                     for nodeid in nodeids {
                         let _ = self.fs.forget(&ctx, nodeid, 1).await;

@@ -305,6 +305,14 @@ impl Supervisor {
                 if stopping {
                     break SupervisorExit::Done;
                 }
+                if !served {
+                    start_failures += 1;
+                    if start_failures >= self.max_start_failures {
+                        break SupervisorExit::GaveUp(format!(
+                            "{start_failures} serving processes in a row ended before serving"
+                        ));
+                    }
+                }
                 tracing::warn!(pid, "the serving process died; starting another");
                 continue;
             };
