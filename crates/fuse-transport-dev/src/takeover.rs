@@ -523,20 +523,22 @@ mod tests {
 
     #[test]
     fn bad_headers_and_refusals_are_errors_with_the_reason() {
+        let v = TAKEOVER_VERSION;
+        let other = format!("version {}", v + 1);
         for (text, want) in [
-            ("refused busy\n", "refused: busy"),
-            ("fuse-takeover 2 0 0\n", "version 2"),
-            ("hello\n", "not a hand-over"),
-            ("fuse-takeover 1 x 0\n", "bad hand-over header"),
+            ("refused busy".to_string(), "refused: busy"),
+            (format!("fuse-takeover {} 0 0", v + 1), other.as_str()),
+            ("hello".to_string(), "not a hand-over"),
+            (format!("fuse-takeover {v} x 0"), "bad hand-over header"),
         ] {
             let (a, b) = UnixStream::pair().unwrap();
-            write_line(&a, text.trim_end()).unwrap();
+            write_line(&a, &text).unwrap();
             let err = recv_handover(&b).unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
         // The other side going away mid-way.
         let (a, b) = UnixStream::pair().unwrap();
-        write_line(&a, "fuse-takeover 1 10 0").unwrap();
+        write_line(&a, &format!("fuse-takeover {v} 10 0")).unwrap();
         drop(a);
         assert!(recv_handover(&b).is_err());
     }
