@@ -23,7 +23,7 @@
 //!
 //! | record | written | on a resend of that request |
 //! |---|---|---|
-//! | started | before the file system is called | the file system is called again; [`attempt`] says `Resent { started: true, note }` so it can settle what is ambiguous (an UNLINK that now finds nothing, a CREATE that now finds the file) |
+//! | started | before the file system is called; it adds the lookup references it counts for the reply ([`handed`]) and may [`note`] a value | the references handed are given back (`forget`), and the file system is called again; [`attempt`] says `Resent { started: true, note }` so it can settle what is ambiguous (an UNLINK that now finds nothing, a CREATE that now finds the file) |
 //! | reply saved | just before the reply is written, replies of up to [`SAVED_REPLY_MAX`] bytes (errors included) | the saved reply is sent again, the file system is not called: the entry, handle or byte count the first attempt made is the one the kernel gets |
 //! | entries handed | before a READDIRPLUS reply is written | each entry's lookup reference is given back (`forget`), then the request runs again |
 //! | big reply | before any other reply is written (READ, READDIR, xattr lists: idempotent) | the request runs again |
@@ -32,8 +32,8 @@
 //! kernel resends only what it still waits for.
 //!
 //! The journal is for sessions that carry each request on one thread from
-//! its read to its reply (`fuse_transport_dev::DevSession`): [`attempt`]
-//! and [`note`] talk to the current thread's record.
+//! its read to its reply (`fuse_transport_dev::DevSession`): [`attempt`],
+//! [`note`] and [`handed`] talk to the current thread's record.
 
 use crate::init::Negotiated;
 use std::cell::RefCell;
