@@ -12,14 +12,18 @@
 //! written when the node is made and freed when the kernel forgot it, its
 //! lookup count follows what replies handed to the kernel (the temporary
 //! references requests take are not in it), a handle's slot is written
-//! when the handle is made and freed at RELEASE.
+//! when the handle is made and freed at RELEASE, with the kernel
+//! passthrough backing id its open was counted with (the ids belong to
+//! the connection and outlive the process: the next one adopts them, and
+//! counts each inode's opens from its handles).
 //!
 //! Each slot's first word says whether it is in use and is written last
 //! (and cleared first), so a process killed while writing a slot leaves
 //! it unused, never half made. A node slot is 32 words: in use, node id,
 //! lookup count, inode number, device, mount id, mode, generation, handle
 //! type and length, the handle's bytes (16 words). A handle slot is 8:
-//! in use, handle number, node id, open flags, file or directory.
+//! in use, handle number, node id, open flags, file or directory, backing
+//! id.
 
 use crate::inode::Inode;
 use crate::sys::FileHandle;
@@ -61,6 +65,7 @@ const F_FH: usize = 1;
 const F_NODE: usize = 2;
 const F_FLAGS: usize = 3;
 const F_DIR: usize = 4;
+const F_PASSTHROUGH: usize = 5;
 
 /// Bytes a table for `nodes` nodes (and a quarter as many handles) needs.
 pub fn crash_table_bytes(nodes: usize) -> usize {
@@ -89,6 +94,9 @@ pub(crate) struct HandleRecord {
     pub nodeid: u64,
     pub flags: i32,
     pub dir: bool,
+    /// Kernel passthrough's backing id its open counted (0: served by the
+    /// daemon; -1: not counted).
+    pub passthrough_id: i32,
 }
 
 struct Slots {
@@ -272,7 +280,14 @@ impl CrashTable {
     }
 
     /// Writes down a new handle; `NO_SLOT` when the table is full.
-    pub(crate) fn add_handle(&self, fh: u64, nodeid: u64, flags: i32, dir: bool) -> u32 {
+    pub(crate) fn add_handle(
+        &self,
+        fh: u64,
+        nodeid: u64,
+        flags: i32,
+        dir: bool,
+        passthrough_id: i32,
+    ) -> u32 {
         let slot = {
             let mut handles = lock(&self.handles);
             let Some(slot) = handles.take() else {
@@ -289,6 +304,7 @@ impl CrashTable {
         w[F_NODE].store(nodeid, Ordering::Relaxed);
         w[F_FLAGS].store(flags as u32 as u64, Ordering::Relaxed);
         w[F_DIR].store(dir as u64, Ordering::Relaxed);
+        w[F_PASSTHROUGH].store(passthrough_id as i64 as u64, Ordering::Relaxed);
         w[F_USED].store(1, Ordering::Release);
         slot
     }
@@ -347,6 +363,7 @@ impl CrashTable {
                 nodeid: w[F_NODE].load(Ordering::Relaxed),
                 flags: w[F_FLAGS].load(Ordering::Relaxed) as u32 as i32,
                 dir: w[F_DIR].load(Ordering::Relaxed) != 0,
+                passthrough_id: w[F_PASSTHROUGH].load(Ordering::Relaxed) as i64 as i32,
             });
         }
         handle_slots.free.reverse();

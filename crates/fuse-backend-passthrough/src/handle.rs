@@ -26,6 +26,10 @@ pub(crate) struct Handle {
     pub no_nowait: AtomicBool,
     /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
     pub crash_slot: AtomicU32,
+    /// The kernel passthrough backing id its open was counted with (0:
+    /// served by the daemon; -1: not counted, passthrough off), kept in
+    /// the crash table.
+    pub passthrough_id: i32,
 }
 
 impl Handle {
@@ -38,6 +42,7 @@ impl Handle {
             dir: None,
             no_nowait: AtomicBool::new(false),
             crash_slot: AtomicU32::new(NO_SLOT),
+            passthrough_id: -1,
         }
     }
 
@@ -50,6 +55,7 @@ impl Handle {
             dir: Some(Mutex::new(DirStream::new())),
             no_nowait: AtomicBool::new(false),
             crash_slot: AtomicU32::new(NO_SLOT),
+            passthrough_id: -1,
         }
     }
 
@@ -109,7 +115,13 @@ impl HandleTable {
         let mut shard = self.shard(fh).write().unwrap_or_else(|e| e.into_inner());
         shard.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
         if let Some(table) = self.crash.get() {
-            let slot = table.add_handle(fh, handle.nodeid, handle.flags, handle.dir.is_some());
+            let slot = table.add_handle(
+                fh,
+                handle.nodeid,
+                handle.flags,
+                handle.dir.is_some(),
+                handle.passthrough_id,
+            );
             handle.crash_slot.store(slot, Ordering::Release);
         }
         shard.insert(fh, Arc::new(handle));

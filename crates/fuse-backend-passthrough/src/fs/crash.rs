@@ -125,6 +125,9 @@ impl PassthroughFs {
             ..CrashRecovery::default()
         };
         self.creds.root();
+        // Kernel passthrough: each inode's backing id and open count, from
+        // its handles.
+        let mut passthrough: std::collections::BTreeMap<u64, (i32, u64)> = Default::default();
         for h in handles {
             let reopened = self.inodes.get(h.nodeid).and_then(|inode| {
                 let flags =
@@ -139,7 +142,14 @@ impl PassthroughFs {
                     } else {
                         Handle::file(fd, h.nodeid, flags)
                     };
+                    let mut handle = handle;
+                    handle.passthrough_id = h.passthrough_id;
                     self.handles.restore_crashed(h.fh, handle, h.slot)?;
+                    if h.passthrough_id >= 0 {
+                        let io = passthrough.entry(h.nodeid).or_insert((h.passthrough_id, 0));
+                        io.1 += 1;
+                        self.pt.restore_handle(h.fh, h.nodeid);
+                    }
                     if !h.dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
                         *lock(&inode.writers) += 1;
                         inode.has_writers.store(true, Ordering::Release);
@@ -156,6 +166,11 @@ impl PassthroughFs {
                     done.handles_lost += 1;
                 }
             }
+        }
+        for (nodeid, (backing_id, opens)) in passthrough {
+            // Adopted (owned, closed at the last release) once the session
+            // attaches the connection's backing files.
+            self.pt.restore_inode(nodeid, backing_id, opens);
         }
         if done.nodes > 0 || done.handles > 0 {
             tracing::info!(

@@ -154,7 +154,9 @@ impl PassthroughFs {
             // Unknown: let the daemon serve it.
             mode.is_none_or(passthrough::privileged_mode)
         });
-        match self.handles.insert(Handle::file(fd, inode.nodeid, flags)) {
+        let mut handle = Handle::file(fd, inode.nodeid, flags);
+        handle.passthrough_id = ticket.as_ref().map_or(-1, |t| t.backing_id);
+        match self.handles.insert(handle) {
             Ok(fh) => {
                 let backing_id = ticket.as_ref().map_or(0, |t| t.backing_id);
                 if let Some(t) = ticket {
