@@ -296,16 +296,34 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("file")).unwrap(), b"x");
     }
 
+    /// A passthrough of `dir` keeping its table in `area` (file handles
+    /// need `CAP_DAC_READ_SEARCH` in the initial user namespace: real root,
+    /// hence the tests' `needs_root`).
+    fn recovering(dir: &std::path::Path, area: &StateArea) -> (PassthroughFs, CrashRecovery) {
+        let fs = PassthroughFs::new(dir, PassthroughConfig::default()).unwrap();
+        let got = fs
+            .recover(area.fs_region())
+            .unwrap_or_else(|e| panic!("crash recovery needs file handles (real root): {e}"));
+        (fs, got)
+    }
+
     #[test]
-    fn a_resent_append_appends_only_what_did_not_land() {
+    fn recovery_is_refused_without_file_handles() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StateArea::create(1 << 20).unwrap();
+        let config = PassthroughConfig::default().file_handles(false);
+        let fs = PassthroughFs::new(dir.path(), config).unwrap();
+        let e = fs.recover(area.fs_region()).unwrap_err();
+        assert!(e.to_string().contains("file handle"), "{e}");
+    }
+
+    #[test]
+    fn a_resent_append_appends_only_what_did_not_land_needs_root() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
         std::fs::write(&path, b"abc").unwrap();
-        let fs = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
         let area = StateArea::create(1 << 20).unwrap();
-        if fs.recover(area.fs_region()).is_err() {
-            return; // not root: no file handles, no crash table (tested below)
-        }
+        let (fs, _) = recovering(dir.path(), &area);
         let journal = area.journal();
         let c = ctx();
         let log = fs.lookup(&c, fuse_abi::ROOT_ID, c"log").unwrap();
@@ -351,24 +369,15 @@ mod tests {
     }
 
     #[test]
-    fn the_table_comes_back_in_a_new_passthrough() {
+    fn the_table_comes_back_in_a_new_passthrough_needs_root() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"data").unwrap();
         std::fs::create_dir(dir.path().join("d")).unwrap();
         let area = StateArea::create(1 << 20).unwrap();
         let c = ctx();
         let root = fuse_abi::ROOT_ID;
-        let old = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
-        if old.file_handle_fallback().is_some() {
-            // Not root: recover() refuses with the reason.
-            let e = old.recover(area.fs_region()).unwrap_err();
-            assert!(e.to_string().contains("file handle"), "{e}");
-            return;
-        }
-        assert_eq!(
-            old.recover(area.fs_region()).unwrap(),
-            CrashRecovery::default()
-        );
+        let (old, got) = recovering(dir.path(), &area);
+        assert_eq!(got, CrashRecovery::default());
         let f = old.lookup(&c, root, c"f").unwrap();
         let f2 = old.lookup(&c, root, c"f").unwrap();
         assert_eq!(f.nodeid, f2.nodeid);
@@ -387,8 +396,7 @@ mod tests {
         // The process "dies": nothing of it but the area is left.
         std::mem::forget(old);
 
-        let new = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
-        let got = new.recover(area.fs_region()).unwrap();
+        let (new, got) = recovering(dir.path(), &area);
         assert_eq!(
             got,
             CrashRecovery {
@@ -420,11 +428,7 @@ mod tests {
         .unwrap();
         new.forget(&c, f.nodeid, 2);
         // Everything given back: a third process finds an empty table.
-        let third = PassthroughFs::new(dir.path(), PassthroughConfig::default()).unwrap();
-        assert_eq!(
-            third.recover(area.fs_region()).unwrap(),
-            CrashRecovery::default()
-        );
+        assert_eq!(recovering(dir.path(), &area).1, CrashRecovery::default());
         // Another source is refused.
         let other = tempfile::tempdir().unwrap();
         let elsewhere = PassthroughFs::new(other.path(), PassthroughConfig::default()).unwrap();
