@@ -1033,11 +1033,11 @@ impl InodeStore {
 
     /// A reply handed one lookup reference on `inode` to the kernel.
     fn handed_to_kernel(&self, inode: &Inode) {
-        if self.crash.get().is_none() {
+        let Some(table) = self.crash.get() else {
             return;
-        }
+        };
         let slot = inode.crash_slot.load(Ordering::Acquire);
-        if let (Some(table), true) = (self.crash.get(), slot != NO_SLOT) {
+        if slot != NO_SLOT {
             // Journaled first: a crash before the reply is recorded gives
             // it back on the resend, never leaves it counted twice.
             fuse_server::recovery::handed(inode.nodeid);
@@ -1076,8 +1076,10 @@ impl InodeStore {
     pub(crate) fn restore_crashed(&self, records: Vec<NodeRecord>) -> usize {
         let mut restored = 0;
         let next = records.iter().map(|r| r.nodeid + 1).max().unwrap_or(0);
+        let Some(table) = self.crash.get() else {
+            return 0;
+        };
         for r in records {
-            let Some(table) = self.crash.get() else { break };
             // No reference left with the kernel: forgotten, or made and
             // never handed over before the crash.
             if r.nodeid <= fuse_abi::ROOT_ID || r.refs == 0 {

@@ -12,7 +12,7 @@
 //! `fuse-takeover-hello 2\n`. The serving daemon pauses its session
 //! ([`DevSession::pause`]: its workers finish the request each holds and
 //! stop reading), then sends the hand-over ([`send_handover`]): a line
-//! `fuse-takeover 1 <state bytes> <descriptors>\n`, the state (the
+//! `fuse-takeover 2 <state bytes> <descriptors>\n`, the state (the
 //! mountpoint, [`fuse_server::Negotiated::to_state`]'s text, then the file
 //! system's own, see [`Handover`]), and the descriptors, the connection's first, in
 //! batches of at most [`FDS_PER_MESSAGE`] (each batch carries one byte).

@@ -92,8 +92,17 @@ fn wait_for_rounds(rounds: &AtomicU64, more: u64) {
     }
 }
 
-#[test]
-fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
+/// A passthrough of a fresh `src` mounted at `mnt` (both in the returned
+/// directory) by a session with `config`.
+fn mount_passthrough(
+    config: SessionConfig,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Arc<PassthroughFs>,
+    DevSession,
+) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
@@ -101,13 +110,14 @@ fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
     std::fs::create_dir(&src).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
-    let mut session = DevSession::mount(
-        Server::new(fs.clone()),
-        &mnt,
-        &options(),
-        SessionConfig::default().threads(2),
-    )
-    .expect("mount");
+    let session =
+        DevSession::mount(Server::new(fs.clone()), &mnt, &options(), config).expect("mount");
+    (dir, src, mnt, fs, session)
+}
+
+#[test]
+fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
+    let (dir, _, _, fs, mut session) = mount_passthrough(SessionConfig::default().threads(2));
     let mnt = session.mountpoint().to_path_buf();
     let stop = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
@@ -185,20 +195,7 @@ fn still_served(mnt: &Path, name: &str) {
 
 #[test]
 fn refused_takeovers_leave_the_old_session_serving() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
-    let mut session = DevSession::mount(
-        Server::new(fs.clone()),
-        &mnt,
-        &options(),
-        SessionConfig::default(),
-    )
-    .expect("mount");
+    let (dir, src, _, _, mut session) = mount_passthrough(SessionConfig::default());
     let mnt = session.mountpoint().to_path_buf();
     let socket = dir.path().join("takeover.sock");
 

@@ -81,6 +81,22 @@ pub struct Daemon {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Runs the daemon with `args` on `src` and `mnt`, which must refuse to
+/// start without mounting anything; its standard error.
+pub fn refused_at_start(src: &Path, mnt: &Path, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("--foreground")
+        .args(args)
+        .arg(src)
+        .arg(mnt)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?}: {err}");
+    assert!(!is_mounted(mnt), "{args:?}: {err}");
+    err
+}
+
 /// Whether `path` is a mountpoint.
 pub fn is_mounted(path: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
