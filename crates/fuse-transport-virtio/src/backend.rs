@@ -1,0 +1,420 @@
+//! The vhost-user-fs device backend: queues, features, and the loop that
+//! serves a queue's descriptor chains.
+
+use crate::chain::{Buffers, ChainError, ChainTransaction};
+use fuse_abi::Opcode;
+use fuse_server::{Outcome, Server};
+use std::io;
+use std::sync::{Arc, Mutex, RwLock};
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+/// `VHOST_USER_F_PROTOCOL_FEATURES`: the feature bit that says the
+/// backend speaks vhost-user protocol features.
+const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
+
+/// The length of `virtio_fs_config.tag`.
+pub const TAG_LEN: usize = 36;
+
+/// Makes the [`Server`] of each guest session: a new one at every
+/// connection and every time the guest's driver starts over (a reboot,
+/// a new mount after an unmount), so each session negotiates INIT afresh
+/// and starts from an empty node table.
+pub type ServerFactory = dyn Fn() -> io::Result<Arc<Server>> + Send + Sync;
+
+/// How the device is laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VirtioConfig {
+    /// Request queues (the hiprio queue comes on top); each is served by
+    /// a thread of its own. The front end (QEMU's
+    /// `vhost-user-fs-pci,num-request-queues=N`) decides how many it uses.
+    pub request_queues: usize,
+    /// The largest queue size accepted (QEMU's `queue-size`, 128 by
+    /// default; a 1 MiB WRITE needs 256 pages plus headers, so 1024 lets
+    /// the guest send those whole).
+    pub max_queue_size: u16,
+    /// The file system's tag, offered in the device's configuration space
+    /// to front ends that ask the backend for it (QEMU's generic
+    /// `vhost-user-device`); `vhost-user-fs-pci` takes its own `tag=`.
+    pub tag: Option<String>,
+}
+
+impl Default for VirtioConfig {
+    fn default() -> Self {
+        Self {
+            request_queues: 1,
+            max_queue_size: 1024,
+            tag: None,
+        }
+    }
+}
+
+impl VirtioConfig {
+    /// Sets the number of request queues.
+    #[must_use]
+    pub fn request_queues(mut self, n: usize) -> Self {
+        self.request_queues = n;
+        self
+    }
+
+    /// Sets the largest queue size.
+    #[must_use]
+    pub fn max_queue_size(mut self, n: u16) -> Self {
+        self.max_queue_size = n;
+        self
+    }
+
+    /// Sets the tag.
+    #[must_use]
+    pub fn tag(mut self, tag: Option<String>) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// Checks the values: 1 to 63 request queues (the queue masks are
+    /// 64-bit), a power-of-two queue size, a tag of 1 to 36 bytes.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=63).contains(&self.request_queues) {
+            return Err(format!(
+                "{} request queues: 1 to 63 are possible",
+                self.request_queues
+            ));
+        }
+        if !self.max_queue_size.is_power_of_two() {
+            return Err(format!(
+                "queue size {} is not a power of two",
+                self.max_queue_size
+            ));
+        }
+        if let Some(tag) = &self.tag {
+            if tag.is_empty() || tag.len() > TAG_LEN {
+                return Err(format!("tag {tag:?}: 1 to {TAG_LEN} bytes"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The vhost-user-fs backend of one front-end connection.
+///
+/// Queue 0 is the hiprio queue (FORGET, BATCH_FORGET, INTERRUPT: no
+/// replies), queues 1.. carry requests; a worker thread per queue
+/// serves its chains one at a time with [`Server::handle`] on that
+/// thread. No DAX window: the device offers no shared memory region, so
+/// the guest's `dax` mount option is refused by its driver.
+pub struct VirtioFsBackend {
+    config: VirtioConfig,
+    factory: Arc<ServerFactory>,
+    server: RwLock<Arc<Server>>,
+    mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
+    event_idx: std::sync::atomic::AtomicBool,
+    /// One set of buffers per queue thread.
+    buffers: Vec<Mutex<Option<Buffers>>>,
+}
+
+impl VirtioFsBackend {
+    /// A backend whose first server comes from `factory`.
+    pub fn new(config: VirtioConfig, factory: Arc<ServerFactory>) -> io::Result<Self> {
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let server = factory()?;
+        let queues = config.request_queues + 1;
+        Ok(Self {
+            config,
+            factory,
+            server: RwLock::new(server),
+            mem: RwLock::new(None),
+            event_idx: std::sync::atomic::AtomicBool::new(false),
+            buffers: (0..queues).map(|_| Mutex::new(None)).collect(),
+        })
+    }
+
+    /// The server of the current guest session.
+    pub fn server(&self) -> Arc<Server> {
+        self.server
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Ends the current guest session: its server tells the file system
+    /// (`destroy`) once. The next INIT starts a new one.
+    pub fn finish(&self) {
+        self.server().finish();
+    }
+
+    /// The guest's driver sent INIT: if the session's server has
+    /// negotiated already (the guest rebooted or mounted again), a new
+    /// server takes over, so the new session starts clean.
+    fn server_for_init(&self) -> io::Result<Arc<Server>> {
+        let current = self.server();
+        if current.negotiated().is_none() {
+            return Ok(current);
+        }
+        tracing::info!("INIT on an initialized session: the guest started over; new session");
+        current.finish();
+        let fresh = (self.factory)()?;
+        *self.server.write().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
+        Ok(fresh)
+    }
+
+    fn memory(&self) -> Option<GuestMemoryLoadGuard<GuestMemoryMmap>> {
+        self.mem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|m| m.memory())
+    }
+
+    /// Serves the chains waiting on `vring` (queue `queue`).
+    fn serve_queue(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
+        let Some(mem) = self.memory() else {
+            return Ok(());
+        };
+        let mut slot = self.buffers[queue]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let bufs = match &mut *slot {
+            Some(b) => b,
+            None => slot.insert(Buffers::new(initial_reply_size(&self.server()))?),
+        };
+        loop {
+            if self.event_idx() {
+                vring
+                    .disable_notification()
+                    .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
+            }
+            self.serve_available(queue, vring, &mem, bufs)?;
+            if !self.event_idx() {
+                return Ok(());
+            }
+            // With EVENT_IDX, notifications were off: look once more after
+            // turning them on, for chains that came meanwhile.
+            if !vring
+                .enable_notification()
+                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    fn event_idx(&self) -> bool {
+        self.event_idx.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn serve_available(
+        &self,
+        queue: usize,
+        vring: &VringRwLock,
+        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+        bufs: &mut Buffers,
+    ) -> io::Result<()> {
+        let mut served = 0usize;
+        loop {
+            let chain = vring
+                .get_mut()
+                .get_queue_mut()
+                .pop_descriptor_chain(mem.clone());
+            let Some(chain) = chain else { break };
+            let head = chain.head_index();
+            let used = self.serve_chain(queue, chain, bufs);
+            vring
+                .add_used(head, used)
+                .map_err(|e| io::Error::other(format!("queue {queue}: add_used: {e}")))?;
+            served += 1;
+            // Give chains back as they are answered: the guest's waiters
+            // run while the next request is served.
+            if vring
+                .needs_notification()
+                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
+            {
+                vring.signal_used_queue()?;
+            }
+        }
+        if served > 0 {
+            tracing::trace!(queue, served, "chains served");
+        }
+        Ok(())
+    }
+
+    /// Serves one chain; the used length to report (0 when nothing was
+    /// written back).
+    fn serve_chain(
+        &self,
+        queue: usize,
+        chain: virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
+        bufs: &mut Buffers,
+    ) -> u32 {
+        if let Err(e) = split_chain(&chain, bufs) {
+            tracing::warn!(queue, "dropping descriptor chain: {e}");
+            return 0;
+        }
+        // The header says which server: INIT may start a new session.
+        let mut header = [0u8; size_of::<fuse_abi::InHeader>()];
+        let is_init = bufs.readable.copy_out(0, &mut header) == header.len()
+            && u32::from_ne_bytes([header[4], header[5], header[6], header[7]])
+                == Opcode::Init as u32;
+        let server = if is_init {
+            match self.server_for_init() {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("starting a new session failed: {e}");
+                    return 0;
+                }
+            }
+        } else {
+            self.server()
+        };
+        if let Some(n) = server.negotiated() {
+            if let Err(e) = bufs.reserve_reply(n.max_reply_size()) {
+                tracing::error!(queue, "reply buffer: {e}");
+                return 0;
+            }
+        }
+        let max_request = server
+            .negotiated()
+            .map_or(initial_reply_size(&server), |n| n.max_request_size());
+        let mut tx = match ChainTransaction::new(bufs, max_request) {
+            Ok((tx, _)) => tx,
+            Err(e) => {
+                tracing::warn!(queue, "dropping descriptor chain: {e}");
+                return 0;
+            }
+        };
+        match server.handle(&mut tx) {
+            Ok(Outcome::Destroyed) => tracing::info!("the guest unmounted (DESTROY)"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(queue, "request not answered: {e}"),
+        }
+        tx.used_len()
+    }
+}
+
+/// The reply buffer before INIT settled the sizes: what the server asks
+/// for (the kernel may agree to less, never to more).
+fn initial_reply_size(server: &Server) -> usize {
+    let c = server.init_config();
+    (c.max_pages as usize * fuse_server::init::PAGE_SIZE)
+        .max(c.max_write as usize)
+        .max(fuse_server::init::PAGE_SIZE)
+        + fuse_server::init::PAGE_SIZE
+}
+
+/// Resolves the chain's buffers into `bufs.readable` and `bufs.writable`.
+fn split_chain(
+    chain: &virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
+    bufs: &mut Buffers,
+) -> Result<(), ChainError> {
+    bufs.readable.clear();
+    bufs.writable.clear();
+    let mem = chain.memory();
+    for desc in chain.clone() {
+        if desc.is_write_only() {
+            bufs.writable.push(mem, desc.addr(), desc.len())?;
+        } else {
+            if !bufs.writable.is_empty() {
+                return Err(ChainError::Order);
+            }
+            bufs.readable.push(mem, desc.addr(), desc.len())?;
+        }
+    }
+    Ok(())
+}
+
+impl VhostUserBackend for VirtioFsBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        self.config.request_queues + 1
+    }
+
+    fn max_queue_size(&self) -> usize {
+        self.config.max_queue_size as usize
+    }
+
+    fn features(&self) -> u64 {
+        (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+            | (1 << VIRTIO_RING_F_EVENT_IDX)
+            | (1 << VHOST_USER_F_PROTOCOL_FEATURES)
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        let mut f = VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK;
+        if self.config.tag.is_some() {
+            f |= VhostUserProtocolFeatures::CONFIG;
+        }
+        f
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        // struct virtio_fs_config { u8 tag[36]; le32 num_request_queues; }
+        let mut config = [0u8; TAG_LEN + 4];
+        if let Some(tag) = &self.config.tag {
+            config[..tag.len()].copy_from_slice(tag.as_bytes());
+        }
+        config[TAG_LEN..].copy_from_slice(&(self.config.request_queues as u32).to_le_bytes());
+        let start = (offset as usize).min(config.len());
+        let end = start.saturating_add(size as usize).min(config.len());
+        config[start..end].to_vec()
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        // A thread per queue: thread i serves queue i.
+        (0..self.num_queues()).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        match new_event_consumer_and_notifier(EventFlag::NONBLOCK) {
+            Ok(pair) => Some(pair),
+            Err(e) => {
+                tracing::error!("exit event for a queue thread: {e}");
+                None
+            }
+        }
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!(
+                "queue {thread_id}: unexpected event set {evset:?}"
+            )));
+        }
+        // One queue per thread: the event is the thread's only vring, and
+        // the thread's index is the queue's.
+        let Some(vring) = vrings.get(device_event as usize) else {
+            return Err(io::Error::other(format!(
+                "queue {thread_id}: event {device_event} for no vring"
+            )));
+        };
+        self.serve_queue(thread_id, vring)
+    }
+}

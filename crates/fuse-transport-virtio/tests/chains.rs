@@ -1,0 +1,445 @@
+//! The backend driven as a guest's virtio-fs driver drives it: requests
+//! laid out in guest memory as descriptor chains (headers, arguments,
+//! data pages scattered over two memory regions), the queue kicked, the
+//! replies read back from the used ring and the guest's buffers; served
+//! by `PassthroughFs` over a temporary directory.
+
+use fuse_abi::{
+    AttrOut, EntryOut, InHeader, InitFlags, InitIn, InitOut, OpenOut, OutHeader, WriteOut,
+};
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
+use fuse_server::wire::encode_request;
+use fuse_server::*;
+use fuse_transport_virtio::{VirtioConfig, VirtioFsBackend};
+use std::sync::Arc;
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+use virtio_queue::desc::{split::Descriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
+};
+use vmm_sys_util::epoll::EventSet;
+use zerocopy::FromBytes;
+
+const QUEUE_SIZE: u16 = 1024;
+const PAGE: usize = 4096;
+/// Two guest memory regions, adjacent in guest addresses but separate
+/// host mappings: a buffer across the boundary is two host pieces.
+const REGION: u64 = 32 << 20;
+
+/// A guest's side of the device: its memory, the two queues (hiprio and
+/// one request queue) and a bump allocator for buffers.
+struct Guest {
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    backend: Arc<VirtioFsBackend>,
+    vrings: Vec<VringRwLock>,
+    /// Each queue's descriptor table, avail ring and used ring.
+    rings: [[GuestAddress; 3]; 2],
+    next_buf: u64,
+    used_seen: [u16; 2],
+    unique: u64,
+}
+
+/// One buffer of a chain: guest address and length.
+#[derive(Clone, Copy)]
+struct Buf {
+    addr: GuestAddress,
+    len: usize,
+}
+
+impl Guest {
+    fn new(root: &std::path::Path) -> Self {
+        let mem = GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), REGION as usize),
+            (GuestAddress(REGION), REGION as usize),
+        ])
+        .unwrap();
+        let mem = GuestMemoryAtomic::new(mem);
+        let root = root.to_owned();
+        let factory = Arc::new(move || {
+            let fs = PassthroughFs::new(&root, PassthroughConfig::default())
+                .map_err(std::io::Error::other)?;
+            Ok(Arc::new(Server::new(Arc::new(fs))))
+        });
+        let backend = Arc::new(VirtioFsBackend::new(VirtioConfig::default(), factory).unwrap());
+        backend.update_memory(mem.clone()).unwrap();
+        let queue_at = [GuestAddress(0), GuestAddress(0x10_0000)];
+        let mut vrings = Vec::new();
+        let mut rings = [[GuestAddress(0); 3]; 2];
+        for (q, at) in queue_at.into_iter().enumerate() {
+            let m = mem.memory();
+            let mock = MockSplitQueue::create(&*m, at, QUEUE_SIZE);
+            let vring = VringRwLock::new(mem.clone(), QUEUE_SIZE).unwrap();
+            rings[q] = [mock.desc_table_addr(), mock.avail_addr(), mock.used_addr()];
+            vring.set_queue_size(QUEUE_SIZE);
+            vring
+                .set_queue_info(
+                    mock.desc_table_addr().0,
+                    mock.avail_addr().0,
+                    mock.used_addr().0,
+                )
+                .unwrap();
+            vring.set_queue_ready(true);
+            vring.set_enabled(true);
+            vrings.push(vring);
+        }
+        Self {
+            mem,
+            backend,
+            vrings,
+            rings,
+            next_buf: 0x20_0000,
+            used_seen: [0; 2],
+            unique: 0,
+        }
+    }
+
+    /// A buffer of `len` bytes at `addr` or the next free address.
+    fn alloc_at(&mut self, addr: Option<u64>, len: usize) -> Buf {
+        let addr = addr.unwrap_or_else(|| {
+            let a = self.next_buf;
+            self.next_buf += (len as u64).next_multiple_of(PAGE as u64) + PAGE as u64;
+            a
+        });
+        Buf {
+            addr: GuestAddress(addr),
+            len,
+        }
+    }
+
+    fn alloc(&mut self, len: usize) -> Buf {
+        self.alloc_at(None, len)
+    }
+
+    fn write(&self, buf: Buf, data: &[u8]) {
+        assert!(data.len() <= buf.len);
+        self.mem.memory().write_slice(data, buf.addr).unwrap();
+    }
+
+    fn read(&self, buf: Buf) -> Vec<u8> {
+        let mut v = vec![0; buf.len];
+        self.mem.memory().read_slice(&mut v, buf.addr).unwrap();
+        v
+    }
+
+    /// Puts the chain `readable` + `writable` on queue `q`, kicks it, and
+    /// returns the used length the backend reported.
+    fn submit(&mut self, q: usize, readable: &[Buf], writable: &[Buf]) -> u32 {
+        let n = readable.len() + writable.len();
+        let descs: Vec<RawDescriptor> = readable
+            .iter()
+            .map(|b| (b, 0))
+            .chain(writable.iter().map(|b| (b, VRING_DESC_F_WRITE)))
+            .enumerate()
+            .map(|(i, (b, flags))| {
+                let next = if i + 1 < n { VRING_DESC_F_NEXT } else { 0 };
+                RawDescriptor::from(Descriptor::new(
+                    b.addr.0,
+                    b.len as u32,
+                    (flags | next) as u16,
+                    (i + 1) as u16,
+                ))
+            })
+            .collect();
+        // The chain from descriptor 0 on (each chain is served before the
+        // next is added), its head in the next avail slot.
+        let [desc, avail, used] = self.rings[q];
+        let m = self.mem.memory();
+        for (i, d) in descs.iter().enumerate() {
+            m.write_obj(*d, desc.unchecked_add(16 * i as u64)).unwrap();
+        }
+        let avail_idx: u16 = m.read_obj(avail.unchecked_add(2)).unwrap();
+        let slot = avail_idx % QUEUE_SIZE;
+        m.write_obj(0u16, avail.unchecked_add(4 + 2 * slot as u64))
+            .unwrap();
+        m.write_obj(avail_idx.wrapping_add(1), avail.unchecked_add(2))
+            .unwrap();
+        drop(m);
+        self.backend
+            .handle_event(0, EventSet::IN, &self.vrings[q..q + 1], q)
+            .unwrap();
+        let m = self.mem.memory();
+        let used_idx: u16 = m.read_obj(used.unchecked_add(2)).unwrap();
+        assert_eq!(
+            used_idx,
+            self.used_seen[q].wrapping_add(1),
+            "one chain given back"
+        );
+        let slot = (self.used_seen[q] % QUEUE_SIZE) as u64;
+        let id: u32 = m.read_obj(used.unchecked_add(4 + 8 * slot)).unwrap();
+        let len: u32 = m.read_obj(used.unchecked_add(8 + 8 * slot)).unwrap();
+        self.used_seen[q] = used_idx;
+        assert_eq!(id, 0, "the chain's head");
+        len
+    }
+
+    /// Sends `op` to node `nodeid` on the request queue, the request
+    /// split as the guest's driver splits it (header, arguments, then
+    /// `data` as its own buffers); the reply room is a header buffer and
+    /// `out` bytes. Returns the out header and the reply body.
+    fn call(
+        &mut self,
+        nodeid: u64,
+        op: &Operation<'_>,
+        data: &[Buf],
+        out: &[Buf],
+    ) -> (OutHeader, Vec<u8>) {
+        self.unique += 2;
+        let header = InHeader {
+            unique: self.unique,
+            nodeid,
+            ..InHeader::default()
+        };
+        let mut bytes = encode_request(header, op, DecodeOptions::default());
+        if let Operation::Write { args, .. } = op {
+            // encode_request says the size of the data it was given (none):
+            // the WRITE says the size of the data in `data`.
+            let at = size_of::<InHeader>() + std::mem::offset_of!(fuse_abi::WriteIn, size);
+            bytes[at..at + 4].copy_from_slice(&args.size.to_ne_bytes());
+        }
+        let data_len: usize = data.iter().map(|b| b.len).sum();
+        // encode_request counts no data we keep apart: the header's len
+        // says the whole request.
+        let total = (bytes.len() + data_len) as u32;
+        bytes[..4].copy_from_slice(&total.to_ne_bytes());
+        let h = self.alloc(size_of::<InHeader>());
+        self.write(h, &bytes[..size_of::<InHeader>()]);
+        let mut readable = vec![h];
+        if bytes.len() > size_of::<InHeader>() {
+            let args = self.alloc(bytes.len() - size_of::<InHeader>());
+            self.write(args, &bytes[size_of::<InHeader>()..]);
+            readable.push(args);
+        }
+        readable.extend_from_slice(data);
+        let oh = self.alloc(size_of::<OutHeader>());
+        let mut writable = vec![oh];
+        writable.extend_from_slice(out);
+        let used = self.submit(1, &readable, &writable);
+        let out_header = OutHeader::read_from_bytes(&self.read(oh)).unwrap();
+        assert_eq!(out_header.unique, self.unique);
+        assert_eq!(used, out_header.len, "used length is the reply's");
+        let mut body: Vec<u8> = out.iter().flat_map(|&b| self.read(b)).collect();
+        body.truncate(out_header.len as usize - size_of::<OutHeader>());
+        (out_header, body)
+    }
+
+    fn init(&mut self) -> InitOut {
+        let flags = InitFlags::INIT_EXT
+            | InitFlags::MAX_PAGES
+            | InitFlags::BIG_WRITES
+            | InitFlags::ASYNC_READ
+            | InitFlags::PARALLEL_DIROPS;
+        let init = InitIn {
+            major: 7,
+            minor: 46,
+            max_readahead: 1 << 20,
+            flags: flags.low(),
+            flags2: flags.high(),
+            unused: [0; 11],
+        };
+        let out = self.alloc(size_of::<InitOut>());
+        let (h, body) = self.call(0, &Operation::Init(init), &[], &[out]);
+        assert_eq!(h.error, 0);
+        InitOut::read_from_prefix(&body).unwrap().0
+    }
+
+    /// `count` pages for data, every other page (so no two are adjacent)
+    /// and one across the boundary between the memory regions.
+    fn scattered_pages(&mut self, count: usize) -> Vec<Buf> {
+        let mut pages = vec![self.alloc_at(Some(REGION - PAGE as u64 / 2), PAGE)];
+        for _ in 1..count {
+            let p = self.alloc(PAGE);
+            self.next_buf += PAGE as u64;
+            pages.push(p);
+        }
+        pages
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+        .collect()
+}
+
+fn cstr(s: &[u8]) -> std::ffi::CString {
+    std::ffi::CString::new(s).unwrap()
+}
+
+#[test]
+fn init_lookup_getattr_write_read_forget_through_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello"), b"hello, guest\n").unwrap();
+    let mut g = Guest::new(dir.path());
+
+    let init = g.init();
+    assert_eq!(init.major, 7);
+    assert!(init.max_write >= 1 << 20, "max_write {}", init.max_write);
+
+    let name = cstr(b"hello");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let entry = EntryOut::read_from_bytes(&body).unwrap();
+    assert_eq!(entry.attr.size, 13);
+    assert_ne!(entry.nodeid, 0);
+
+    let out = g.alloc(size_of::<AttrOut>());
+    let (h, body) = g.call(entry.nodeid, &Operation::Getattr { fh: None }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    assert_eq!(AttrOut::read_from_bytes(&body).unwrap().attr.size, 13);
+
+    let name = cstr(b"big");
+    let create = Operation::Create {
+        name: &name,
+        args: CreateArgs {
+            flags: libc::O_RDWR as u32,
+            mode: libc::S_IFREG | 0o644,
+            umask: 0o022,
+            ..CreateArgs::default()
+        },
+    };
+    let out = g.alloc(size_of::<EntryOut>() + size_of::<OpenOut>());
+    let (h, body) = g.call(ROOT_ID, &create, &[], &[out]);
+    assert_eq!(h.error, 0, "CREATE");
+    let (entry, rest) = EntryOut::read_from_prefix(&body).unwrap();
+    let open = OpenOut::read_from_bytes(rest).unwrap();
+
+    // A 1 MiB WRITE in 256 scattered guest pages, one of them across the
+    // two memory regions.
+    let data = pattern(1 << 20, 7);
+    let pages = g.scattered_pages(256);
+    for (page, chunk) in pages.iter().zip(data.chunks(PAGE)) {
+        g.write(*page, chunk);
+    }
+    let write = Operation::Write {
+        args: WriteArgs {
+            fh: open.fh,
+            offset: 0,
+            size: data.len() as u32,
+            ..WriteArgs::default()
+        },
+        data: &[],
+    };
+    let out = g.alloc(size_of::<WriteOut>());
+    let (h, body) = g.call(entry.nodeid, &write, &pages, &[out]);
+    assert_eq!(h.error, 0, "WRITE");
+    assert_eq!(WriteOut::read_from_bytes(&body).unwrap().size, 1 << 20);
+    assert!(
+        std::fs::read(dir.path().join("big")).unwrap() == data,
+        "the backing file holds the guest's pages in order"
+    );
+
+    // READ it back into other scattered pages, from offset 4000 (so the
+    // data doesn't start on a page of the file).
+    let pages = g.scattered_pages(256);
+    let read = Operation::Read(ReadArgs {
+        fh: open.fh,
+        offset: 4000,
+        size: 1 << 20,
+        ..ReadArgs::default()
+    });
+    let (h, body) = g.call(entry.nodeid, &read, &[], &pages);
+    assert_eq!(h.error, 0, "READ");
+    assert_eq!(body.len(), (1 << 20) - 4000, "short at end of file");
+    assert!(
+        body == data[4000..],
+        "the guest's pages hold the file's bytes"
+    );
+
+    // FORGET on the hiprio queue: no reply, nothing written back.
+    let mut bytes = encode_request(
+        InHeader {
+            unique: 1000,
+            nodeid: entry.nodeid,
+            ..InHeader::default()
+        },
+        &Operation::Forget { nlookup: 1 },
+        DecodeOptions::default(),
+    );
+    bytes.truncate(bytes.len());
+    let req = g.alloc(bytes.len());
+    g.write(req, &bytes);
+    assert_eq!(g.submit(0, &[req], &[]), 0);
+    assert_eq!(
+        g.backend.server().counters().get(fuse_abi::Opcode::Forget),
+        1
+    );
+}
+
+#[test]
+fn bad_chains_get_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Guest::new(dir.path());
+    g.init();
+
+    // Too short for a header: given back with nothing written.
+    let req = g.alloc(10);
+    let reply = g.alloc(64);
+    assert_eq!(g.submit(1, &[req], &[reply]), 0);
+
+    // A buffer outside guest memory: given back with nothing written.
+    let outside = Buf {
+        addr: GuestAddress(2 * REGION + PAGE as u64),
+        len: 64,
+    };
+    assert_eq!(g.submit(1, &[outside], &[reply]), 0);
+
+    // A WRITE that says more data than its chain carries: EINVAL.
+    let name = cstr(b"f");
+    let create = Operation::Create {
+        name: &name,
+        args: CreateArgs {
+            flags: libc::O_RDWR as u32,
+            mode: libc::S_IFREG | 0o644,
+            ..CreateArgs::default()
+        },
+    };
+    let out = g.alloc(size_of::<EntryOut>() + size_of::<OpenOut>());
+    let (h, body) = g.call(ROOT_ID, &create, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let (entry, rest) = EntryOut::read_from_prefix(&body).unwrap();
+    let open = OpenOut::read_from_bytes(rest).unwrap();
+    let page = g.alloc(PAGE);
+    let write = Operation::Write {
+        args: WriteArgs {
+            fh: open.fh,
+            size: 2 * PAGE as u32,
+            ..WriteArgs::default()
+        },
+        data: &[],
+    };
+    let out = g.alloc(size_of::<WriteOut>());
+    let (h, _) = g.call(entry.nodeid, &write, &[page], &[out]);
+    assert_eq!(h.error, -libc::EINVAL);
+    assert_eq!(std::fs::metadata(dir.path().join("f")).unwrap().len(), 0);
+
+    // A reply room too small for the reply: EIO in the header.
+    let name = cstr(b"f");
+    let out = g.alloc(8);
+    let (h, _) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, -libc::EIO);
+
+    // A readable buffer after a writable one: dropped.
+    let hdr = g.alloc(size_of::<InHeader>());
+    assert_eq!(g.submit(1, &[], &[reply, hdr]), 0);
+}
+
+#[test]
+fn a_second_init_starts_a_new_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Guest::new(dir.path());
+    g.init();
+    let first = g.backend.server();
+    // The guest rebooted: its driver sends INIT again and gets an answer
+    // from a fresh server (the old one ended: its file system destroyed).
+    let again = g.init();
+    assert_eq!(again.major, 7);
+    assert!(first.is_destroyed());
+    assert!(!Arc::ptr_eq(&first, &g.backend.server()));
+    let name = cstr(b"nothing");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, _) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, -libc::ENOENT);
+}
