@@ -56,15 +56,29 @@ Environment:
              type run it through mount.fuse3.",
     long_about = None,
     after_help = after_help(),
-    override_usage = "passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]"
+    override_usage = "passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]\n       \
+                      passthroughfs --vhost-user SOCKET [OPTIONS] SOURCE (or --shared-dir DIR)"
 )]
 pub struct Args {
     /// The directory to serve (with `-o source=DIR`: the mount's name, as
     /// mount(8) passes the first field of an fstab line).
+    #[arg(value_name = "SOURCE")]
+    pub source_arg: Option<PathBuf>,
+
+    /// Where to mount it (none with --vhost-user).
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint_arg: Option<PathBuf>,
+
+    /// SOURCE, or `--shared-dir` (set by
+    /// [`crate::virtio::settle_args`]).
+    #[arg(skip)]
     pub source: PathBuf,
 
-    /// Where to mount it.
+    /// MOUNTPOINT (set by [`crate::virtio::settle_args`]; empty with
+    /// `--vhost-user`).
+    #[arg(skip)]
     pub mountpoint: PathBuf,
+
 
     /// Mount options, comma-separated, libfuse's names (listed below); may
     /// be given more than once.
@@ -216,6 +230,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub takeover_timeout: u64,
 
+    /// Serving a virtual machine over vhost-user (virtio-fs) instead of
+    /// mounting.
+    #[command(flatten)]
+    pub virtio: VirtioArgs,
+
     /// Generic mount flags from `-o` (`suid`, `dev`, `noexec`, `noatime`,
     /// ...), in order.
     #[arg(skip)]
@@ -230,4 +249,44 @@ pub struct Args {
     /// logged and ignored instead of refused.
     #[arg(skip)]
     pub sloppy: bool,
+}
+
+/// The virtio-fs options: serving a virtual machine's `vhost-user-fs`
+/// device instead of a mount, under the names virtiofsd's users know
+/// where they mean the same.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct VirtioArgs {
+    /// Serve a virtual machine's virtio-fs device instead of mounting:
+    /// listen on this Unix socket for the VMM (QEMU: -chardev
+    /// socket,id=ID,path=SOCKET -device vhost-user-fs-pci,chardev=ID,tag=TAG);
+    /// no MOUNTPOINT. Serves until the VM disconnects, then waits for the
+    /// next connection (a restarted VM), until a signal stops it.
+    #[arg(
+        long = "vhost-user",
+        visible_alias = "socket-path",
+        value_name = "SOCKET"
+    )]
+    pub socket: Option<PathBuf>,
+
+    /// The file system's tag, offered to VMMs that read it from the device
+    /// (QEMU's vhost-user-fs-pci takes its own tag=; the guest mounts
+    /// `mount -t virtiofs TAG DIR`).
+    #[arg(long, value_name = "TAG", requires = "socket")]
+    pub tag: Option<String>,
+
+    /// The directory to serve (virtiofsd's name for SOURCE).
+    #[arg(long, value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+
+    /// Sandboxing (virtiofsd's option): only `none`, which is what this
+    /// daemon does: it doesn't enter namespaces, chroot or install a
+    /// seccomp filter (see docs/virtiofs.md).
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<String>,
+
+    /// Request queues the device offers (the VMM uses up to this many:
+    /// QEMU's num-request-queues); a thread serves each, and one more the
+    /// hiprio queue.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "socket")]
+    pub virtio_queues: usize,
 }

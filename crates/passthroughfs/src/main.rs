@@ -688,6 +688,9 @@ fn main() -> ExitCode {
         Ok(skipped) => skipped,
         Err(Failure(msg)) => return usage_error(&msg),
     };
+    if let Err(Failure(msg)) = passthroughfs::virtio::settle_args(&mut args) {
+        return usage_error(&msg);
+    }
     let foreground = args.foreground || args.debug || supervised.is_some();
     passthroughfs::logging::init_logging_with(
         "info",
@@ -698,6 +701,9 @@ fn main() -> ExitCode {
     }
     for option in skipped {
         tracing::warn!(%option, "unknown mount option ignored (mount -s)");
+    }
+    if args.virtio.socket.is_some() {
+        return serve_vhost_user(args, foreground, helper.fake);
     }
     let plan = match Plan::new(args, !foreground, supervised.is_some()) {
         Ok(plan) => plan,
@@ -727,6 +733,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--vhost-user`: serves virtual machines instead of a mount (see
+/// [`passthroughfs::virtio`]).
+fn serve_vhost_user(mut args: Args, foreground: bool, fake: bool) -> ExitCode {
+    if let Err(Failure(msg)) = passthroughfs::virtio::check_virtio_args(&args) {
+        return usage_error(&msg);
+    }
+    let mut source = args.source.clone();
+    if !foreground {
+        // The background daemon's working directory becomes `/`.
+        source = absolute_or_as_is(&source);
+        args.virtio.socket = args.virtio.socket.as_deref().map(absolute_or_as_is);
+    }
+    if let Err(Failure(msg)) = check_source(&source) {
+        return usage_error(&msg);
+    }
+    if fake {
+        return ExitCode::SUCCESS;
+    }
+    let mut detach = if foreground {
+        Detach::foreground()
+    } else {
+        match Detach::background() {
+            Ok(detach) => detach,
+            Err(Failure(msg)) => return usage_error(&msg),
+        }
+    };
+    match passthroughfs::virtio::serve_virtio(args, source, &mut detach) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            detach.report_failure(&msg);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `p` made absolute (it stays as it is if that fails: it is checked
+/// later).
+fn absolute_or_as_is(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// An error before the daemon started: said on standard error, status 1.

@@ -1,0 +1,278 @@
+//! `--vhost-user SOCKET`: serving a virtual machine's virtio-fs device
+//! instead of a mount, through `fuse-transport-virtio`.
+//!
+//! The daemon listens on SOCKET; the VMM (QEMU's `vhost-user-fs-pci`)
+//! connects and the guest mounts `-t virtiofs TAG`. Each guest session
+//! (a connection, or a reboot within one) gets a new `PassthroughFs` of
+//! SOURCE and a new server. When the VM disconnects the daemon waits for
+//! the next connection, until SIGINT, SIGTERM or SIGHUP.
+//!
+//! Sandboxing: none. virtiofsd by default enters new mount, PID, network
+//! and user namespaces, pivots into the shared directory and installs a
+//! seccomp filter of the system calls it needs, so that a guest that
+//! subverted it reaches little of the host; `--sandbox none` turns that
+//! off. This daemon does none of it and accepts only `--sandbox none`:
+//! run it in a container, a systemd unit with `ProtectSystem=`,
+//! `SystemCallFilter=`, `PrivateNetwork=` and the like, or a mount
+//! namespace of its own, where a guest must not reach the host.
+
+use crate::cli::Args;
+use crate::daemonize::Detach;
+use crate::{block_signals, check_source, log_fs_state, spawn_signal_thread, Failure, Runtime};
+use fuse_backend_passthrough::PassthroughFs;
+use fuse_server::Server;
+use fuse_transport_virtio::{ServerFactory, VirtioConfig, VirtioServe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The only `--sandbox` mode there is.
+pub const SANDBOX_NONE: &str = "none";
+
+/// Settles SOURCE and MOUNTPOINT from the positional arguments and
+/// `--shared-dir`, checks `--sandbox`, and checks that what the mode needs
+/// was given: SOURCE and MOUNTPOINT to mount, SOURCE alone with
+/// `--vhost-user`.
+pub fn settle_args(args: &mut Args) -> Result<(), Failure> {
+    if let Some(mode) = &args.virtio.sandbox {
+        if mode != SANDBOX_NONE {
+            return Err(Failure(format!(
+                "--sandbox {mode}: only `none` is supported: this daemon doesn't sandbox \
+                 itself (no namespaces, chroot or seccomp filter as virtiofsd's namespace and \
+                 chroot modes); confine it from outside instead (a container, a systemd \
+                 unit's sandboxing), see docs/virtiofs.md"
+            )));
+        }
+    }
+    let empty = |p: &Path| p.as_os_str().is_empty();
+    let vhost_user = args.virtio.socket.is_some();
+    let mut source = args.source_arg.clone();
+    let mut mountpoint = args.mountpoint_arg.clone();
+    if let Some(dir) = args.virtio.shared_dir.clone() {
+        match (source.take(), mountpoint.is_some()) {
+            (None, _) => source = Some(dir),
+            // `--shared-dir DIR MOUNTPOINT`: the one positional argument
+            // is the mountpoint.
+            (Some(first), false) if !vhost_user => {
+                mountpoint = Some(first);
+                source = Some(dir);
+            }
+            _ => {
+                return Err(Failure(
+                    "--shared-dir names the directory to serve, as SOURCE does: give one of \
+                     them"
+                        .into(),
+                ))
+            }
+        }
+    }
+    args.source = source.unwrap_or_default();
+    args.mountpoint = mountpoint.unwrap_or_default();
+    if empty(&args.source) {
+        return Err(Failure(
+            "the directory to serve is missing (SOURCE or --shared-dir)".into(),
+        ));
+    }
+    match (vhost_user, empty(&args.mountpoint)) {
+        (true, false) => Err(Failure(format!(
+            "--vhost-user serves a virtual machine, not a mount: no MOUNTPOINT ({} given)",
+            args.mountpoint.display()
+        ))),
+        (false, true) => Err(Failure("MOUNTPOINT is missing".into())),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses what `--vhost-user` can't do (mount options, other
+/// transports, takeover and supervision).
+pub fn check_virtio_args(args: &Args) -> Result<(), Failure> {
+    let mut refused = Vec::new();
+    let mut no = |on: bool, what: &str| {
+        if on {
+            refused.push(what.to_string());
+        }
+    };
+    no(args.uring, "--uring");
+    no(args.supervise, "--supervise");
+    no(args.takeover_socket.is_some(), "--takeover-socket");
+    no(args.take_over.is_some(), "--take-over");
+    no(args.auto_unmount, "--auto-unmount");
+    no(args.allow_other, "--allow-other");
+    no(args.unmount_dead, "--unmount-dead");
+    no(args.max_read.is_some(), "--max-read");
+    no(args.runtime != Runtime::Sync, "--runtime tokio|uring");
+    no(!args.mount_flags.is_empty(), "mount flags (-o)");
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(Failure(format!(
+        "--vhost-user can't be combined with {}: the guest's kernel mounts, and its \
+         requests are served by a thread per virtqueue",
+        refused.join(", ")
+    )))
+}
+
+/// The transport's configuration from the arguments.
+pub fn virtio_config(args: &Args) -> Result<VirtioConfig, Failure> {
+    let config = VirtioConfig::default()
+        .request_queues(args.virtio.virtio_queues)
+        .tag(args.virtio.tag.clone());
+    config
+        .validate()
+        .map_err(|e| Failure(format!("--vhost-user: {e}")))?;
+    Ok(config)
+}
+
+/// Listens on the socket and serves virtual machines one connection after
+/// another until a signal stops it; `detach` is told once the socket
+/// listens.
+pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<(), Failure> {
+    check_virtio_args(&args)?;
+    check_source(&source)?;
+    let config = virtio_config(&args)?;
+    let fs_config = args.fs.passthrough_config()?;
+    let socket = args
+        .virtio
+        .socket
+        .clone()
+        .ok_or_else(|| Failure("--vhost-user SOCKET is missing".into()))?;
+    crate::raise_nofile_limit();
+    let signals = block_signals();
+
+    // The file system of the current session, for SIGUSR1's log.
+    let current: Arc<Mutex<Option<Arc<PassthroughFs>>>> = Arc::default();
+    let factory: Arc<ServerFactory> = {
+        let (source, current, debug) = (source.clone(), current.clone(), args.debug);
+        Arc::new(move || {
+            let fs = Arc::new(
+                PassthroughFs::new(&source, fs_config.clone()).map_err(std::io::Error::other)?,
+            );
+            *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(fs.clone());
+            Ok(Arc::new(Server::new(fs).with_request_log(debug)))
+        })
+    };
+    let serve =
+        Arc::new(VirtioServe::bind(&socket, config.clone()).map_err(|e| Failure(e.to_string()))?);
+    tracing::info!(
+        source = %source.display(),
+        socket = %socket.display(),
+        tag = config.tag.as_deref().unwrap_or("(the VMM's)"),
+        request_queues = config.request_queues,
+        background = detach.is_background(),
+        "passthroughfs serving virtio-fs over vhost-user"
+    );
+    detach.ready();
+    crate::notify::ready();
+    let stopper = serve.clone();
+    spawn_signal_thread(
+        signals,
+        socket.clone(),
+        move || {
+            if let Some(fs) = &*current.lock().unwrap_or_else(|e| e.into_inner()) {
+                log_fs_state(fs);
+            }
+        },
+        move || {
+            crate::notify::stopping();
+            stopper.stop();
+        },
+    )?;
+    let result = serve.run(factory);
+    crate::notify::stopping();
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped; exiting");
+            Ok(())
+        }
+        Err(e) => Err(Failure(format!("serving failed: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(argv: &[&str]) -> Result<Args, Failure> {
+        let mut args =
+            Args::try_parse_from(std::iter::once("passthroughfs").chain(argv.iter().copied()))
+                .map_err(|e| Failure(e.to_string()))?;
+        settle_args(&mut args)?;
+        Ok(args)
+    }
+
+    #[test]
+    fn vhost_user_takes_a_source_and_no_mountpoint() {
+        let a = parse(&["--vhost-user", "/run/vfs.sock", "--tag", "fs0", "/srv"]).unwrap();
+        assert_eq!(a.virtio.socket, Some(PathBuf::from("/run/vfs.sock")));
+        assert_eq!(a.source, PathBuf::from("/srv"));
+        assert!(a.mountpoint.as_os_str().is_empty());
+        let a = parse(&[
+            "--socket-path",
+            "/s",
+            "--shared-dir",
+            "/srv",
+            "--sandbox",
+            "none",
+        ])
+        .unwrap();
+        assert_eq!(a.source, PathBuf::from("/srv"));
+        assert!(parse(&["--vhost-user", "/s", "/srv", "/mnt"])
+            .unwrap_err()
+            .0
+            .contains("no MOUNTPOINT"));
+        assert!(parse(&["--vhost-user", "/s"])
+            .unwrap_err()
+            .0
+            .contains("missing"));
+        assert!(parse(&["--vhost-user", "/s", "--shared-dir", "/a", "/b"])
+            .unwrap_err()
+            .0
+            .contains("give one of them"));
+    }
+
+    #[test]
+    fn shared_dir_is_source_when_mounting_too() {
+        let a = parse(&["--shared-dir", "/srv", "/mnt"]).unwrap();
+        assert_eq!(a.source, PathBuf::from("/srv"));
+        assert_eq!(a.mountpoint, PathBuf::from("/mnt"));
+        assert!(parse(&["/srv"])
+            .unwrap_err()
+            .0
+            .contains("MOUNTPOINT is missing"));
+        assert!(parse(&[]).unwrap_err().0.contains("missing"));
+    }
+
+    #[test]
+    fn only_sandbox_none_is_accepted() {
+        for mode in ["namespace", "chroot", ""] {
+            let e = parse(&["--vhost-user", "/s", "--sandbox", mode, "/srv"]).unwrap_err();
+            assert!(e.0.contains("only `none`"), "{mode}: {}", e.0);
+        }
+    }
+
+    #[test]
+    fn mount_only_options_are_refused_with_vhost_user() {
+        let a = parse(&["--vhost-user", "/s", "--uring", "--allow-other", "/srv"]).unwrap();
+        let e = check_virtio_args(&a).unwrap_err();
+        assert!(
+            e.0.contains("--uring") && e.0.contains("--allow-other"),
+            "{}",
+            e.0
+        );
+        let a = parse(&["--vhost-user", "/s", "/srv"]).unwrap();
+        check_virtio_args(&a).unwrap();
+        assert!(
+            parse(&["--tag", "x", "/srv", "/mnt"]).is_err(),
+            "--tag needs --vhost-user"
+        );
+    }
+
+    #[test]
+    fn bad_queue_counts_and_tags_are_refused() {
+        let a = parse(&["--vhost-user", "/s", "--virtio-queues", "0", "/srv"]).unwrap();
+        assert!(virtio_config(&a).is_err());
+        let long = "t".repeat(37);
+        let a = parse(&["--vhost-user", "/s", "--tag", &long, "/srv"]).unwrap();
+        assert!(virtio_config(&a).unwrap_err().0.contains("tag"));
+    }
+}
