@@ -232,7 +232,7 @@ pub(super) fn clean(raw: &[u8]) -> String {
 }
 
 /// qemu, killed when dropped (an error or panic must not leave it running).
-pub(super) struct Qemu(Child);
+pub(super) struct Qemu(pub(super) Child);
 
 impl Drop for Qemu {
     fn drop(&mut self) {

@@ -71,6 +71,7 @@ mod boot;
 mod build;
 mod initramfs;
 mod kernel;
+mod virtiofs;
 
 use boot::*;
 use build::*;
@@ -200,6 +201,13 @@ pub struct VmArgs {
         requires = "measure_memory"
     )]
     measure_block: usize,
+    /// Instead of the tests, serve a directory to the guest over virtio-fs
+    /// (`passthroughfs --vhost-user` on the host, `vhost-user-fs-pci` in
+    /// qemu) and run file operations and a data-integrity check on its
+    /// `-t virtiofs` mount, then reconnect and kill the daemon under load
+    /// (docs/virtiofs.md).
+    #[arg(long, conflicts_with = "measure_memory")]
+    virtiofs: bool,
 }
 
 /// A `--measure-block` value: a positive multiple of 4096 (O_DIRECT).
@@ -285,6 +293,9 @@ pub fn run(args: &VmArgs) -> Result<()> {
 
 /// [`run`], returning its errors.
 fn run_vm(args: &VmArgs) -> Result<()> {
+    if args.virtiofs {
+        return virtiofs::run_virtiofs(args);
+    }
     let started = Instant::now();
     let mut timings: Vec<(&str, f64)> = Vec::new();
     let vm_dir = target_dir().join("vm");
