@@ -2,9 +2,11 @@
 //! serves a queue's descriptor chains.
 
 use crate::chain::{Buffers, ChainError, ChainTransaction};
+use crate::guest::DataStats;
 use fuse_abi::Opcode;
 use fuse_server::{Outcome, Server};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
@@ -104,6 +106,35 @@ impl VirtioConfig {
     }
 }
 
+/// Counts of how READ and WRITE data moved, for a connection.
+#[derive(Debug, Default)]
+pub struct DataCounters {
+    /// WRITE requests, their bytes, their `pwritev` calls on guest memory,
+    /// and the transfers that went through a buffer of the daemon's.
+    pub writes: [AtomicU64; 4],
+    /// The same for READ (`preadv`).
+    pub reads: [AtomicU64; 4],
+}
+
+impl DataCounters {
+    fn count(&self, write: bool, stats: &DataStats) {
+        let c = if write { &self.writes } else { &self.reads };
+        for (slot, n) in c
+            .iter()
+            .zip([1, stats.bytes, stats.calls as u64, stats.bounced as u64])
+        {
+            slot.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// `[requests, bytes, vectored calls, bounced transfers]` of WRITE
+    /// (`write`) or READ.
+    pub fn get(&self, write: bool) -> [u64; 4] {
+        let c = if write { &self.writes } else { &self.reads };
+        std::array::from_fn(|i| c[i].load(Ordering::Relaxed))
+    }
+}
+
 /// The vhost-user-fs backend of one front-end connection.
 ///
 /// Queue 0 is the hiprio queue (FORGET, BATCH_FORGET, INTERRUPT: no
@@ -119,6 +150,7 @@ pub struct VirtioFsBackend {
     event_idx: std::sync::atomic::AtomicBool,
     /// One set of buffers per queue thread.
     buffers: Vec<Mutex<Option<Buffers>>>,
+    data: DataCounters,
 }
 
 impl VirtioFsBackend {
@@ -136,6 +168,7 @@ impl VirtioFsBackend {
             mem: RwLock::new(None),
             event_idx: std::sync::atomic::AtomicBool::new(false),
             buffers: (0..queues).map(|_| Mutex::new(None)).collect(),
+            data: DataCounters::default(),
         })
     }
 
@@ -151,6 +184,17 @@ impl VirtioFsBackend {
     /// (`destroy`) once. The next INIT starts a new one.
     pub fn finish(&self) {
         self.server().finish();
+        let [w, wb, wc, wx] = self.data.get(true);
+        let [r, rb, rc, rx] = self.data.get(false);
+        tracing::info!(
+            "data path: {w} WRITE ({wb} bytes, {wc} pwritev, {wx} bounced), \
+             {r} READ ({rb} bytes, {rc} preadv, {rx} bounced)"
+        );
+    }
+
+    /// How READ and WRITE data moved on this connection.
+    pub fn data_counters(&self) -> &DataCounters {
+        &self.data
     }
 
     /// The guest's driver sent INIT: if the session's server has
@@ -285,8 +329,8 @@ impl VirtioFsBackend {
         let max_request = server
             .negotiated()
             .map_or(initial_reply_size(&server), |n| n.max_request_size());
-        let mut tx = match ChainTransaction::new(bufs, max_request) {
-            Ok((tx, _)) => tx,
+        let (mut tx, peek) = match ChainTransaction::new(bufs, max_request) {
+            Ok(v) => v,
             Err(e) => {
                 tracing::warn!(queue, "dropping descriptor chain: {e}");
                 return 0;
@@ -296,6 +340,24 @@ impl VirtioFsBackend {
             Ok(Outcome::Destroyed) => tracing::info!("the guest unmounted (DESTROY)"),
             Ok(_) => {}
             Err(e) => tracing::warn!(queue, "request not answered: {e}"),
+        }
+        if let Some(stats) = tx.data_stats() {
+            let op = if peek.header.opcode == Opcode::Write as u32 {
+                "WRITE"
+            } else {
+                "READ"
+            };
+            self.data.count(op == "WRITE", &stats);
+            tracing::debug!(
+                target: "fuse_transport_virtio::data",
+                unique = peek.header.unique,
+                op,
+                bytes = stats.bytes,
+                calls = stats.calls,
+                buffers = stats.buffers,
+                bounced = stats.bounced,
+                "data moved"
+            );
         }
         tx.used_len()
     }

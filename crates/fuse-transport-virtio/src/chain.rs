@@ -11,7 +11,7 @@
 //! ([`GuestWriter`]). Every other reply is built in the thread's reply
 //! buffer and copied into the chain.
 
-use crate::guest::{GuestReader, GuestWriter, Segments};
+use crate::guest::{DataStats, GuestReader, GuestWriter, Segments};
 use fuse_abi::{InHeader, Opcode, OutHeader, WriteIn};
 use fuse_server::io::{AlignedBuf, ZeroCopyReader, ZeroCopyWriter};
 use fuse_server::{RawRequest, Transaction};
@@ -155,6 +155,16 @@ impl<'a> ChainTransaction<'a> {
             },
             peek,
         ))
+    }
+
+    /// How a WRITE's or READ's data moved between guest memory and the
+    /// file (`None` for other requests).
+    pub fn data_stats(&self) -> Option<DataStats> {
+        match (&self.data_in, &self.data_out) {
+            (Some(r), _) => Some(r.stats()),
+            (_, Some(w)) => Some(w.stats()),
+            _ => None,
+        }
     }
 
     /// The used length to report for the chain: what the reply wrote (0

@@ -230,6 +230,34 @@ fn refused_alignment(e: &io::Error, fd: BorrowedFd<'_>) -> bool {
     e.raw_os_error() == Some(libc::EINVAL) && is_direct(fd)
 }
 
+/// What a reader or writer did: how the data moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataStats {
+    /// Bytes moved.
+    pub bytes: u64,
+    /// `preadv`/`pwritev` calls straight on guest memory.
+    pub calls: u32,
+    /// The most guest buffers one such call took.
+    pub buffers: u32,
+    /// Transfers that went through a buffer of the daemon's (an `O_DIRECT`
+    /// file refusing the guest's alignment, or a file system that used the
+    /// memory methods).
+    pub bounced: u32,
+}
+
+impl DataStats {
+    fn vectored(&mut self, bytes: usize, buffers: usize) {
+        self.bytes += bytes as u64;
+        self.calls += 1;
+        self.buffers = self.buffers.max(buffers as u32);
+    }
+
+    fn bounced(&mut self, bytes: usize) {
+        self.bytes += bytes as u64;
+        self.bounced += 1;
+    }
+}
+
 /// A WRITE's data: the readable buffers of a chain after the request's
 /// headers, written to the backing file with `pwritev` straight from
 /// guest memory.
@@ -239,6 +267,7 @@ pub struct GuestReader<'a> {
     pos: usize,
     end: usize,
     iov: Vec<libc::iovec>,
+    stats: DataStats,
     /// A copy of the whole data (`start..end`), made on the first
     /// `unconsumed`, for a file system that writes the bytes itself.
     bounce: OnceCell<Vec<u8>>,
@@ -259,8 +288,14 @@ impl<'a> GuestReader<'a> {
             pos: start,
             end,
             iov: Vec::new(),
+            stats: DataStats::default(),
             bounce: OnceCell::new(),
         }
+    }
+
+    /// How the data moved so far.
+    pub fn stats(&self) -> DataStats {
+        self.stats
     }
 
     fn through_bounce(
@@ -273,6 +308,7 @@ impl<'a> GuestReader<'a> {
         let got = self.segs.copy_out(self.pos, &mut buf[..count]);
         let n = fuse_server::io::pwrite(fd, &buf[..got], offset)?;
         self.pos += n;
+        self.stats.bounced(n);
         Ok(n)
     }
 }
@@ -290,11 +326,14 @@ impl ZeroCopyReader for GuestReader<'_> {
         let mut iov = std::mem::take(&mut self.iov);
         self.segs.iovecs(self.pos, count, &mut iov);
         let r = vectored(fd, &iov, offset, true);
+        let buffers = iov.len();
         self.iov = iov;
         match r {
             Ok(n) => {
-                self.pos += n.min(count);
-                Ok(n.min(count))
+                let n = n.min(count);
+                self.pos += n;
+                self.stats.vectored(n, buffers);
+                Ok(n)
             }
             Err(e) if refused_alignment(&e, fd) => self.through_bounce(fd, offset, count),
             Err(e) => Err(e),
@@ -312,7 +351,11 @@ impl ZeroCopyReader for GuestReader<'_> {
     }
 
     fn consume(&mut self, n: usize) {
-        self.pos += n.min(self.remaining());
+        let n = n.min(self.remaining());
+        self.pos += n;
+        if n > 0 {
+            self.stats.bounced(n);
+        }
     }
 
     fn is_zero_copy(&self) -> bool {
@@ -329,6 +372,7 @@ pub struct GuestWriter<'a> {
     capacity: usize,
     written: usize,
     iov: Vec<libc::iovec>,
+    stats: DataStats,
     /// For `spare`/`commit`: the file system fills this, `commit` copies
     /// it to the guest.
     bounce: Vec<u8>,
@@ -347,8 +391,14 @@ impl<'a> GuestWriter<'a> {
             capacity: (segs.len() - start).min(limit),
             written: 0,
             iov: Vec::new(),
+            stats: DataStats::default(),
             bounce: Vec::new(),
         }
+    }
+
+    /// How the data moved so far.
+    pub fn stats(&self) -> DataStats {
+        self.stats
     }
 
     fn through_bounce(
@@ -361,6 +411,7 @@ impl<'a> GuestWriter<'a> {
         let n = fuse_server::io::pread(fd, &mut buf[..count], offset)?;
         self.segs.copy_in(self.start + self.written, &buf[..n]);
         self.written += n;
+        self.stats.bounced(n);
         Ok(n)
     }
 }
@@ -387,11 +438,14 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         let mut iov = std::mem::take(&mut self.iov);
         self.segs.iovecs(self.start + self.written, count, &mut iov);
         let r = vectored(fd, &iov, offset, false);
+        let buffers = iov.len();
         self.iov = iov;
         match r {
             Ok(n) => {
-                self.written += n.min(count);
-                Ok(n.min(count))
+                let n = n.min(count);
+                self.written += n;
+                self.stats.vectored(n, buffers);
+                Ok(n)
             }
             Err(e) if refused_alignment(&e, fd) => self.through_bounce(fd, offset, count),
             Err(e) => Err(e),
@@ -404,6 +458,7 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         }
         self.segs.copy_in(self.start + self.written, data);
         self.written += data.len();
+        self.stats.bounced(data.len());
         Ok(())
     }
 
@@ -419,6 +474,9 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         self.segs
             .copy_in(self.start + self.written, &self.bounce[..n]);
         self.written += n;
+        if n > 0 {
+            self.stats.bounced(n);
+        }
         self.bounce.clear();
     }
 

@@ -38,7 +38,7 @@ mod backend;
 pub mod chain;
 pub mod guest;
 
-pub use backend::{ServerFactory, VirtioConfig, VirtioFsBackend, TAG_LEN};
+pub use backend::{DataCounters, ServerFactory, VirtioConfig, VirtioFsBackend, TAG_LEN};
 pub use chain::{Buffers, ChainTransaction};
 
 use std::io;

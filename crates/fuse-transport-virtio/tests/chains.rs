@@ -330,6 +330,13 @@ fn init_lookup_getattr_write_read_forget_through_chains() {
         std::fs::read(dir.path().join("big")).unwrap() == data,
         "the backing file holds the guest's pages in order"
     );
+    // One pwritev straight from the guest's 257 pieces (256 pages, one
+    // split across the regions), nothing through a buffer of ours.
+    assert_eq!(
+        g.backend.data_counters().get(true),
+        [1, 1 << 20, 1, 0],
+        "[requests, bytes, pwritev, bounced]"
+    );
 
     // READ it back into other scattered pages, from offset 4000 (so the
     // data doesn't start on a page of the file).

@@ -79,7 +79,6 @@ pub struct Args {
     #[arg(skip)]
     pub mountpoint: PathBuf,
 
-
     /// Mount options, comma-separated, libfuse's names (listed below); may
     /// be given more than once.
     #[arg(short = 'o', value_name = "OPT[,OPT...]", action = clap::ArgAction::Append)]

@@ -157,6 +157,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         &["virtiofs-mount", "virtiofs-check", "virtiofs-umount"],
     ));
     problems.extend(compare_hashes(&vm1, &shared));
+    problems.extend(check_write_path(&daemon_log));
     if let Ok(Some(status)) = daemon.0.try_wait() {
         problems.push(format!(
             "the daemon exited when the first VM disconnected ({status}); it must wait for \
@@ -281,7 +282,9 @@ fn start_daemon(exe: &Path, socket: &Path, shared: &Path, log: &Path) -> Result<
         .arg(shared)
         .env(
             "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            // The per-request data lines: how each WRITE reached the file.
+            std::env::var("RUST_LOG")
+                .unwrap_or_else(|_| "info,fuse_transport_virtio::data=debug".into()),
         )
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
@@ -418,7 +421,14 @@ fn boot_virtiofs(
                 let now = Instant::now();
                 if exit_by.is_some_and(|t| now >= t) {
                     let msg = if vm.done.is_some() {
-                        format!("qemu didn't exit within {EXIT_SECS} s of the guest's power-off")
+                        format!(
+                            "qemu didn't exit within {} s of the guest's power-off",
+                            if killed_daemon {
+                                KILLED_EXIT_SECS
+                            } else {
+                                EXIT_SECS
+                            }
+                        )
                     } else {
                         "the guest didn't power off after the daemon was killed".to_string()
                     };
@@ -499,6 +509,37 @@ fn terminate(child: &mut Child) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
     "still running after 15 s".to_string()
+}
+
+/// The daemon's data lines (`fuse_transport_virtio::data` at debug): every
+/// 1 MiB WRITE must have gone to the file in one `pwritev` from guest
+/// memory, and there must be at least one.
+fn check_write_path(log: &Path) -> Vec<String> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let field = |line: &str, name: &str| -> Option<u64> {
+        let at = line.find(&format!(" {name}="))? + name.len() + 2;
+        line[at..].split_whitespace().next()?.parse().ok()
+    };
+    let mut big = 0;
+    let mut problems = Vec::new();
+    for line in text.lines().filter(|l| l.contains("op=\"WRITE\"")) {
+        if field(line, "bytes") != Some(1 << 20) {
+            continue;
+        }
+        big += 1;
+        if field(line, "calls") != Some(1) || field(line, "bounced") != Some(0) {
+            problems.push(format!("a 1 MiB WRITE took more than one pwritev: {line}"));
+        }
+    }
+    for line in text.lines().filter(|l| l.contains("data path:")) {
+        println!("daemon: {}", &line[line.find("data path:").unwrap_or(0)..]);
+    }
+    if big == 0 {
+        problems.push("the daemon logged no 1 MiB WRITE (is max_pages below 256?)".into());
+    } else if problems.is_empty() {
+        println!("daemon: {big} WRITEs of 1 MiB, each one pwritev from the guest's pages");
+    }
+    problems
 }
 
 /// Problems with the steps `names` of a boot: each must have run and
