@@ -128,6 +128,11 @@ const STEPS: &[Step] = &[
         run: step_vm,
     },
     Step {
+        name: "virtiofs",
+        about: "a qemu guest mounts -t virtiofs what passthroughfs --vhost-user serves: file operations, data integrity, pjdfstest, reconnect, reboot, the daemon killed (cargo xtask test-in-vm --virtiofs)",
+        run: step_virtiofs,
+    },
+    Step {
         name: "bench",
         about: "benchmark smoke run (cargo xtask bench --quick)",
         run: step_bench,
@@ -565,6 +570,17 @@ fn step_stress(ctx: &mut Ctx) -> Result<Outcome> {
 /// [`debian_experimental_package`].
 fn step_vm(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(xtask().arg("test-in-vm").current_dir(&ctx.root))?;
+    Ok(Outcome::Done)
+}
+
+/// virtio-fs with a real guest: `cargo xtask test-in-vm --virtiofs`
+/// (docs/virtiofs.md).
+fn step_virtiofs(ctx: &mut Ctx) -> Result<Outcome> {
+    run_cmd(
+        xtask()
+            .args(["test-in-vm", "--virtiofs", "--quiet"])
+            .current_dir(&ctx.root),
+    )?;
     Ok(Outcome::Done)
 }
 

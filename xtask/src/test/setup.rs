@@ -89,7 +89,7 @@ pub fn ensure_apt_packages(packages: &[&str]) -> Result<()> {
 }
 
 /// Finds pjdfstest (PATH or `~/.cargo/bin`) and checks its version.
-pub(super) fn pjdfstest_binary() -> Option<(PathBuf, String)> {
+pub(crate) fn pjdfstest_binary() -> Option<(PathBuf, String)> {
     let path = find_program("pjdfstest")?;
     let version = Command::new(&path)
         .arg("--version")
@@ -100,7 +100,7 @@ pub(super) fn pjdfstest_binary() -> Option<(PathBuf, String)> {
 }
 
 /// Installs pjdfstest with `cargo install` unless the right version is there.
-pub(super) fn ensure_pjdfstest() -> Result<()> {
+pub(crate) fn ensure_pjdfstest() -> Result<()> {
     match pjdfstest_binary() {
         Some((path, version)) if version.ends_with(PJDFSTEST_VERSION) => {
             println!("pjdfstest: {} ({version})", path.display());

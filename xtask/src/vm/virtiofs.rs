@@ -15,9 +15,13 @@
 //!    the checker: file operations, the host's file, random reads and
 //!    writes against a model (buffered and `O_DIRECT`), and leaves files
 //!    whose sizes and FNV-1a hashes it prints; the host compares them with
-//!    what SHARED holds once the guest powered off.
-//! 5. **boot 2 (reconnect, kill)**: a new qemu against the same daemon,
-//!    which must have waited for it: the files of boot 1 must be there.
+//!    what SHARED holds once the guest powered off. Then pjdfstest (the
+//!    host's, with the libraries it links, and `xtask/pjdfstest.toml`)
+//!    runs on the mount.
+//! 5. **boot 2 (reconnect, reboot, kill)**: a new qemu against the same
+//!    daemon, which must have waited for it: the files of boot 1 must be
+//!    there. The guest then reboots (same qemu, same connection: the
+//!    driver starts a new session with a new INIT) and finds them again.
 //!    Then the guest writes 1 MiB blocks in a loop and the host kills the
 //!    daemon (SIGKILL) under that load. The guest's requests then never
 //!    complete; what must not happen is a hang on the host: the guest's
@@ -61,10 +65,24 @@ grep virtiofs /proc/mounts
 case $phase in
 check)
 	run_test virtiofs-check / /xtask/vm-virtiofs check /mnt/vfs
+	mkdir -p /mnt/vfs/pjd
+	run_test virtiofs-pjdfstest /mnt/vfs/pjd env NO_COLOR=1 RUST_BACKTRACE=0 \
+		/xtask/pjdfstest -c /xtask/pjdfstest.toml -p /mnt/vfs/pjd
 	run_test virtiofs-umount / umount /mnt/vfs
 	;;
 kill)
-	run_test virtiofs-reconnect / /xtask/vm-virtiofs reconnect /mnt/vfs
+	# The first time: the files of the check boot, then a reboot within
+	# the same qemu (the same vhost-user connection). The marker on the
+	# shared directory says which time this is.
+	if [ ! -e /mnt/vfs/reboot-marker ]; then
+		run_test virtiofs-reconnect / /xtask/vm-virtiofs reconnect /mnt/vfs
+		echo rebooting > /mnt/vfs/reboot-marker
+		umount /mnt/vfs
+		echo "XTASK-VIRTIOFS-REBOOTING"
+		reboot -f
+	fi
+	run_test virtiofs-after-reboot / rm /mnt/vfs/reboot-marker
+	run_test virtiofs-reconnect-again / /xtask/vm-virtiofs reconnect /mnt/vfs
 	/xtask/vm-virtiofs load /mnt/vfs &
 	echo "XTASK-VIRTIOFS-LOADING"
 	# The host kills the daemon during the load; this shell doesn't touch
@@ -80,6 +98,24 @@ kill)
 	;;
 esac
 "#;
+
+/// The guest's `/etc`: pjdfstest switches to `nobody` and `daemon`, each
+/// with its primary group (xtask/pjdfstest.toml).
+const GUEST_ETC: &[(&str, &str)] = &[
+    (
+        "passwd",
+        "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/bin/false\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    ),
+    ("group", "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n"),
+    (
+        "nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files\n",
+    ),
+];
+
+/// Where pjdfstest and its configuration lie in the guest.
+const GUEST_PJDFSTEST: (&str, &str) = ("/xtask/pjdfstest", "/xtask/pjdfstest.toml");
 
 /// The daemon, killed when dropped.
 struct Daemon(Child);
@@ -121,11 +157,15 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
             .arg(&checker)
             .arg(&checker_source),
     )?;
+    crate::test::ensure_pjdfstest()?;
+    let (pjdfstest, version) =
+        crate::test::pjdfstest_binary().context("pjdfstest is not installed")?;
+    println!("pjdfstest: {} ({version})", pjdfstest.display());
     timings.push(("build", t.elapsed().as_secs_f64()));
 
     println!("\n--> initramfs");
     let t = Instant::now();
-    let initrd = initramfs(&run_dir, &checker)?;
+    let initrd = initramfs(&run_dir, &checker, &pjdfstest)?;
     timings.push(("initramfs", t.elapsed().as_secs_f64()));
 
     println!("\n--> daemon");
@@ -154,8 +194,14 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     timings.extend(vm1.timings());
     problems.extend(steps_ok(
         &vm1,
-        &["virtiofs-mount", "virtiofs-check", "virtiofs-umount"],
+        &[
+            "virtiofs-mount",
+            "virtiofs-check",
+            "virtiofs-pjdfstest",
+            "virtiofs-umount",
+        ],
     ));
+    let pjd = pjdfstest_report(&vm1);
     problems.extend(compare_hashes(&vm1, &shared));
     problems.extend(check_write_path(&daemon_log));
     if let Ok(Some(status)) = daemon.0.try_wait() {
@@ -179,7 +225,23 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     )?;
     timings.push(("boot 2", t.elapsed().as_secs_f64()));
     notes.extend(notes2);
-    problems.extend(steps_ok(&vm2, &["virtiofs-mount", "virtiofs-reconnect"]));
+    problems.extend(steps_ok(
+        &vm2,
+        &[
+            "virtiofs-mount",
+            "virtiofs-reconnect",
+            "virtiofs-after-reboot",
+            "virtiofs-reconnect-again",
+        ],
+    ));
+    let boots = vm2
+        .console
+        .iter()
+        .filter(|l| l.contains("XTASK-VM-BOOTED"))
+        .count();
+    if boots != 2 {
+        problems.push(format!("boot 2: the guest booted {boots} times, not twice"));
+    }
     if !vm2
         .console
         .iter()
@@ -212,6 +274,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         }
         println!("console: {}", log.display());
     }
+    println!("pjdfstest in the guest: {pjd}");
     for n in &notes {
         println!("note: {n}");
     }
@@ -244,8 +307,30 @@ fn build_daemon(args: &VmArgs) -> Result<PathBuf> {
     Ok(exe)
 }
 
-/// The initramfs: busybox, `/init`, the checker and [`PLAN`].
-fn initramfs(run_dir: &Path, checker: &Path) -> Result<PathBuf> {
+/// The shared libraries `ldd` lists for `exe` (the loader included).
+fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(exe)
+        .output()
+        .context("running ldd")?;
+    if !out.status.success() {
+        bail!("ldd {} failed", exe.display());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = match l.split_once("=>") {
+                Some((_, rest)) => rest.split_whitespace().next()?,
+                None => l.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect())
+}
+
+/// The initramfs: busybox, `/init`, the checker, pjdfstest with its
+/// libraries and configuration, and [`PLAN`].
+fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: &Path) -> Result<PathBuf> {
     let staging = run_dir.join("initramfs");
     if staging.exists() {
         fs::remove_dir_all(&staging)?;
@@ -259,10 +344,18 @@ fn initramfs(run_dir: &Path, checker: &Path) -> Result<PathBuf> {
     install(&staging, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
     fs::write(staging.join("init"), INIT_SCRIPT)?;
     fs::set_permissions(staging.join("init"), fs::Permissions::from_mode(0o755))?;
-    for (name, text) in ETC_FILES {
+    for (name, text) in GUEST_ETC {
         fs::write(staging.join("etc").join(name), text)?;
     }
     install(&staging, checker, Path::new(GUEST_CHECKER))?;
+    install(&staging, pjdfstest, Path::new(GUEST_PJDFSTEST.0))?;
+    for lib in shared_libraries(pjdfstest)? {
+        install(&staging, &lib, &lib)?;
+    }
+    fs::copy(
+        crate::workspace_root().join("xtask/pjdfstest.toml"),
+        staging.join(GUEST_PJDFSTEST.1.trim_start_matches('/')),
+    )?;
     fs::write(staging.join("xtask/plan.sh"), PLAN)?;
     let initrd = run_dir.join("initrd.gz");
     pack(&staging, &initrd)?;
@@ -334,7 +427,15 @@ fn boot_virtiofs(
     cmd.args(["-accel", "tcg", "-cpu", "max"])
         .args(["-smp", &args.cpus.to_string()])
         .args(["-m", &args.memory.to_string()])
-        .args(["-nographic", "-no-reboot", "-nic", "none"])
+        .args(["-nographic", "-nic", "none"])
+        // The kill phase reboots the guest once (a new session on the same
+        // connection); elsewhere a reboot ends the run (a panic, with
+        // `panic=-1`).
+        .args(if phase == "kill" {
+            &[][..]
+        } else {
+            &["-no-reboot"][..]
+        })
         .args([
             "-object",
             &format!("memory-backend-memfd,id=mem,size={}M,share=on", args.memory),
@@ -540,6 +641,28 @@ fn check_write_path(log: &Path) -> Vec<String> {
         println!("daemon: {big} WRITEs of 1 MiB, each one pwritev from the guest's pages");
     }
     problems
+}
+
+/// pjdfstest's summary line in the guest, and the tests it said failed.
+fn pjdfstest_report(vm: &VmRun) -> String {
+    let summary = vm
+        .console
+        .iter()
+        .rev()
+        .find_map(|l| after(l, "Summary:").map(|s| format!("Summary:{s}")))
+        .unwrap_or_else(|| "no summary".to_string());
+    let failed: Vec<&str> = vm
+        .console
+        .iter()
+        .map(|l| l.trim_end())
+        .filter(|l| l.ends_with(" FAILED") || l.ends_with(" PASSED UNEXPECTEDLY"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    if failed.is_empty() {
+        summary
+    } else {
+        format!("{summary}; failed: {}", failed.join(", "))
+    }
 }
 
 /// Problems with the steps `names` of a boot: each must have run and
