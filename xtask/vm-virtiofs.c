@@ -10,10 +10,14 @@
  *   vm-virtiofs reconnect DIR  a later boot against the same daemon: the
  *                              files the first boot left are there
  *   vm-virtiofs load DIR       writes 1 MiB blocks until killed
+ *   vm-virtiofs prepare DIR    the file the benchmark's I/O workloads use
+ *   vm-virtiofs bench DIR SECS LABEL WORKLOAD
+ *                              one benchmark workload for SECS seconds
  *
  * Lines the host reads (anywhere in a console line):
  *   XTASK-VIRTIOFS-HASH: NAME SIZE FNV1A64   a file the host compares
  *   XTASK-VIRTIOFS-LOAD: N                   writes done so far
+ *   XTASK-VIRTIOFS-BENCH: LABEL NAME OPS BYTES SECS  a workload's result
  * Every failed check prints "FAIL: ..." and makes the exit status 1.
  *
  * Data is a pattern of xorshift64* words from a seed; the host makes the
@@ -32,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -387,11 +392,123 @@ static void load(const char *dir)
 	}
 }
 
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *bench_label = "-";
+
+static void bench_result(const char *name, long ops, long long bytes, double secs)
+{
+	printf("XTASK-VIRTIOFS-BENCH: %s %s %ld %lld %.3f\n", bench_label, name, ops,
+	       bytes, secs);
+}
+
+/* O_DIRECT transfers of `block` bytes on a file of `size` bytes, for
+ * `secs` seconds: sequential (wrapping) or at random aligned offsets. */
+static void bench_io(const char *dir, const char *name, size_t block,
+		     size_t size, int write, int random, double secs)
+{
+	unsigned char *buf;
+	if (posix_memalign((void **)&buf, 4096, block)) {
+		fail("posix_memalign");
+		return;
+	}
+	pattern(buf, block, 5);
+	int fd = open(path(dir, "bench.bin"), O_RDWR | O_DIRECT);
+	CHECK(fd >= 0, "open bench.bin O_DIRECT");
+	if (fd < 0) {
+		free(buf);
+		return;
+	}
+	uint64_t s = 11;
+	size_t blocks = size / block, at = 0;
+	long ops = 0;
+	double start = now(), end = start + secs, t = start;
+	while (t < end) {
+		size_t b = random ? next_rand(&s) % blocks : at++ % blocks;
+		ssize_t n = write ? pwrite(fd, buf, block, (off_t)(b * block))
+				  : pread(fd, buf, block, (off_t)(b * block));
+		if (n != (ssize_t)block) {
+			fail("%s: %zd of %zu bytes", name, n, block);
+			break;
+		}
+		ops++;
+		if (ops % 16 == 0)
+			t = now();
+	}
+	t = now();
+	close(fd);
+	free(buf);
+	bench_result(name, ops, (long long)ops * (long long)block, t - start);
+}
+
+/* Create, stat and unlink a file, over and over, for `secs` seconds. */
+static void bench_metadata(const char *dir, double secs)
+{
+	CHECK(mkdir(path(dir, "meta"), 0755) == 0 || errno == EEXIST, "mkdir meta");
+	long ops = 0;
+	double start = now(), end = start + secs, t = start;
+	char name[64];
+	struct stat st;
+	while (t < end) {
+		snprintf(name, sizeof name, "meta/f%ld", ops);
+		int fd = open(path(dir, name), O_CREAT | O_EXCL | O_WRONLY, 0644);
+		if (fd < 0 || close(fd) || stat(path(dir, name), &st) ||
+		    unlink(path(dir, name))) {
+			fail("metadata: %s", name);
+			break;
+		}
+		ops++;
+		if (ops % 8 == 0)
+			t = now();
+	}
+	t = now();
+	bench_result("create-stat-unlink", ops, 0, t - start);
+}
+
+#define BENCH_FILE_SIZE ((size_t)64 << 20)
+
+/* The file the I/O workloads use, written whole. */
+static void bench_prepare(const char *dir)
+{
+	int fd = open(path(dir, "bench.bin"), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	unsigned char *buf = malloc(1 << 20);
+	pattern(buf, 1 << 20, 4);
+	for (size_t off = 0; fd >= 0 && off < BENCH_FILE_SIZE; off += 1 << 20)
+		CHECK(write_all(fd, buf, 1 << 20, (off_t)off) == 0, "fill bench.bin");
+	CHECK(fd >= 0 && fsync(fd) == 0 && close(fd) == 0, "bench.bin");
+	free(buf);
+}
+
+static void bench(const char *dir, double secs, const char *workload)
+{
+	const size_t size = BENCH_FILE_SIZE;
+	if (!strcmp(workload, "seq-write-1m"))
+		bench_io(dir, workload, 1 << 20, size, 1, 0, secs);
+	else if (!strcmp(workload, "seq-read-1m"))
+		bench_io(dir, workload, 1 << 20, size, 0, 0, secs);
+	else if (!strcmp(workload, "rand-write-4k"))
+		bench_io(dir, workload, 4096, size, 1, 1, secs);
+	else if (!strcmp(workload, "rand-read-4k"))
+		bench_io(dir, workload, 4096, size, 0, 1, secs);
+	else if (!strcmp(workload, "create-stat-unlink"))
+		bench_metadata(dir, secs);
+	else
+		fail("unknown workload %s", workload);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s check|reconnect|load DIR\n", argv[0]);
+	if (argc < 3) {
+		fprintf(stderr,
+			"usage: %s check|reconnect|load|prepare DIR | "
+			"bench DIR SECS LABEL WORKLOAD\n",
+			argv[0]);
 		return 2;
 	}
 	const char *dir = argv[2];
@@ -404,6 +521,13 @@ int main(int argc, char **argv)
 		reconnect(dir);
 	} else if (!strcmp(argv[1], "load")) {
 		load(dir);
+	} else if (!strcmp(argv[1], "prepare")) {
+		bench_prepare(dir);
+	} else if (!strcmp(argv[1], "bench") && argc == 6) {
+		bench_label = argv[4];
+		bench(dir, atof(argv[3]), argv[5]);
+		/* One line per run is enough: no failure count. */
+		return failures ? 1 : 0;
 	} else {
 		fprintf(stderr, "unknown mode %s\n", argv[1]);
 		return 2;

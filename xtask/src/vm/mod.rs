@@ -208,6 +208,22 @@ pub struct VmArgs {
     /// (docs/virtiofs.md).
     #[arg(long, conflicts_with = "measure_memory")]
     virtiofs: bool,
+    /// Instead of the tests, benchmark virtio-fs: the same guest and
+    /// workloads against `passthroughfs --vhost-user` and virtiofsd,
+    /// alternating; prints the ratios (docs/benchmarks.md).
+    #[arg(long, conflicts_with_all = ["measure_memory", "virtiofs"])]
+    virtiofs_bench: bool,
+    /// --virtiofs-bench: rounds (each runs every workload once on each
+    /// daemon's mount).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    bench_rounds: usize,
+    /// --virtiofs-bench: seconds per workload and mount.
+    #[arg(long, value_name = "SECS", default_value_t = 2)]
+    bench_secs: u32,
+    /// --virtiofs-bench: the virtiofsd to compare with (default: one
+    /// installed under target/tools, or `cargo install virtiofsd` there).
+    #[arg(long, value_name = "PATH")]
+    virtiofsd: Option<PathBuf>,
 }
 
 /// A `--measure-block` value: a positive multiple of 4096 (O_DIRECT).
@@ -295,6 +311,9 @@ pub fn run(args: &VmArgs) -> Result<()> {
 fn run_vm(args: &VmArgs) -> Result<()> {
     if args.virtiofs {
         return virtiofs::run_virtiofs(args);
+    }
+    if args.virtiofs_bench {
+        return virtiofs::run_virtiofs_bench(args);
     }
     let started = Instant::now();
     let mut timings: Vec<(&str, f64)> = Vec::new();

@@ -93,6 +93,30 @@ kill)
 	echo "XTASK-VM-DONE: $(cut -d' ' -f1 /proc/uptime)"
 	poweroff -f
 	;;
+bench)
+	# Two devices, two daemons: each workload runs on one mount then the
+	# other, the order swapped every round, so each pair of runs is
+	# seconds apart.
+	secs=$(sed -n 's/.*xtask\.secs=\([0-9]*\).*/\1/p' /proc/cmdline)
+	rounds=$(sed -n 's/.*xtask\.rounds=\([0-9]*\).*/\1/p' /proc/cmdline)
+	mkdir -p /mnt/peer
+	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
+	run_test virtiofs-prepare / sh -c \
+		'/xtask/vm-virtiofs prepare /mnt/vfs && /xtask/vm-virtiofs prepare /mnt/peer'
+	r=0
+	while [ "$r" -lt "${rounds:-3}" ]; do
+		r=$((r + 1))
+		for w in seq-write-1m seq-read-1m rand-write-4k rand-read-4k create-stat-unlink; do
+			if [ $((r % 2)) -eq 1 ]; then order="vfs peer"; else order="peer vfs"; fi
+			for m in $order; do
+				/xtask/vm-virtiofs bench "/mnt/$m" "${secs:-2}" "$m" "$w" ||
+					echo "FAIL: bench $m $w"
+			done
+		done
+	done
+	echo "XTASK-VIRTIOFS-BENCH-DONE"
+	umount /mnt/vfs /mnt/peer
+	;;
 *)
 	echo "xtask-vm: no xtask.phase= on the command line"
 	;;
@@ -147,16 +171,8 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
 
     println!("\n--> build");
     let t = Instant::now();
-    let daemon_exe = build_daemon(args)?;
-    let checker = run_dir.join("vm-virtiofs");
-    let checker_source = run_dir.join("vm-virtiofs.c");
-    fs::write(&checker_source, CHECKER_SOURCE)?;
-    run_cmd(
-        Command::new("gcc")
-            .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&checker)
-            .arg(&checker_source),
-    )?;
+    let daemon_exe = build_daemon(args.release)?;
+    let checker = build_checker(&run_dir)?;
     crate::test::ensure_pjdfstest()?;
     let (pjdfstest, version) =
         crate::test::pjdfstest_binary().context("pjdfstest is not installed")?;
@@ -165,7 +181,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
 
     println!("\n--> initramfs");
     let t = Instant::now();
-    let initrd = initramfs(&run_dir, &checker, &pjdfstest)?;
+    let initrd = initramfs(&run_dir, &checker, Some(&pjdfstest))?;
     timings.push(("initramfs", t.elapsed().as_secs_f64()));
 
     println!("\n--> daemon");
@@ -177,7 +193,14 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     fs::write(shared.join(FROM_HOST.0), pattern(FROM_HOST.1, FROM_HOST.2))?;
     let socket = run_dir.join("vhost-user-fs.sock");
     let daemon_log = run_dir.join("daemon.log");
-    let mut daemon = start_daemon(&daemon_exe, &socket, &shared, &daemon_log)?;
+    // The per-request data lines: how each WRITE reached the file.
+    let cmd = our_daemon(
+        &daemon_exe,
+        &socket,
+        &shared,
+        "info,fuse_transport_virtio::data=debug",
+    );
+    let mut daemon = start_daemon(cmd, &socket, &daemon_log)?;
 
     let mut problems = Vec::new();
     println!("\n--> boot 1: file operations and data integrity");
@@ -186,8 +209,9 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         args,
         &kernel.vmlinuz,
         &initrd,
-        &socket,
+        &[(&socket, TAG)],
         "check",
+        "",
         &log1,
         None,
     )?;
@@ -218,8 +242,9 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         args,
         &kernel.vmlinuz,
         &initrd,
-        &socket,
+        &[(&socket, TAG)],
         "kill",
+        "",
         &log2,
         Some(&mut daemon),
     )?;
@@ -289,17 +314,243 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     Ok(())
 }
 
+/// The virtiofsd version the benchmark compares with.
+const VIRTIOFSD_VERSION: &str = "^1.14";
+
+/// The benchmark's workloads, in the order the guest runs them.
+const WORKLOADS: &[&str] = &[
+    "seq-write-1m",
+    "seq-read-1m",
+    "rand-write-4k",
+    "rand-read-4k",
+    "create-stat-unlink",
+];
+
+/// `cargo xtask test-in-vm --virtiofs-bench`: one guest with two virtio-fs
+/// devices, one served by `passthroughfs --vhost-user`, the other by
+/// virtiofsd, each over a tmpfs directory of its own. The guest
+/// (`xtask/vm-virtiofs.c bench`) runs each workload on one mount and then
+/// the other, the order swapped every round, so the two runs of a pair are
+/// seconds apart on the same guest: O_DIRECT sequential 1 MiB and random
+/// 4 KiB reads and writes on a 64 MiB file, and create/stat/unlink.
+/// Prints, per workload, the median over the rounds of the ratio
+/// ours/virtiofsd of operations per second, and writes the table to
+/// `target/vm/virtiofs/bench.md`.
+pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
+    let started = Instant::now();
+    let vm_dir = target_dir().join("vm");
+    let run_dir = vm_dir.join("virtiofs");
+    fs::create_dir_all(&run_dir)?;
+    let _lock = lock(&vm_dir.join("run-virtiofs.lock"))?;
+    ensure_apt_packages(HOST_PACKAGES)?;
+    let kernel = find_kernel(args)?;
+    println!("kernel: {} ({})", kernel.vmlinuz.display(), kernel.about);
+    let ours = build_daemon(true)?;
+    let virtiofsd = find_virtiofsd(args)?;
+    let version = Command::new(&virtiofsd)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("virtiofsd: {} ({version})", virtiofsd.display());
+    let checker = build_checker(&run_dir)?;
+    let initrd = initramfs(&run_dir, &checker, None)?;
+
+    // tmpfs: no disk under the daemons (a shared machine's disk is noise).
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let base = PathBuf::from(format!(
+        "/dev/shm/xtask-virtiofs-bench-{}",
+        std::process::id()
+    ));
+    let _remove = Remove(base.clone());
+    let (ours_dir, peer_dir) = (base.join("ours"), base.join("peer"));
+    fs::create_dir_all(&ours_dir)?;
+    fs::create_dir_all(&peer_dir)?;
+    let ours_socket = run_dir.join("bench-ours.sock");
+    let peer_socket = run_dir.join("bench-virtiofsd.sock");
+    let _ours = start_daemon(
+        our_daemon(&ours, &ours_socket, &ours_dir, "warn"),
+        &ours_socket,
+        &run_dir.join("bench-passthroughfs.log"),
+    )?;
+    let mut cmd = Command::new(&virtiofsd);
+    cmd.arg("--socket-path")
+        .arg(&peer_socket)
+        .arg("--shared-dir")
+        .arg(&peer_dir)
+        // Both honour the guest's O_DIRECT (virtiofsd drops it by
+        // default) and confine nothing.
+        .args(["--sandbox", "none", "--allow-direct-io", "--cache", "auto"]);
+    let _peer = start_daemon(cmd, &peer_socket, &run_dir.join("bench-virtiofsd.log"))?;
+
+    let extra = format!(
+        "xtask.secs={} xtask.rounds={}",
+        args.bench_secs, args.bench_rounds
+    );
+    let console = run_dir.join("console-bench.log");
+    let (vm, _) = boot_virtiofs(
+        args,
+        &kernel.vmlinuz,
+        &initrd,
+        &[(&ours_socket, TAG), (&peer_socket, "peer")],
+        "bench",
+        &extra,
+        &console,
+        None,
+    )?;
+    let mut problems = steps_ok(
+        &vm,
+        &["virtiofs-mount", "virtiofs-mount-peer", "virtiofs-prepare"],
+    );
+    if !vm
+        .console
+        .iter()
+        .any(|l| l.contains("XTASK-VIRTIOFS-BENCH-DONE"))
+    {
+        problems.push("the guest didn't finish the workloads".into());
+    }
+    problems.extend(
+        vm.console
+            .iter()
+            .filter(|l| l.contains("FAIL"))
+            .map(|l| format!("guest: {l}")),
+    );
+    if let Some(k) = &vm.killed {
+        problems.push(k.clone());
+    }
+    // runs[workload] = (ours, virtiofsd) operations per second, in order.
+    let mut runs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for l in &vm.console {
+        let Some(rest) = after(l, "XTASK-VIRTIOFS-BENCH: ") else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split_whitespace().collect();
+        let [label, name, ops, _bytes, secs] = w[..] else {
+            continue;
+        };
+        let (Ok(ops), Ok(secs)) = (ops.parse::<f64>(), secs.parse::<f64>()) else {
+            continue;
+        };
+        let entry = runs.entry(name.to_string()).or_default();
+        let rate = ops / secs.max(1e-9);
+        if label == TAG {
+            entry.0.push(rate);
+        } else {
+            entry.1.push(rate);
+        }
+    }
+    let table = bench_table(&runs, args, &kernel, &version);
+    println!("\n==> virtio-fs benchmark\n{table}");
+    fs::write(run_dir.join("bench.md"), &table)?;
+    println!(
+        "(also in {}; console {}; total {:.0} s)",
+        run_dir.join("bench.md").display(),
+        console.display(),
+        started.elapsed().as_secs_f64()
+    );
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    Ok(())
+}
+
+/// The median of `v` (which must not be empty).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The ratios table: per workload, the median of the per-round ratios
+/// ours/virtiofsd of operations per second, and the ratios themselves.
+fn bench_table(
+    runs: &BTreeMap<String, (Vec<f64>, Vec<f64>)>,
+    args: &VmArgs,
+    kernel: &Kernel,
+    virtiofsd: &str,
+) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "virtio-fs in one guest ({}, qemu TCG, {} CPUs, {} MiB) with two devices: \
+         passthroughfs --vhost-user and {virtiofsd} (both --sandbox none --cache auto, \
+         the guest's O_DIRECT honoured), each serving a tmpfs directory; {} rounds of \
+         {} s per workload and mount, the order swapped every round. Ratio: ours / \
+         virtiofsd, operations per second (above 1: ours is faster).\n",
+        kernel.about, args.cpus, args.memory, args.bench_rounds, args.bench_secs
+    );
+    let _ = writeln!(t, "| workload | ours / virtiofsd (median) | per round |");
+    let _ = writeln!(t, "|---|---|---|");
+    for w in WORKLOADS {
+        let ratios: Vec<f64> = runs
+            .get(*w)
+            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect())
+            .unwrap_or_default();
+        if ratios.is_empty() {
+            let _ = writeln!(t, "| {w} | no result | |");
+            continue;
+        }
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        let _ = writeln!(t, "| {w} | {:.2}x | {} |", median(&ratios), each.join(", "));
+    }
+    t
+}
+
+/// `--virtiofsd`, else one under `target/tools` (installed there with
+/// `cargo install` if missing: it needs libseccomp-dev and libcap-ng-dev).
+fn find_virtiofsd(args: &VmArgs) -> Result<PathBuf> {
+    if let Some(p) = &args.virtiofsd {
+        return Ok(p.clone());
+    }
+    let root = target_dir().join("tools");
+    let exe = root.join("bin/virtiofsd");
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    ensure_apt_packages(&["libseccomp-dev", "libcap-ng-dev", "pkg-config"])?;
+    let mut cmd = cargo();
+    cmd.args(["install", "--locked", "--root"])
+        .arg(&root)
+        .args(["virtiofsd", "--version", VIRTIOFSD_VERSION]);
+    run_cmd(&mut cmd)?;
+    Ok(exe)
+}
+
+/// Builds the guest's checker (`gcc -static`) in `run_dir`.
+fn build_checker(run_dir: &Path) -> Result<PathBuf> {
+    let checker = run_dir.join("vm-virtiofs");
+    let source = run_dir.join("vm-virtiofs.c");
+    fs::write(&source, CHECKER_SOURCE)?;
+    run_cmd(
+        Command::new("gcc")
+            .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&checker)
+            .arg(&source),
+    )?;
+    Ok(checker)
+}
+
 /// `cargo build -p passthroughfs` for the host; the executable.
-fn build_daemon(args: &VmArgs) -> Result<PathBuf> {
+fn build_daemon(release: bool) -> Result<PathBuf> {
     let mut cmd = cargo();
     cmd.args(["build", "-p", "passthroughfs", "--bin", "passthroughfs"])
         .current_dir(crate::workspace_root());
-    if args.release {
+    if release {
         cmd.arg("--release");
     }
     run_cmd(&mut cmd)?;
     let exe = target_dir()
-        .join(if args.release { "release" } else { "debug" })
+        .join(if release { "release" } else { "debug" })
         .join("passthroughfs");
     if !exe.is_file() {
         bail!("cargo built no {}", exe.display());
@@ -330,7 +581,7 @@ fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
 
 /// The initramfs: busybox, `/init`, the checker, pjdfstest with its
 /// libraries and configuration, and [`PLAN`].
-fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: &Path) -> Result<PathBuf> {
+fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: Option<&Path>) -> Result<PathBuf> {
     let staging = run_dir.join("initramfs");
     if staging.exists() {
         fs::remove_dir_all(&staging)?;
@@ -348,14 +599,16 @@ fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: &Path) -> Result<PathBuf
         fs::write(staging.join("etc").join(name), text)?;
     }
     install(&staging, checker, Path::new(GUEST_CHECKER))?;
-    install(&staging, pjdfstest, Path::new(GUEST_PJDFSTEST.0))?;
-    for lib in shared_libraries(pjdfstest)? {
-        install(&staging, &lib, &lib)?;
+    if let Some(pjdfstest) = pjdfstest {
+        install(&staging, pjdfstest, Path::new(GUEST_PJDFSTEST.0))?;
+        for lib in shared_libraries(pjdfstest)? {
+            install(&staging, &lib, &lib)?;
+        }
+        fs::copy(
+            crate::workspace_root().join("xtask/pjdfstest.toml"),
+            staging.join(GUEST_PJDFSTEST.1.trim_start_matches('/')),
+        )?;
     }
-    fs::copy(
-        crate::workspace_root().join("xtask/pjdfstest.toml"),
-        staging.join(GUEST_PJDFSTEST.1.trim_start_matches('/')),
-    )?;
     fs::write(staging.join("xtask/plan.sh"), PLAN)?;
     let initrd = run_dir.join("initrd.gz");
     pack(&staging, &initrd)?;
@@ -363,10 +616,9 @@ fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: &Path) -> Result<PathBuf
     Ok(initrd)
 }
 
-/// Starts the daemon and waits for its socket.
-fn start_daemon(exe: &Path, socket: &Path, shared: &Path, log: &Path) -> Result<Daemon> {
-    let _ = fs::remove_file(socket);
-    let log_file = fs::File::create(log)?;
+/// `passthroughfs --vhost-user` on `socket`, serving `shared`, logging at
+/// `rust_log`.
+fn our_daemon(exe: &Path, socket: &Path, shared: &Path, rust_log: &str) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("-f")
         .arg("--vhost-user")
@@ -375,35 +627,40 @@ fn start_daemon(exe: &Path, socket: &Path, shared: &Path, log: &Path) -> Result<
         .arg(shared)
         .env(
             "RUST_LOG",
-            // The per-request data lines: how each WRITE reached the file.
-            std::env::var("RUST_LOG")
-                .unwrap_or_else(|_| "info,fuse_transport_virtio::data=debug".into()),
-        )
-        .stdin(Stdio::null())
+            std::env::var("RUST_LOG").unwrap_or_else(|_| rust_log.into()),
+        );
+    cmd
+}
+
+/// Starts the daemon `cmd` (its output to `log`) and waits for it to
+/// listen on `socket`.
+fn start_daemon(mut cmd: Command, socket: &Path, log: &Path) -> Result<Daemon> {
+    let _ = fs::remove_file(socket);
+    let log_file = fs::File::create(log)?;
+    cmd.stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file);
-    println!("$ {} (log: {})", display(&cmd), log.display());
-    let mut daemon = Daemon(cmd.spawn().context("starting passthroughfs")?);
+    let line = display(&cmd);
+    println!("$ {line} (log: {})", log.display());
+    let mut daemon = Daemon(cmd.spawn().with_context(|| format!("starting `{line}`"))?);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !socket.exists() {
         if let Some(status) = daemon.0.try_wait()? {
             bail!(
-                "passthroughfs exited ({status}) before listening; its log:\n{}",
+                "`{line}` exited ({status}) before listening; its log:\n{}",
                 fs::read_to_string(log).unwrap_or_default()
             );
         }
         if Instant::now() > deadline {
-            bail!(
-                "passthroughfs didn't listen on {} in 30 s",
-                socket.display()
-            );
+            bail!("`{line}` didn't listen on {} in 30 s", socket.display());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(daemon)
 }
 
-/// Boots the guest in `phase` against the daemon's socket and follows its
+/// Boots the guest in `phase` with a virtio-fs device per `(socket, tag)`
+/// and follows its
 /// console until qemu exits. With `kill`, the daemon is killed
 /// [`LOAD_SECS`] after the guest said its load started; the notes say
 /// what became of qemu then.
@@ -417,12 +674,13 @@ fn boot_virtiofs(
     args: &VmArgs,
     vmlinuz: &Path,
     initrd: &Path,
-    socket: &Path,
+    devices: &[(&Path, &str)],
     phase: &str,
+    extra_append: &str,
     log: &Path,
     mut kill: Option<&mut Daemon>,
 ) -> Result<(VmRun, Vec<String>)> {
-    let append = format!("console=ttyS0 panic=-1 quiet xtask.phase={phase}");
+    let append = format!("console=ttyS0 panic=-1 quiet xtask.phase={phase} {extra_append}");
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(["-accel", "tcg", "-cpu", "max"])
         .args(["-smp", &args.cpus.to_string()])
@@ -442,12 +700,6 @@ fn boot_virtiofs(
             "-numa",
             "node,memdev=mem",
         ])
-        .arg("-chardev")
-        .arg(format!("socket,id=vfs,path={}", utf8(socket)?))
-        .args([
-            "-device",
-            &format!("vhost-user-fs-pci,chardev=vfs,tag={TAG},queue-size=1024"),
-        ])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
@@ -456,6 +708,14 @@ fn boot_virtiofs(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    for (i, (socket, tag)) in devices.iter().enumerate() {
+        cmd.arg("-chardev")
+            .arg(format!("socket,id=vfs{i},path={}", utf8(socket)?))
+            .arg("-device")
+            .arg(format!(
+                "vhost-user-fs-pci,chardev=vfs{i},tag={tag},queue-size=1024"
+            ));
+    }
     let line = display(&cmd);
     println!("$ {line}");
     let mut log_file =
