@@ -207,8 +207,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     let log1 = run_dir.join("console-check.log");
     let (vm1, mut notes) = boot_virtiofs(
         args,
-        &kernel.vmlinuz,
-        &initrd,
+        (&kernel.vmlinuz, &initrd),
         &[(&socket, TAG)],
         "check",
         "",
@@ -240,8 +239,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     let t = Instant::now();
     let (vm2, notes2) = boot_virtiofs(
         args,
-        &kernel.vmlinuz,
-        &initrd,
+        (&kernel.vmlinuz, &initrd),
         &[(&socket, TAG)],
         "kill",
         "",
@@ -395,8 +393,7 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     let console = run_dir.join("console-bench.log");
     let (vm, _) = boot_virtiofs(
         args,
-        &kernel.vmlinuz,
-        &initrd,
+        (&kernel.vmlinuz, &initrd),
         &[(&ours_socket, TAG), (&peer_socket, "peer")],
         "bench",
         &extra,
@@ -672,8 +669,7 @@ fn start_daemon(mut cmd: Command, socket: &Path, log: &Path) -> Result<Daemon> {
 /// then either is a failure.
 fn boot_virtiofs(
     args: &VmArgs,
-    vmlinuz: &Path,
-    initrd: &Path,
+    (vmlinuz, initrd): (&Path, &Path),
     devices: &[(&Path, &str)],
     phase: &str,
     extra_append: &str,
