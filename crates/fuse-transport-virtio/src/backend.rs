@@ -6,7 +6,7 @@ use crate::guest::DataStats;
 use fuse_abi::Opcode;
 use fuse_server::{Outcome, Server};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
@@ -48,6 +48,22 @@ pub struct VirtioConfig {
     /// to front ends that ask the backend for it (QEMU's generic
     /// `vhost-user-device`); `vhost-user-fs-pci` takes its own `tag=`.
     pub tag: Option<String>,
+    /// Async handlers: each queue thread runs an `async-io` runtime of
+    /// this type and serves the chains it finds on its queue as tasks,
+    /// concurrently, with [`Server::handle_async`] (the crate's `async`
+    /// feature). `None`: one chain at a time with [`Server::handle`].
+    pub runtime: Option<VirtioRuntime>,
+}
+
+/// The runtime of the queue threads in async mode
+/// ([`VirtioConfig::runtime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VirtioRuntime {
+    /// A current-thread tokio runtime (file IO is blocking syscalls).
+    Tokio,
+    /// A current-thread tokio runtime whose reactor also drives an
+    /// io_uring.
+    IoUring,
 }
 
 impl Default for VirtioConfig {
@@ -56,6 +72,7 @@ impl Default for VirtioConfig {
             request_queues: 1,
             max_queue_size: 1024,
             tag: None,
+            runtime: None,
         }
     }
 }
@@ -82,6 +99,13 @@ impl VirtioConfig {
         self
     }
 
+    /// Sets the async runtime of the queue threads (`None`: sync).
+    #[must_use]
+    pub fn runtime(mut self, runtime: Option<VirtioRuntime>) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
     /// Checks the values: 1 to 63 request queues (the queue masks are
     /// 64-bit), a power-of-two queue size, a tag of 1 to 36 bytes.
     pub fn validate(&self) -> Result<(), String> {
@@ -101,6 +125,9 @@ impl VirtioConfig {
             if tag.is_empty() || tag.len() > TAG_LEN {
                 return Err(format!("tag {tag:?}: 1 to {TAG_LEN} bytes"));
             }
+        }
+        if self.runtime.is_some() && !cfg!(feature = "async") {
+            return Err("an async runtime needs fuse-transport-virtio's `async` feature".into());
         }
         Ok(())
     }
@@ -147,10 +174,11 @@ pub struct VirtioFsBackend {
     factory: Arc<ServerFactory>,
     server: RwLock<Arc<Server>>,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
-    event_idx: std::sync::atomic::AtomicBool,
-    /// One set of buffers per queue thread.
-    buffers: Vec<Mutex<Option<Buffers>>>,
-    data: DataCounters,
+    event_idx: AtomicBool,
+    /// Free buffers of each queue (a synchronous queue uses one set; an
+    /// async one a set per request in flight).
+    buffers: Vec<Mutex<Vec<Buffers>>>,
+    data: Arc<DataCounters>,
 }
 
 impl VirtioFsBackend {
@@ -166,9 +194,9 @@ impl VirtioFsBackend {
             factory,
             server: RwLock::new(server),
             mem: RwLock::new(None),
-            event_idx: std::sync::atomic::AtomicBool::new(false),
-            buffers: (0..queues).map(|_| Mutex::new(None)).collect(),
-            data: DataCounters::default(),
+            event_idx: AtomicBool::new(false),
+            buffers: (0..queues).map(|_| Mutex::new(Vec::new())).collect(),
+            data: Arc::default(),
         })
     }
 
@@ -212,7 +240,7 @@ impl VirtioFsBackend {
         Ok(fresh)
     }
 
-    fn memory(&self) -> Option<GuestMemoryLoadGuard<GuestMemoryMmap>> {
+    pub(crate) fn memory(&self) -> Option<GuestMemoryLoadGuard<GuestMemoryMmap>> {
         self.mem
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -220,30 +248,73 @@ impl VirtioFsBackend {
             .map(|m| m.memory())
     }
 
-    /// Serves the chains waiting on `vring` (queue `queue`).
+    /// Serves the chains waiting on `vring` (queue `queue`): one at a time
+    /// on this thread, or, with a runtime, each as a task on the thread's
+    /// runtime.
     fn serve_queue(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
         let Some(mem) = self.memory() else {
             return Ok(());
         };
-        let mut slot = self.buffers[queue]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let bufs = match &mut *slot {
-            Some(b) => b,
-            None => slot.insert(Buffers::new(initial_reply_size(&self.server()))?),
-        };
+        match self.config.runtime {
+            None => self.serve_queue_sync(queue, vring, &mem),
+            #[cfg(feature = "async")]
+            Some(kind) => crate::async_queue::serve_queue(self, queue, vring, &mem, kind),
+            #[cfg(not(feature = "async"))]
+            Some(_) => Err(io::Error::other(
+                "an async runtime was asked for, but fuse-transport-virtio was built \
+                 without its `async` feature",
+            )),
+        }
+    }
+
+    fn serve_queue_sync(
+        &self,
+        queue: usize,
+        vring: &VringRwLock,
+        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    ) -> io::Result<()> {
+        let mut bufs = self.take_buffers(queue)?;
+        let result = self.with_notifications(queue, vring, || {
+            let mut served = 0usize;
+            while let Some(chain) = pop(vring, mem) {
+                let head = chain.head_index();
+                let used = match self.prepare(queue, &chain, &mut bufs) {
+                    Some(p) => fuse_server::block_on(p.serve(&mut bufs)),
+                    None => 0,
+                };
+                give_back(queue, vring, head, used)?;
+                served += 1;
+            }
+            if served > 0 {
+                tracing::trace!(queue, served, "chains served");
+            }
+            Ok(())
+        });
+        self.return_buffers(queue, bufs);
+        result
+    }
+
+    /// Runs `serve` (which serves what is available), with EVENT_IDX
+    /// between turning notifications off and on again, until no chain
+    /// came meanwhile.
+    pub(crate) fn with_notifications(
+        &self,
+        queue: usize,
+        vring: &VringRwLock,
+        mut serve: impl FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
         loop {
             if self.event_idx() {
                 vring
                     .disable_notification()
                     .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
             }
-            self.serve_available(queue, vring, &mem, bufs)?;
+            serve()?;
             if !self.event_idx() {
                 return Ok(());
             }
-            // With EVENT_IDX, notifications were off: look once more after
-            // turning them on, for chains that came meanwhile.
+            // Notifications were off: look once more after turning them
+            // on, for chains that came meanwhile.
             if !vring
                 .enable_notification()
                 .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
@@ -253,58 +324,42 @@ impl VirtioFsBackend {
         }
     }
 
-    fn event_idx(&self) -> bool {
-        self.event_idx.load(std::sync::atomic::Ordering::Relaxed)
+    pub(crate) fn event_idx(&self) -> bool {
+        self.event_idx.load(Ordering::Relaxed)
     }
 
-    fn serve_available(
-        &self,
-        queue: usize,
-        vring: &VringRwLock,
-        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
-        bufs: &mut Buffers,
-    ) -> io::Result<()> {
-        let mut served = 0usize;
-        loop {
-            let chain = vring
-                .get_mut()
-                .get_queue_mut()
-                .pop_descriptor_chain(mem.clone());
-            let Some(chain) = chain else { break };
-            let head = chain.head_index();
-            let used = self.serve_chain(queue, chain, bufs);
-            vring
-                .add_used(head, used)
-                .map_err(|e| io::Error::other(format!("queue {queue}: add_used: {e}")))?;
-            served += 1;
-            // Give chains back as they are answered: the guest's waiters
-            // run while the next request is served.
-            if vring
-                .needs_notification()
-                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
-            {
-                vring.signal_used_queue()?;
-            }
+    /// A set of buffers of queue `queue`'s (made if none is free).
+    pub(crate) fn take_buffers(&self, queue: usize) -> io::Result<Buffers> {
+        let free = self.buffers[queue]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match free {
+            Some(b) => Ok(b),
+            None => Buffers::new(initial_reply_size(&self.server())),
         }
-        if served > 0 {
-            tracing::trace!(queue, served, "chains served");
-        }
-        Ok(())
     }
 
-    /// Serves one chain; the used length to report (0 when nothing was
-    /// written back).
-    fn serve_chain(
+    /// Gives buffers back to queue `queue`'s free list.
+    pub(crate) fn return_buffers(&self, queue: usize, bufs: Buffers) {
+        self.buffers[queue]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(bufs);
+    }
+
+    /// Resolves the chain into `bufs` and picks its server (INIT may start
+    /// a new session); `None` when the chain is given back unanswered.
+    pub(crate) fn prepare(
         &self,
         queue: usize,
-        chain: virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
+        chain: &virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
         bufs: &mut Buffers,
-    ) -> u32 {
-        if let Err(e) = split_chain(&chain, bufs) {
+    ) -> Option<Prepared> {
+        if let Err(e) = split_chain(chain, bufs) {
             tracing::warn!(queue, "dropping descriptor chain: {e}");
-            return 0;
+            return None;
         }
-        // The header says which server: INIT may start a new session.
         let mut header = [0u8; size_of::<fuse_abi::InHeader>()];
         let is_init = bufs.readable.copy_out(0, &mut header) == header.len()
             && u32::from_ne_bytes([header[4], header[5], header[6], header[7]])
@@ -314,7 +369,7 @@ impl VirtioFsBackend {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!("starting a new session failed: {e}");
-                    return 0;
+                    return None;
                 }
             }
         } else {
@@ -323,35 +378,81 @@ impl VirtioFsBackend {
         if let Some(n) = server.negotiated() {
             if let Err(e) = bufs.reserve_reply(n.max_reply_size()) {
                 tracing::error!(queue, "reply buffer: {e}");
-                return 0;
+                return None;
             }
         }
         let max_request = server
             .negotiated()
             .map_or(initial_reply_size(&server), |n| n.max_request_size());
-        let (mut tx, peek) = match ChainTransaction::new(bufs, max_request) {
+        Some(Prepared {
+            queue,
+            server,
+            max_request,
+            data: self.data.clone(),
+        })
+    }
+}
+
+/// Pops the next available chain of `vring`.
+pub(crate) fn pop(
+    vring: &VringRwLock,
+    mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+) -> Option<virtio_queue::DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>> {
+    vring
+        .get_mut()
+        .get_queue_mut()
+        .pop_descriptor_chain(mem.clone())
+}
+
+/// Puts chain `head` on the used ring with `used` bytes written, and
+/// tells the guest if it wants to know: chains go back as they are
+/// answered, so the guest's waiters run while the next is served.
+pub(crate) fn give_back(queue: usize, vring: &VringRwLock, head: u16, used: u32) -> io::Result<()> {
+    vring
+        .add_used(head, used)
+        .map_err(|e| io::Error::other(format!("queue {queue}: add_used: {e}")))?;
+    if vring
+        .needs_notification()
+        .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
+    {
+        vring.signal_used_queue()?;
+    }
+    Ok(())
+}
+
+/// A chain resolved and matched with its server, ready to be served.
+pub(crate) struct Prepared {
+    queue: usize,
+    server: Arc<Server>,
+    max_request: usize,
+    data: Arc<DataCounters>,
+}
+
+impl Prepared {
+    /// Serves the request in `bufs` (which [`VirtioFsBackend::prepare`]
+    /// filled); the used length to report (0 when nothing was written
+    /// back). A synchronous file system completes at once.
+    pub(crate) async fn serve(self, bufs: &mut Buffers) -> u32 {
+        let queue = self.queue;
+        let (mut tx, peek) = match ChainTransaction::new(bufs, self.max_request) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(queue, "dropping descriptor chain: {e}");
                 return 0;
             }
         };
-        match server.handle(&mut tx) {
+        match self.server.handle_async(&mut tx).await {
             Ok(Outcome::Destroyed) => tracing::info!("the guest unmounted (DESTROY)"),
             Ok(_) => {}
             Err(e) => tracing::warn!(queue, "request not answered: {e}"),
         }
         if let Some(stats) = tx.data_stats() {
-            let op = if peek.header.opcode == Opcode::Write as u32 {
-                "WRITE"
-            } else {
-                "READ"
-            };
-            self.data.count(op == "WRITE", &stats);
+            let write = peek.header.opcode == Opcode::Write as u32;
+            self.data.count(write, &stats);
             tracing::debug!(
                 target: "fuse_transport_virtio::data",
                 unique = peek.header.unique,
-                op,
+                op = if write { "WRITE" } else { "READ" },
                 bytes = stats.bytes,
                 calls = stats.calls,
                 buffers = stats.buffers,
@@ -422,8 +523,7 @@ impl VhostUserBackend for VirtioFsBackend {
     }
 
     fn set_event_idx(&self, enabled: bool) {
-        self.event_idx
-            .store(enabled, std::sync::atomic::Ordering::Relaxed);
+        self.event_idx.store(enabled, Ordering::Relaxed);
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {

@@ -34,11 +34,15 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "async")]
+mod async_queue;
 mod backend;
 pub mod chain;
 pub mod guest;
 
-pub use backend::{DataCounters, ServerFactory, VirtioConfig, VirtioFsBackend, TAG_LEN};
+pub use backend::{
+    DataCounters, ServerFactory, VirtioConfig, VirtioFsBackend, VirtioRuntime, TAG_LEN,
+};
 pub use chain::{Buffers, ChainTransaction};
 
 use std::io;

@@ -10,7 +10,7 @@ use fuse_abi::{
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::wire::encode_request;
 use fuse_server::*;
-use fuse_transport_virtio::{VirtioConfig, VirtioFsBackend};
+use fuse_transport_virtio::{VirtioConfig, VirtioFsBackend, VirtioRuntime};
 use std::sync::Arc;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -41,6 +41,15 @@ struct Guest {
     unique: u64,
 }
 
+/// A request laid out in guest memory, not sent yet.
+struct Request {
+    unique: u64,
+    readable: Vec<Buf>,
+    writable: Vec<Buf>,
+    /// The reply room after the out header.
+    out: Vec<Buf>,
+}
+
 /// One buffer of a chain: guest address and length.
 #[derive(Clone, Copy)]
 struct Buf {
@@ -50,6 +59,13 @@ struct Buf {
 
 impl Guest {
     fn new(root: &std::path::Path) -> Self {
+        Self::with_runtime(root, None)
+    }
+
+    /// A guest whose device serves with sync handlers (`None`) or as
+    /// tasks on a runtime of that type, `PassthroughFs` through its
+    /// `AsyncFileSystem` then.
+    fn with_runtime(root: &std::path::Path, runtime: Option<VirtioRuntime>) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[
             (GuestAddress(0), REGION as usize),
             (GuestAddress(REGION), REGION as usize),
@@ -58,11 +74,17 @@ impl Guest {
         let mem = GuestMemoryAtomic::new(mem);
         let root = root.to_owned();
         let factory = Arc::new(move || {
-            let fs = PassthroughFs::new(&root, PassthroughConfig::default())
-                .map_err(std::io::Error::other)?;
-            Ok(Arc::new(Server::new(Arc::new(fs))))
+            let fs = Arc::new(
+                PassthroughFs::new(&root, PassthroughConfig::default())
+                    .map_err(std::io::Error::other)?,
+            );
+            Ok(Arc::new(match runtime {
+                None => Server::new(fs),
+                Some(_) => Server::new_async(fs),
+            }))
         });
-        let backend = Arc::new(VirtioFsBackend::new(VirtioConfig::default(), factory).unwrap());
+        let config = VirtioConfig::default().runtime(runtime);
+        let backend = Arc::new(VirtioFsBackend::new(config, factory).unwrap());
         backend.update_memory(mem.clone()).unwrap();
         let queue_at = [GuestAddress(0), GuestAddress(0x10_0000)];
         let mut vrings = Vec::new();
@@ -126,65 +148,67 @@ impl Guest {
     /// Puts the chain `readable` + `writable` on queue `q`, kicks it, and
     /// returns the used length the backend reported.
     fn submit(&mut self, q: usize, readable: &[Buf], writable: &[Buf]) -> u32 {
-        let n = readable.len() + writable.len();
-        let descs: Vec<RawDescriptor> = readable
-            .iter()
-            .map(|b| (b, 0))
-            .chain(writable.iter().map(|b| (b, VRING_DESC_F_WRITE)))
-            .enumerate()
-            .map(|(i, (b, flags))| {
+        let used = self.submit_many(q, &[(readable.to_vec(), writable.to_vec())]);
+        assert_eq!(used.len(), 1, "one chain given back");
+        assert_eq!(used[0].0, 0, "the chain's head");
+        used[0].1
+    }
+
+    /// Puts the chains on queue `q` at once (their descriptors one after
+    /// the other from 0, their heads in the next avail slots), kicks it
+    /// once, and returns the used ring's new entries: (head, used length).
+    fn submit_many(&mut self, q: usize, chains: &[(Vec<Buf>, Vec<Buf>)]) -> Vec<(u32, u32)> {
+        let [desc, avail, used] = self.rings[q];
+        let m = self.mem.memory();
+        let mut at = 0u16;
+        let mut avail_idx: u16 = m.read_obj(avail.unchecked_add(2)).unwrap();
+        for (readable, writable) in chains {
+            let head = at;
+            let n = (readable.len() + writable.len()) as u16;
+            let bufs = readable
+                .iter()
+                .map(|b| (b, 0))
+                .chain(writable.iter().map(|b| (b, VRING_DESC_F_WRITE)));
+            for (i, (b, flags)) in bufs.enumerate() {
+                let i = i as u16;
                 let next = if i + 1 < n { VRING_DESC_F_NEXT } else { 0 };
-                RawDescriptor::from(Descriptor::new(
+                let d = RawDescriptor::from(Descriptor::new(
                     b.addr.0,
                     b.len as u32,
                     (flags | next) as u16,
-                    (i + 1) as u16,
-                ))
-            })
-            .collect();
-        // The chain from descriptor 0 on (each chain is served before the
-        // next is added), its head in the next avail slot.
-        let [desc, avail, used] = self.rings[q];
-        let m = self.mem.memory();
-        for (i, d) in descs.iter().enumerate() {
-            m.write_obj(*d, desc.unchecked_add(16 * i as u64)).unwrap();
+                    head + i + 1,
+                ));
+                m.write_obj(d, desc.unchecked_add(16 * (head + i) as u64))
+                    .unwrap();
+            }
+            at += n;
+            let slot = avail_idx % QUEUE_SIZE;
+            m.write_obj(head, avail.unchecked_add(4 + 2 * slot as u64))
+                .unwrap();
+            avail_idx = avail_idx.wrapping_add(1);
         }
-        let avail_idx: u16 = m.read_obj(avail.unchecked_add(2)).unwrap();
-        let slot = avail_idx % QUEUE_SIZE;
-        m.write_obj(0u16, avail.unchecked_add(4 + 2 * slot as u64))
-            .unwrap();
-        m.write_obj(avail_idx.wrapping_add(1), avail.unchecked_add(2))
-            .unwrap();
+        m.write_obj(avail_idx, avail.unchecked_add(2)).unwrap();
         drop(m);
         self.backend
             .handle_event(0, EventSet::IN, &self.vrings[q..q + 1], q)
             .unwrap();
         let m = self.mem.memory();
         let used_idx: u16 = m.read_obj(used.unchecked_add(2)).unwrap();
-        assert_eq!(
-            used_idx,
-            self.used_seen[q].wrapping_add(1),
-            "one chain given back"
-        );
-        let slot = (self.used_seen[q] % QUEUE_SIZE) as u64;
-        let id: u32 = m.read_obj(used.unchecked_add(4 + 8 * slot)).unwrap();
-        let len: u32 = m.read_obj(used.unchecked_add(8 + 8 * slot)).unwrap();
-        self.used_seen[q] = used_idx;
-        assert_eq!(id, 0, "the chain's head");
-        len
+        let mut out = Vec::new();
+        while self.used_seen[q] != used_idx {
+            let slot = (self.used_seen[q] % QUEUE_SIZE) as u64;
+            let id: u32 = m.read_obj(used.unchecked_add(4 + 8 * slot)).unwrap();
+            let len: u32 = m.read_obj(used.unchecked_add(8 + 8 * slot)).unwrap();
+            out.push((id, len));
+            self.used_seen[q] = self.used_seen[q].wrapping_add(1);
+        }
+        out
     }
 
-    /// Sends `op` to node `nodeid` on the request queue, the request
-    /// split as the guest's driver splits it (header, arguments, then
-    /// `data` as its own buffers); the reply room is a header buffer and
-    /// `out` bytes. Returns the out header and the reply body.
-    fn call(
-        &mut self,
-        nodeid: u64,
-        op: &Operation<'_>,
-        data: &[Buf],
-        out: &[Buf],
-    ) -> (OutHeader, Vec<u8>) {
+    /// Lays out `op` to node `nodeid` for the request queue, split as the
+    /// guest's driver splits it (header, arguments, then `data` as its own
+    /// buffers), with a reply room of a header buffer and `out`.
+    fn request(&mut self, nodeid: u64, op: &Operation<'_>, data: &[Buf], out: &[Buf]) -> Request {
         self.unique += 2;
         let header = InHeader {
             unique: self.unique,
@@ -215,13 +239,49 @@ impl Guest {
         let oh = self.alloc(size_of::<OutHeader>());
         let mut writable = vec![oh];
         writable.extend_from_slice(out);
-        let used = self.submit(1, &readable, &writable);
-        let out_header = OutHeader::read_from_bytes(&self.read(oh)).unwrap();
-        assert_eq!(out_header.unique, self.unique);
-        assert_eq!(used, out_header.len, "used length is the reply's");
-        let mut body: Vec<u8> = out.iter().flat_map(|&b| self.read(b)).collect();
-        body.truncate(out_header.len as usize - size_of::<OutHeader>());
-        (out_header, body)
+        Request {
+            unique: self.unique,
+            readable,
+            writable,
+            out: out.to_vec(),
+        }
+    }
+
+    /// Sends the requests at once on the request queue; their out headers
+    /// and reply bodies, in the order given.
+    fn call_many(&mut self, reqs: &[Request]) -> Vec<(OutHeader, Vec<u8>)> {
+        let chains: Vec<_> = reqs
+            .iter()
+            .map(|r| (r.readable.clone(), r.writable.clone()))
+            .collect();
+        let used = self.submit_many(1, &chains);
+        assert_eq!(used.len(), reqs.len(), "every chain given back");
+        reqs.iter()
+            .map(|r| {
+                let out_header = OutHeader::read_from_bytes(&self.read(r.writable[0])).unwrap();
+                assert_eq!(out_header.unique, r.unique);
+                assert!(
+                    used.iter().any(|&(_, len)| len == out_header.len),
+                    "used length is the reply's"
+                );
+                let mut body: Vec<u8> = r.out.iter().flat_map(|&b| self.read(b)).collect();
+                body.truncate(out_header.len as usize - size_of::<OutHeader>());
+                (out_header, body)
+            })
+            .collect()
+    }
+
+    /// Sends `op` to node `nodeid` on the request queue (see
+    /// [`Guest::request`]); the out header and the reply body.
+    fn call(
+        &mut self,
+        nodeid: u64,
+        op: &Operation<'_>,
+        data: &[Buf],
+        out: &[Buf],
+    ) -> (OutHeader, Vec<u8>) {
+        let req = self.request(nodeid, op, data, out);
+        self.call_many(&[req]).remove(0)
     }
 
     fn init(&mut self) -> InitOut {
@@ -269,9 +329,23 @@ fn cstr(s: &[u8]) -> std::ffi::CString {
 
 #[test]
 fn init_lookup_getattr_write_read_forget_through_chains() {
+    serve_a_session(None);
+}
+
+#[test]
+fn the_same_as_tasks_on_a_tokio_runtime() {
+    serve_a_session(Some(VirtioRuntime::Tokio));
+}
+
+#[test]
+fn the_same_as_tasks_on_an_io_uring_runtime() {
+    serve_a_session(Some(VirtioRuntime::IoUring));
+}
+
+fn serve_a_session(runtime: Option<VirtioRuntime>) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello"), b"hello, guest\n").unwrap();
-    let mut g = Guest::new(dir.path());
+    let mut g = Guest::with_runtime(dir.path(), runtime);
 
     let init = g.init();
     assert_eq!(init.major, 7);
@@ -449,4 +523,80 @@ fn a_second_init_starts_a_new_session() {
     let out = g.alloc(size_of::<EntryOut>());
     let (h, _) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
     assert_eq!(h.error, -libc::ENOENT);
+}
+
+#[test]
+fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
+    // As tasks, the chains popped together are served concurrently: B's
+    // SETLKW waits for A's lock on a thread of its own while A's unlock,
+    // the next chain, is served; both are answered. (Served one at a
+    // time, the SETLKW would hold the queue thread and the unlock behind
+    // it would never come.)
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
+    let mut g = Guest::with_runtime(dir.path(), Some(VirtioRuntime::Tokio));
+    g.init();
+    let name = cstr(b"lk");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
+    let mut open = || {
+        let out = g.alloc(size_of::<OpenOut>());
+        let op = Operation::Open(OpenArgs {
+            flags: libc::O_RDWR as u32,
+            ..OpenArgs::default()
+        });
+        let (h, body) = g.call(node, &op, &[], &[out]);
+        assert_eq!(h.error, 0, "OPEN");
+        OpenOut::read_from_bytes(&body).unwrap().fh
+    };
+    let (fh_a, fh_b) = (open(), open());
+    let lock = |fh, owner, r#type, pid| LockArgs {
+        fh,
+        owner,
+        lock: FileLock {
+            start: 0,
+            end: i64::MAX as u64,
+            r#type,
+            pid,
+        },
+        flock: false,
+    };
+    let take = Operation::Setlk {
+        args: lock(fh_a, 1, libc::F_WRLCK as u32, 100),
+        sleep: false,
+    };
+    let (h, _) = g.call(node, &take, &[], &[]);
+    assert_eq!(h.error, 0, "A takes the lock");
+    let busy = Operation::Setlk {
+        args: lock(fh_b, 2, libc::F_WRLCK as u32, 200),
+        sleep: false,
+    };
+    let (h, _) = g.call(node, &busy, &[], &[]);
+    assert_eq!(h.error, -libc::EAGAIN, "B can't have it now");
+
+    let wait = g.request(
+        node,
+        &Operation::Setlk {
+            args: lock(fh_b, 2, libc::F_WRLCK as u32, 200),
+            sleep: true,
+        },
+        &[],
+        &[],
+    );
+    let unlock = g.request(
+        node,
+        &Operation::Setlk {
+            args: lock(fh_a, 1, libc::F_UNLCK as u32, 100),
+            sleep: false,
+        },
+        &[],
+        &[],
+    );
+    let replies = g.call_many(&[wait, unlock]);
+    assert_eq!(replies[0].0.error, 0, "B's SETLKW got the lock");
+    assert_eq!(replies[1].0.error, 0, "A's unlock");
+    let (h, _) = g.call(node, &take, &[], &[]);
+    assert_eq!(h.error, -libc::EAGAIN, "now B holds it");
 }
