@@ -192,7 +192,8 @@ pub struct Args {
 
     /// What runs the request handlers: worker threads (sync), or one
     /// async-io runtime (over /dev/fuse: one thread serving every request
-    /// as a task; with --uring: one per ring thread).
+    /// as a task; with --uring: one per ring thread; with --vhost-user: one
+    /// per virtqueue thread).
     #[arg(long, value_enum, default_value_t = Runtime::Sync)]
     pub runtime: Runtime,
 

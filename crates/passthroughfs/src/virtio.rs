@@ -21,7 +21,7 @@ use crate::daemonize::Detach;
 use crate::{block_signals, check_source, log_fs_state, spawn_signal_thread, Failure, Runtime};
 use fuse_backend_passthrough::PassthroughFs;
 use fuse_server::Server;
-use fuse_transport_virtio::{ServerFactory, VirtioConfig, VirtioServe};
+use fuse_transport_virtio::{ServerFactory, VirtioConfig, VirtioRuntime, VirtioServe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -99,23 +99,29 @@ pub fn check_virtio_args(args: &Args) -> Result<(), Failure> {
     no(args.allow_other, "--allow-other");
     no(args.unmount_dead, "--unmount-dead");
     no(args.max_read.is_some(), "--max-read");
-    no(args.runtime != Runtime::Sync, "--runtime tokio|uring");
     no(!args.mount_flags.is_empty(), "mount flags (-o)");
     if refused.is_empty() {
         return Ok(());
     }
     Err(Failure(format!(
         "--vhost-user can't be combined with {}: the guest's kernel mounts, and its \
-         requests are served by a thread per virtqueue",
+         requests come through virtqueues, each served by a thread (and its runtime \
+         with --runtime tokio|uring)",
         refused.join(", ")
     )))
 }
 
 /// The transport's configuration from the arguments.
 pub fn virtio_config(args: &Args) -> Result<VirtioConfig, Failure> {
+    let runtime = match args.runtime {
+        Runtime::Sync => None,
+        Runtime::Tokio => Some(VirtioRuntime::Tokio),
+        Runtime::Uring => Some(VirtioRuntime::IoUring),
+    };
     let config = VirtioConfig::default()
         .request_queues(args.virtio.virtio_queues)
-        .tag(args.virtio.tag.clone());
+        .tag(args.virtio.tag.clone())
+        .runtime(runtime);
     config
         .validate()
         .map_err(|e| Failure(format!("--vhost-user: {e}")))?;
@@ -140,14 +146,23 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
 
     // The file system of the current session, for SIGUSR1's log.
     let current: Arc<Mutex<Option<Arc<PassthroughFs>>>> = Arc::default();
+    args.fs.check_thread_pool(args.runtime)?;
     let factory: Arc<ServerFactory> = {
         let (source, current, debug) = (source.clone(), current.clone(), args.debug);
+        let (fs_args, runtime) = (args.fs.clone(), args.runtime);
         Arc::new(move || {
             let fs = Arc::new(
                 PassthroughFs::new(&source, fs_config.clone()).map_err(std::io::Error::other)?,
             );
+            fs_args
+                .apply_thread_pool(&fs, runtime)
+                .map_err(|Failure(e)| std::io::Error::other(e))?;
             *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(fs.clone());
-            Ok(Arc::new(Server::new(fs).with_request_log(debug)))
+            let server = match runtime {
+                Runtime::Sync => Server::new(fs),
+                _ => Server::new_async(fs),
+            };
+            Ok(Arc::new(server.with_request_log(debug)))
         })
     };
     let serve =
@@ -157,6 +172,7 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
         socket = %socket.display(),
         tag = config.tag.as_deref().unwrap_or("(the VMM's)"),
         request_queues = config.request_queues,
+        runtime = ?config.runtime,
         background = detach.is_background(),
         "passthroughfs serving virtio-fs over vhost-user"
     );
@@ -261,6 +277,12 @@ mod tests {
         );
         let a = parse(&["--vhost-user", "/s", "/srv"]).unwrap();
         check_virtio_args(&a).unwrap();
+        let a = parse(&["--vhost-user", "/s", "--runtime", "uring", "/srv"]).unwrap();
+        check_virtio_args(&a).unwrap();
+        assert_eq!(
+            virtio_config(&a).unwrap().runtime,
+            Some(VirtioRuntime::IoUring)
+        );
         assert!(
             parse(&["--tag", "x", "/srv", "/mnt"]).is_err(),
             "--tag needs --vhost-user"

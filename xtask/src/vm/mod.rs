@@ -213,6 +213,10 @@ pub struct VmArgs {
     /// alternating; prints the ratios (docs/benchmarks.md).
     #[arg(long, conflicts_with_all = ["measure_memory", "virtiofs"])]
     virtiofs_bench: bool,
+    /// --virtiofs and --virtiofs-bench: an argument for our daemon
+    /// (repeatable), e.g. `--daemon-arg=--runtime=tokio`.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    daemon_arg: Vec<String>,
     /// --virtiofs-bench: rounds (each runs every workload once on each
     /// daemon's mount).
     #[arg(long, value_name = "N", default_value_t = 5)]

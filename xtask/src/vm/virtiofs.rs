@@ -195,6 +195,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     let daemon_log = run_dir.join("daemon.log");
     // The per-request data lines: how each WRITE reached the file.
     let cmd = our_daemon(
+        args,
         &daemon_exe,
         &socket,
         &shared,
@@ -372,7 +373,7 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     let ours_socket = run_dir.join("bench-ours.sock");
     let peer_socket = run_dir.join("bench-virtiofsd.sock");
     let _ours = start_daemon(
-        our_daemon(&ours, &ours_socket, &ours_dir, "warn"),
+        our_daemon(args, &ours, &ours_socket, &ours_dir, "warn"),
         &ours_socket,
         &run_dir.join("bench-passthroughfs.log"),
     )?;
@@ -613,14 +614,15 @@ fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: Option<&Path>) -> Result
     Ok(initrd)
 }
 
-/// `passthroughfs --vhost-user` on `socket`, serving `shared`, logging at
-/// `rust_log`.
-fn our_daemon(exe: &Path, socket: &Path, shared: &Path, rust_log: &str) -> Command {
+/// `passthroughfs --vhost-user` on `socket`, serving `shared`, with
+/// `--daemon-arg`s, logging at `rust_log`.
+fn our_daemon(args: &VmArgs, exe: &Path, socket: &Path, shared: &Path, rust_log: &str) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("-f")
         .arg("--vhost-user")
         .arg(socket)
         .args(["--tag", TAG, "--sandbox", "none"])
+        .args(&args.daemon_arg)
         .arg(shared)
         .env(
             "RUST_LOG",
