@@ -600,3 +600,60 @@ fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
     let (h, _) = g.call(node, &take, &[], &[]);
     assert_eq!(h.error, -libc::EAGAIN, "now B holds it");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 150, ..Default::default() })]
+
+    /// Arbitrary requests in arbitrarily split chains, after INIT: never a
+    /// panic, every chain given back, and a reply (if any) fits the room
+    /// the guest gave and echoes the request's unique.
+    #[test]
+    fn arbitrary_chains_get_errors_not_panics(
+        opcode in proptest::prop_oneof![0u32..60, proptest::prelude::Just(15u32), proptest::prelude::Just(16u32), proptest::prelude::Just(26u32)],
+        nodeid in proptest::prop_oneof![proptest::prelude::Just(1u64), 0u64..5],
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        true_len in proptest::prelude::any::<bool>(),
+        cuts in proptest::collection::vec(0usize..400, 0..4),
+        room in proptest::collection::vec(0usize..6000, 0..4),
+        outside in proptest::prelude::any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"data").unwrap();
+        let mut g = Guest::new(dir.path());
+        g.init();
+        let len = if true_len { 40 + body.len() as u32 } else { body.len() as u32 ^ 0x55 };
+        let header = InHeader { len, opcode, unique: 4242, nodeid, ..InHeader::default() };
+        let mut bytes = zerocopy::IntoBytes::as_bytes(&header).to_vec();
+        bytes.extend_from_slice(&body);
+        // The request cut into buffers where `cuts` say.
+        let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < bytes.len()).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut readable = Vec::new();
+        let mut from = 0;
+        for to in cuts.into_iter().chain([bytes.len()]) {
+            if to > from {
+                let b = g.alloc(to - from);
+                g.write(b, &bytes[from..to]);
+                readable.push(b);
+                from = to;
+            }
+        }
+        let mut writable: Vec<Buf> = room.iter().filter(|&&n| n > 0).map(|&n| g.alloc(n)).collect();
+        if outside {
+            writable.push(Buf { addr: GuestAddress(4 * REGION), len: 64 });
+        }
+        let total: usize = writable.iter().map(|b| b.len).sum();
+        let used = g.submit(1, &readable, &writable) as usize;
+        proptest::prop_assert!(used <= total, "used {} of {} bytes of room", used, total);
+        if used > 0 {
+            proptest::prop_assert!(used >= size_of::<OutHeader>());
+            // The header may span the first buffers.
+            let room: Vec<u8> = writable.iter().take(3).flat_map(|&b| g.read(b)).collect();
+            let h = OutHeader::read_from_prefix(&room).unwrap().0;
+            proptest::prop_assert_eq!(h.unique, 4242);
+            proptest::prop_assert_eq!(h.len as usize, used);
+            proptest::prop_assert!(h.error <= 0 && h.error > -512);
+        }
+    }
+}
