@@ -689,7 +689,10 @@ fn main() -> ExitCode {
         Err(Failure(msg)) => return usage_error(&msg),
     };
     if let Err(Failure(msg)) = passthroughfs::virtio::settle_args(&mut args) {
-        return usage_error(&msg);
+        // A missing or doubled positional argument: a usage error like
+        // clap's own, with its status.
+        eprintln!("passthroughfs: error: {msg}\n\nFor more information, try '--help'.");
+        return ExitCode::from(2);
     }
     let foreground = args.foreground || args.debug || supervised.is_some();
     passthroughfs::logging::init_logging_with(
