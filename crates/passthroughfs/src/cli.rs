@@ -284,6 +284,11 @@ pub struct VirtioArgs {
     #[arg(long, value_name = "MODE")]
     pub sandbox: Option<String>,
 
+    /// Serve one VM connection and exit when it ends, as virtiofsd does
+    /// (by default the socket waits for the next connection).
+    #[arg(long, requires = "socket")]
+    pub once: bool,
+
     /// Request queues the device offers (the VMM uses up to this many:
     /// QEMU's num-request-queues); a thread serves each, and one more the
     /// hiprio queue.

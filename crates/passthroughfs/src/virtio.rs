@@ -5,7 +5,8 @@
 //! connects and the guest mounts `-t virtiofs TAG`. Each guest session
 //! (a connection, or a reboot within one) gets a new `PassthroughFs` of
 //! SOURCE and a new server. When the VM disconnects the daemon waits for
-//! the next connection, until SIGINT, SIGTERM or SIGHUP.
+//! the next connection, until SIGINT, SIGTERM or SIGHUP (with `--once` it
+//! exits, as virtiofsd does).
 //!
 //! Sandboxing: none. virtiofsd by default enters new mount, PID, network
 //! and user namespaces, pivots into the shared directory and installs a
@@ -192,7 +193,11 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
             stopper.stop();
         },
     )?;
-    let result = serve.run(factory);
+    let result = if args.virtio.once {
+        serve.serve_one(factory)
+    } else {
+        serve.run(factory)
+    };
     crate::notify::stopping();
     match result {
         Ok(()) => {
