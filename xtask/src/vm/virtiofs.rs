@@ -866,6 +866,9 @@ fn boot_once(
                     let msg =
                         format!("{phase}: the guest didn't boot in {BOOT_SECS} s; qemu killed");
                     println!("test-in-vm: {msg}");
+                    // Where qemu waits says whether it is the guest or
+                    // the device (a vhost-user reply that never came).
+                    println!("{}", threads_of(qemu.0.id()));
                     vm.killed = Some(msg);
                     let _ = qemu.0.kill();
                     break;
