@@ -129,9 +129,12 @@ impl VirtioServe {
         }
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = daemon.shutdown_handle();
         if self.stopped.load(Ordering::Acquire) {
+            // The connection that woke the accept up (see `stop`), or a
+            // front end too late: dropped unserved.
             daemon.request_shutdown();
+        } else {
+            tracing::info!(socket = %self.path.display(), "front end connected");
         }
-        tracing::info!(socket = %self.path.display(), "front end connected");
         let result = daemon.wait();
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // The queue threads end with the connection.
