@@ -842,14 +842,14 @@ fn worker_loop(
 const RELEASE_AFTER: usize = 64 << 10;
 
 /// The opcode of a request (0 if it is too short to say).
-fn request_opcode(request: &[u8]) -> u32 {
+pub(crate) fn request_opcode(request: &[u8]) -> u32 {
     request
         .get(4..8)
         .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Requests a worker answers without ever blocking.
-fn never_blocks(opcode: u32) -> bool {
+pub(crate) fn never_blocks(opcode: u32) -> bool {
     use fuse_abi::Opcode;
     opcode == Opcode::Forget as u32
         || opcode == Opcode::BatchForget as u32
