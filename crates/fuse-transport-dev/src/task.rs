@@ -257,7 +257,9 @@ impl FuseDevTask {
         let fd = dev::clone_fd(mount.dev_fd())
             .or_else(|_| mount.dev_fd().try_clone_to_owned())
             .map_err(SessionError::Init)?;
-        Self::owner(server, fd, mount, config)
+        let fd = register(fd)?;
+        use_for_backing_files(&server, &fd);
+        Ok(Self::owner(server, fd, mount, config))
     }
 
     /// Serves a connection another process answered INIT on and handed
@@ -277,27 +279,25 @@ impl FuseDevTask {
         negotiated: &fuse_server::Negotiated,
         config: TaskConfig,
     ) -> Result<Self, SessionError> {
-        server.resume(negotiated).map_err(SessionError::Init)?;
         let fd = dev::clone_fd(dev_fd.as_fd())
             .or_else(|_| dev_fd.try_clone())
             .map_err(SessionError::Init)?;
-        let task = Self::owner(server, fd, Mount::adopt(dev_fd, mountpoint), config)?;
+        let fd = register(fd)?;
+        // Before resuming: the file system decides there whether it can
+        // use kernel passthrough.
+        use_for_backing_files(&server, &fd);
+        // Everything that can fail comes before adopting the mount: an
+        // adopted mount unmounts when dropped, and the old daemon still
+        // serves it.
+        server.resume(negotiated).map_err(SessionError::Init)?;
+        let task = Self::owner(server, fd, Mount::adopt(dev_fd, mountpoint), config);
         task.state.paused.store(true, Ordering::Release);
         Ok(task)
     }
 
-    /// The first task of a mount, reading `fd`.
-    fn owner(
-        server: Server,
-        fd: OwnedFd,
-        mount: Mount,
-        config: TaskConfig,
-    ) -> Result<Self, SessionError> {
-        let fd = register(fd)?;
-        // Backing files (kernel passthrough) go through the task's fd,
-        // held weakly so that they never keep the connection alive.
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&fd))));
-        Ok(Self {
+    /// The first task of a mount, reading `fd` (registered).
+    fn owner(server: Server, fd: Arc<AsyncFd<OwnedFd>>, mount: Mount, config: TaskConfig) -> Self {
+        Self {
             server: Arc::new(server),
             mountpoint: mount.mountpoint().to_path_buf(),
             mount: Mutex::new(Some(mount)),
@@ -307,7 +307,7 @@ impl FuseDevTask {
             sibling: false,
             counted: AtomicBool::new(true),
             running: AtomicBool::new(false),
-        })
+        }
     }
 
     /// Stops serving without ending the connection, to hand it over: every
@@ -351,21 +351,31 @@ impl FuseDevTask {
             return Err(e);
         }
         state.paused.store(true, Ordering::SeqCst);
+        match self.wait_parked(lock_waits) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.unpause()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until every task is parked, waking them to see the pause;
+    /// fails if the mount stops meanwhile, or with what `give_up` says.
+    fn wait_parked(&self, give_up: impl Fn() -> Option<io::Error>) -> io::Result<()> {
+        let state = &self.state;
         let mut ended = state.lock_ended();
         loop {
-            let failure = if state.stop.load(Ordering::Acquire) {
-                Some(io::Error::new(
+            if state.stop.load(Ordering::Acquire) {
+                return Err(io::Error::new(
                     io::ErrorKind::NotConnected,
                     "the session is ending",
-                ))
-            } else if state.parked.load(Ordering::Acquire) == state.tasks.load(Ordering::Acquire) {
+                ));
+            }
+            if state.parked.load(Ordering::Acquire) == state.tasks.load(Ordering::Acquire) {
                 return Ok(());
-            } else {
-                lock_waits()
-            };
-            if let Some(e) = failure {
-                drop(ended);
-                self.unpause()?;
+            }
+            if let Some(e) = give_up() {
                 return Err(e);
             }
             state.wake_all();
@@ -393,14 +403,12 @@ impl FuseDevTask {
     /// (its `destroy` doesn't run: the connection isn't over).
     pub fn release(&self) -> io::Result<OwnedFd> {
         let state = &self.state;
-        {
-            let _ended = state.lock_ended();
-            if !state.paused.load(Ordering::Acquire)
-                || state.parked.load(Ordering::Acquire) != state.tasks.load(Ordering::Acquire)
-            {
-                return Err(io::Error::other("release needs a paused session"));
-            }
+        if !state.paused.load(Ordering::Acquire) {
+            return Err(io::Error::other("release needs a paused session"));
         }
+        // Tasks of a session resumed paused may still be on their way to
+        // parking.
+        self.wait_parked(|| None)?;
         let fd = {
             let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
             if !mount.as_ref().is_some_and(Mount::can_release) {
@@ -430,6 +438,12 @@ impl FuseDevTask {
             Some(mount) => mount.dev_fd().try_clone_to_owned(),
             None => Err(io::Error::other("the session has ended")),
         }
+    }
+
+    /// Paused ([`FuseDevTask::pause`], or resumed paused and not yet
+    /// served).
+    pub fn is_paused(&self) -> bool {
+        self.state.paused.load(Ordering::Acquire)
     }
 
     /// The connection was handed to another process
@@ -752,6 +766,12 @@ impl FuseDevTask {
             AlignedBuf::new(n.max_reply_size())?,
         ))
     }
+}
+
+/// Backing files (kernel passthrough) go through the task's fd, held
+/// weakly so that they never keep the connection alive.
+fn use_for_backing_files(server: &Server, fd: &Arc<AsyncFd<OwnedFd>>) {
+    server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(fd))));
 }
 
 /// `/dev/fuse` polls as an error once the connection is gone: wait for

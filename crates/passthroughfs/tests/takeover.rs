@@ -310,19 +310,79 @@ fn kernel_passthrough_files_survive_upgrades() {
     assert!(status.success(), "{log}");
 }
 
+/// How upgrade `n` of [`upgrades_change_runtimes_under_load`] serves:
+/// every runtime, with and without the thread pool, in turn.
+fn runtime_args(n: usize) -> &'static [&'static str] {
+    const WAYS: [&[&str]; 5] = [
+        &["--runtime", "tokio", "--threads", "2"],
+        &["--runtime", "uring", "--thread-pool"],
+        &["--runtime", "sync"],
+        &["--runtime", "tokio", "--thread-pool", "--threads", "2"],
+        &["--runtime", "uring", "--threads", "2"],
+    ];
+    WAYS[n % WAYS.len()]
+}
+
+#[test]
+fn upgrades_change_runtimes_under_load() {
+    // 20 upgrades, each new daemon serving with another runtime (tasks on
+    // tokio or on io_uring runtimes, with and without the thread pool, or
+    // worker threads) and the builds alternating, under fio's verify, the
+    // git loop and the shell clients; afterwards every node the kernel
+    // forgets is found and none is left.
+    let d = dirs();
+    let sock = d.dir.path().join("takeover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    let mut daemon = Daemon::start(
+        &d.src,
+        &d.mnt,
+        Transport::Dev,
+        &["--runtime", "sync", "--takeover-socket", &sock_arg],
+    );
+    let load = FioAndGit::start(&d.mnt);
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let workers = clients(&d.mnt, 2, &stop, &rounds);
+    for upgrade in 0..20 {
+        let mut args = vec!["--take-over", &sock_arg, "--takeover-socket", &sock_arg];
+        args.extend_from_slice(runtime_args(upgrade));
+        daemon = self::upgrade(daemon, &d.src, &d.mnt, &args, upgrade);
+        progress(&load.runs, 1);
+        progress(&rounds, 5);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap().expect("a client saw an error");
+    }
+    load.finish("the upgrades between runtimes");
+    for name in ["client-0", "client-1", "fio", "repo"] {
+        std::fs::remove_dir_all(d.mnt.join(name)).unwrap();
+    }
+    fs_state_with(&daemon, &["inodes=1 ", "lookup_refs=0"], true);
+    let log = daemon.stderr();
+    assert!(
+        !log.contains("FORGET of an unknown node id") && !log.contains("more references than held"),
+        "{log}"
+    );
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    assert!(!is_mounted(&d.mnt));
+}
+
 #[test]
 fn takeover_is_refused_where_it_would_lose_requests() {
     // io_uring (a ring's entries can't be retired without failing a
-    // request) and the async runtimes (no pause yet): refused at start,
-    // with the reason, before anything is mounted.
+    // request): refused at start, with the reason, before anything is
+    // mounted.
     let d = dirs();
-    for extra in [&["--uring"][..], &["--runtime", "tokio"][..]] {
+    for extra in [&["--uring"][..], &["--uring", "--runtime", "tokio"][..]] {
         let args: Vec<&str> = ["--takeover-socket", "/nonexistent/sock"]
             .iter()
             .chain(extra)
             .copied()
             .collect();
         let err = daemon::refused_at_start(&d.src, &d.mnt, &args);
-        assert!(err.contains("--runtime sync only"), "{extra:?}: {err}");
+        assert!(err.contains("over /dev/fuse only"), "{extra:?}: {err}");
     }
 }
