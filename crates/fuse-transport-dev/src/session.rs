@@ -406,7 +406,9 @@ impl DevSession {
         let joined = self.join_workers(false);
         self.shared.stop.store(false, Ordering::Release);
         if let Err(e) = joined {
-            self.shared.paused.store(false, Ordering::Release);
+            // Serve on with as many workers as before (a lock wait that
+            // began after the check above called the pause off).
+            self.unpause()?;
             return Err(e);
         }
         if self.shared.unmounted.load(Ordering::Acquire) {
@@ -461,7 +463,10 @@ impl DevSession {
     /// Joins the workers as they end, waking them while the session
     /// stops (or pauses: both set `stop`); the first error of one. With
     /// `through_pauses`, a pause with every worker gone doesn't end the
-    /// wait: the session serves again or is released soon.
+    /// wait: the session serves again or is released soon. Without it (a
+    /// pause), a request that waits for a lock ends the wait with an error
+    /// (its worker can't end until the lock is granted); the workers not
+    /// joined yet serve on.
     fn join_workers(&self, through_pauses: bool) -> io::Result<()> {
         let mut first_error = None;
         loop {
@@ -487,6 +492,20 @@ impl DevSession {
             // after the previous signal; otherwise just check now and then
             // whether a stop began.
             while !handle.is_finished() {
+                let waits = self.shared.in_long_waits.load(Ordering::Acquire);
+                if !through_pauses && waits > 0 {
+                    self.shared
+                        .handles
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(handle);
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "{waits} requests wait for locks; try again once they are answered"
+                        ),
+                    ));
+                }
                 if self.shared.stop.load(Ordering::Acquire) {
                     self.wake_workers();
                     std::thread::sleep(Duration::from_millis(5));

@@ -118,9 +118,24 @@ fn mount_passthrough(
 }
 
 /// Serves a taken-over connection (paused, see
-/// `FuseDevTask::resume_paused`) with a task on a current-thread tokio
-/// runtime and a sibling on another, each thread its own runtime.
+/// `FuseDevTask::resume_paused`) with tasks, see [`run_tasks`].
 fn resume_tasks(server: Server, r: takeover::Received) -> std::io::Result<Arc<FuseDevTask>> {
+    run_tasks(move || {
+        FuseDevTask::resume_paused(
+            server,
+            r.dev_fd,
+            r.mountpoint,
+            &r.negotiated,
+            TaskConfig::default(),
+        )
+    })
+}
+
+/// Runs the task `make` makes on a current-thread tokio runtime and a
+/// sibling on another, each thread its own runtime.
+fn run_tasks(
+    make: impl FnOnce() -> Result<FuseDevTask, fuse_transport_dev::SessionError> + Send + 'static,
+) -> std::io::Result<Arc<FuseDevTask>> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -129,22 +144,13 @@ fn resume_tasks(server: Server, r: takeover::Received) -> std::io::Result<Arc<Fu
             .unwrap();
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
-            let made = FuseDevTask::resume_paused(
-                server,
-                r.dev_fd,
-                r.mountpoint,
-                &r.negotiated,
-                TaskConfig::default(),
-            )
-            .map(Arc::new)
-            .map_err(|e| std::io::Error::other(e.to_string()));
-            match made {
+            match make().map(Arc::new) {
                 Ok(task) => {
                     let _ = tx.send(Ok(task.clone()));
                     task.run_shared().await.expect("the task failed");
                 }
                 Err(e) => {
-                    let _ = tx.send(Err(e));
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string())));
                 }
             }
         });
@@ -344,4 +350,100 @@ fn refused_takeovers_leave_the_old_session_serving() {
     session.stop();
     session.wait().unwrap();
     assert!(!mounted(&mnt));
+}
+
+/// A takeover while a client waits for a lock is refused (the waiting
+/// request can't be answered before the hand-over), with the reason; the
+/// session serves on, and once the lock is granted a pause works.
+fn lock_waits_refuse_the_takeover(session: Arc<dyn Pausable>, dir: &Path) {
+    use std::os::fd::AsRawFd;
+    let mnt = session.mountpoint().to_path_buf();
+    let path = mnt.join("locked");
+    std::fs::write(&path, b"x").unwrap();
+    let holder = std::fs::File::open(&path).unwrap();
+    // SAFETY: flock on descriptors we own.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let waiter = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(&path).unwrap();
+            // SAFETY: as above.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }
+        })
+    };
+    // Pauses succeed until the waiter's request reaches the session.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        match session.pause() {
+            Ok(()) => session.unpause().unwrap(),
+            Err(e) => break e,
+        }
+        assert!(std::time::Instant::now() < deadline, "no lock wait seen");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(refusal.kind(), std::io::ErrorKind::WouldBlock, "{refusal}");
+    assert!(refusal.to_string().contains("wait for locks"), "{refusal}");
+    still_served(&mnt, "while-waiting");
+
+    // The whole exchange: the new side hears why.
+    let socket = dir.join("locks.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once(session, listener);
+    let err = takeover::take_over(
+        &socket,
+        takeover::DEFAULT_TIMEOUT,
+        |_| -> std::io::Result<Arc<DevSession>> {
+            panic!("the serving side handed over during a lock wait")
+        },
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(err.to_string().contains("wait for locks"), "{err}");
+    let (session, handed) = old.join().unwrap();
+    assert!(!handed);
+
+    drop(holder);
+    assert_eq!(waiter.join().unwrap(), 0, "the waiter got no lock");
+    // The reply reaches the client just before the session counts the
+    // wait as over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Err(e) = session.pause() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pause once the lock was granted: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    session.unpause().unwrap();
+    still_served(&mnt, "after-the-lock");
+    session.stop();
+    session.wait().unwrap();
+    assert!(!mounted(&mnt));
+}
+
+#[test]
+fn lock_waits_refuse_the_takeover_of_worker_threads() {
+    let (dir, _, _, _, session) = mount_passthrough(SessionConfig::default());
+    lock_waits_refuse_the_takeover(Arc::new(session), dir.path());
+}
+
+#[test]
+fn lock_waits_refuse_the_takeover_of_tasks() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let task = run_tasks(move || {
+        FuseDevTask::mount(
+            Server::new_async(fs),
+            &mnt,
+            &options(),
+            TaskConfig::default(),
+        )
+    })
+    .unwrap();
+    lock_waits_refuse_the_takeover(task, dir.path());
 }
