@@ -120,8 +120,9 @@ impl Plan {
         if (args.takeover_socket.is_some() || args.take_over.is_some()) && args.uring {
             return Err(Failure(
                 "--takeover-socket and --take-over work over /dev/fuse only (any --runtime, \
-                 with or without --thread-pool): over io_uring the old daemon can't retire \
-                 its ring entries without the kernel failing a request with ECANCELED; see \
+                 with or without --thread-pool): over io_uring the kernel hands requests to \
+                 the old daemon's ring entries until its ring closes, and a request they hold \
+                 then is neither answered nor resent (a client would hang); see \
                  docs/takeover.md"
                     .into(),
             ));
