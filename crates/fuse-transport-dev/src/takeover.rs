@@ -31,6 +31,12 @@
 //! daemon instead of the hand-over. Every wait of either side ends after
 //! the timeout given ([`DEFAULT_TIMEOUT`]): a peer that hangs costs the
 //! serving daemon at most that long paused.
+//!
+//! A file system moves its own state through
+//! [`fuse_server::takeover::LiveState`]: [`offer_mount`] and
+//! [`take_over_mount`] are the two sides for such a file system, and
+//! [`offer`] and [`take_over`] the exchange underneath, for callers that
+//! make the state themselves.
 
 use crate::session::DevSession;
 #[cfg(feature = "tokio")]
@@ -532,6 +538,54 @@ pub fn take_over<S: Pausable + ?Sized>(
             )))
         }
     }
+}
+
+/// [`offer`] for a session whose file system moves its state with
+/// [`fuse_server::takeover::LiveState`]: the hand-over carries the
+/// session's mountpoint and negotiated state and `fs`'s state.
+pub fn offer_mount(
+    session: &(impl Pausable + ?Sized),
+    fs: &dyn fuse_server::takeover::LiveState,
+    stream: &UnixStream,
+    timeout: std::time::Duration,
+) -> io::Result<bool> {
+    let negotiated = session
+        .server()
+        .negotiated()
+        .copied()
+        .ok_or_else(|| io::Error::other("the session has not answered INIT"))?;
+    let mountpoint = session.mountpoint().to_path_buf();
+    offer(session, stream, timeout, |dev| {
+        let (state, fds) = fs.save_state()?;
+        Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
+    })
+}
+
+/// [`take_over`] of the mount at `mountpoint` for a file system that takes
+/// its state back with [`fuse_server::takeover::LiveState`]: refuses a
+/// hand-over of another mountpoint, restores `fs`, and gives the rest
+/// (the connection's descriptor and negotiated state) to `start`, which
+/// readies a paused session on it ([`DevSession::resume_paused`], or a
+/// `FuseDevTask`'s). Call `fs.resumed()` once the returned session serves.
+pub fn take_over_mount<S: Pausable + ?Sized>(
+    socket: &std::path::Path,
+    mountpoint: &std::path::Path,
+    fs: &dyn fuse_server::takeover::LiveState,
+    timeout: std::time::Duration,
+    start: impl FnOnce(Received) -> io::Result<std::sync::Arc<S>>,
+) -> io::Result<std::sync::Arc<S>> {
+    take_over(socket, timeout, |h| {
+        let mut r = h.into_parts()?;
+        if r.mountpoint != mountpoint {
+            return Err(io::Error::other(format!(
+                "the serving daemon's mountpoint is {}, not {}",
+                r.mountpoint.display(),
+                mountpoint.display()
+            )));
+        }
+        fs.restore_state(&r.fs_state, std::mem::take(&mut r.fs_fds))?;
+        start(r)
+    })
 }
 
 #[cfg(test)]

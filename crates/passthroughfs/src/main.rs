@@ -580,20 +580,8 @@ fn take_over<S: Pausable + ?Sized>(
     let timeout = takeover_timeout(args)?;
     let mountpoint = std::path::absolute(mountpoint)
         .map_err(|e| Failure(format!("{}: {e}", mountpoint.display())))?;
-    fuse_transport_dev::takeover::take_over(socket, timeout, |h| {
-        let mut r = h.into_parts()?;
-        if r.mountpoint != mountpoint {
-            return Err(std::io::Error::other(format!(
-                "the serving daemon's mountpoint is {}, not {}",
-                r.mountpoint.display(),
-                mountpoint.display()
-            )));
-        }
-        let fs_fds = std::mem::take(&mut r.fs_fds);
-        fs.restore_state(&r.fs_state, fs_fds)?;
-        start(r)
-    })
-    .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
+    fuse_transport_dev::takeover::take_over_mount(socket, &mountpoint, fs.as_ref(), timeout, start)
+        .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
 }
 
 /// `--takeover-timeout`, checked.
@@ -634,7 +622,7 @@ fn spawn_takeover_listener(
     fs: Arc<PassthroughFs>,
     timeout: std::time::Duration,
 ) -> Result<(), Failure> {
-    use fuse_transport_dev::takeover::{offer, Handover};
+    use fuse_transport_dev::takeover::offer_mount;
     let mut listener = bind_takeover_socket(&path)
         .map_err(|e| Failure(format!("--takeover-socket {}: {e}", path.display())))?;
     tracing::info!(socket = %path.display(), "listening for a takeover");
@@ -650,18 +638,11 @@ fn spawn_takeover_listener(
                 }
             };
             let _ = std::fs::remove_file(&path);
-            let Some(negotiated) = session.server().negotiated().copied() else {
-                continue;
-            };
-            let mountpoint = session.mountpoint().to_path_buf();
             tracing::info!("a new daemon asks to take over");
             // The source watch stops while the workers still answer (see
             // `pause_quietly`); the new daemon starts its own.
             fs.set_notifier(None);
-            let result = offer(session.as_ref(), &stream, timeout, |dev| {
-                let (state, fds) = fs.save_state()?;
-                Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
-            });
+            let result = offer_mount(session.as_ref(), fs.as_ref(), &stream, timeout);
             match result {
                 // Released: the main thread's wait returns and sees it.
                 Ok(true) => return,
