@@ -380,26 +380,10 @@ impl DevSession {
     /// it) and for a mount that can't be handed over
     /// ([`Mount::release`]).
     pub fn pause(&self) -> io::Result<()> {
-        {
-            let mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            match mount.as_ref() {
-                None => return Err(io::Error::other("the session has ended")),
-                Some(m) if !m.can_release() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "a mount with auto_unmount can't be handed over: its helper would \
-                         unmount it when this process exits",
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
+        can_hand_over(&self.mount)?;
         let waits = self.shared.in_long_waits.load(Ordering::Acquire);
         if waits > 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{waits} requests wait for locks; try again once they are answered"),
-            ));
+            return Err(lock_waits_refuse(waits));
         }
         self.shared.paused.store(true, Ordering::Release);
         self.shared.stop.store(true, Ordering::Release);
@@ -499,12 +483,7 @@ impl DevSession {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(handle);
-                    return Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        format!(
-                            "{waits} requests wait for locks; try again once they are answered"
-                        ),
-                    ));
+                    return Err(lock_waits_refuse(waits));
                 }
                 if self.shared.stop.load(Ordering::Acquire) {
                     self.wake_workers();
@@ -861,6 +840,29 @@ fn worker_loop(
 const RELEASE_AFTER: usize = 64 << 10;
 
 /// The opcode of a request (0 if it is too short to say).
+/// Why a pause is refused while `waits` requests wait for locks.
+pub(crate) fn lock_waits_refuse(waits: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!("{waits} requests wait for locks; try again once they are answered"),
+    )
+}
+
+/// Whether a session's mount can be handed over (a pause would be for
+/// nothing otherwise): it must still be there, and releasable
+/// ([`Mount::can_release`]).
+pub(crate) fn can_hand_over(mount: &Mutex<Option<Mount>>) -> io::Result<()> {
+    match mount.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        None => Err(io::Error::other("the session has ended")),
+        Some(m) if !m.can_release() => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a mount with auto_unmount can't be handed over: its helper would unmount it when \
+             this process exits",
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 pub(crate) fn request_opcode(request: &[u8]) -> u32 {
     request
         .get(4..8)

@@ -30,7 +30,7 @@
 use crate::backing::DevBackingFiles;
 use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountOptions};
-use crate::session::{request_opcode, SessionError};
+use crate::session::{can_hand_over, lock_waits_refuse, request_opcode, SessionError};
 use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{AlignedBuf, Outcome, Server, Session};
 use std::io::{self};
@@ -323,29 +323,11 @@ impl FuseDevTask {
         if self.sibling {
             return Err(io::Error::other("pause the first task, not a sibling"));
         }
-        {
-            let mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            match mount.as_ref() {
-                None => return Err(io::Error::other("the session has ended")),
-                Some(m) if !m.can_release() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "a mount with auto_unmount can't be handed over: its helper would \
-                         unmount it when this process exits",
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
+        can_hand_over(&self.mount)?;
         let state = &self.state;
         let lock_waits = || {
             let waits = state.long_waits.load(Ordering::SeqCst);
-            (waits > 0).then(|| {
-                io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!("{waits} requests wait for locks; try again once they are answered"),
-                )
-            })
+            (waits > 0).then(|| lock_waits_refuse(waits))
         };
         if let Some(e) = lock_waits() {
             return Err(e);

@@ -117,6 +117,21 @@ fn mount_passthrough(
     (dir, src, mnt, fs, session)
 }
 
+/// Runs the future `work` makes on a thread of its own, in a
+/// current-thread tokio runtime's `LocalSet` (the tasks' request futures
+/// are local, so the future is made there).
+fn on_a_runtime_thread<F: std::future::Future<Output = ()>>(
+    work: impl FnOnce() -> F + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, work());
+    });
+}
+
 /// Serves a taken-over connection (paused, see
 /// `FuseDevTask::resume_paused`) with tasks, see [`run_tasks`].
 fn resume_tasks(server: Server, r: takeover::Received) -> std::io::Result<Arc<FuseDevTask>> {
@@ -137,36 +152,22 @@ fn run_tasks(
     make: impl FnOnce() -> Result<FuseDevTask, fuse_transport_dev::SessionError> + Send + 'static,
 ) -> std::io::Result<Arc<FuseDevTask>> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            match make().map(Arc::new) {
-                Ok(task) => {
-                    let _ = tx.send(Ok(task.clone()));
-                    task.run_shared().await.expect("the task failed");
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(e.to_string())));
-                }
+    on_a_runtime_thread(move || async move {
+        match make().map(Arc::new) {
+            Ok(task) => {
+                let _ = tx.send(Ok(task.clone()));
+                task.run_shared().await.expect("the task failed");
             }
-        });
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string())));
+            }
+        }
     });
     let task = rx.recv().unwrap()?;
     let sibling = task.sibling()?;
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            let task = sibling.into_task().expect("the sibling");
-            task.run().await.expect("the sibling failed");
-        });
+    on_a_runtime_thread(move || async move {
+        let task = sibling.into_task().expect("the sibling");
+        task.run().await.expect("the sibling failed");
     });
     Ok(task)
 }
