@@ -421,13 +421,16 @@ impl DevSession {
         if self.worker_count() > 0 {
             return Err(io::Error::other("release needs a paused session"));
         }
-        let mount = self
-            .mount
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| io::Error::other("the session has ended"))?;
-        let fd = mount.release()?;
+        let fd = {
+            let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+            let fd = mount
+                .as_mut()
+                .ok_or_else(|| io::Error::other("the session has ended"))?
+                .release()?;
+            // Released: dropping it leaves the mount alone.
+            mount.take();
+            fd
+        };
         self.shared.released.store(true, Ordering::Release);
         self.shared.paused.store(false, Ordering::Release);
         self.shared

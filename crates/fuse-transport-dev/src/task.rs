@@ -393,13 +393,13 @@ impl FuseDevTask {
         self.wait_parked(|| None)?;
         let fd = {
             let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            if !mount.as_ref().is_some_and(Mount::can_release) {
-                return Err(io::Error::other("the mount can't be handed over"));
-            }
-            let mount = mount
-                .take()
-                .ok_or_else(|| io::Error::other("the session has ended"))?;
-            mount.release()?
+            let fd = mount
+                .as_mut()
+                .ok_or_else(|| io::Error::other("the session has ended"))?
+                .release()?;
+            // Released: dropping it leaves the mount alone.
+            mount.take();
+            fd
         };
         state.released.store(true, Ordering::Release);
         state.stop.store(true, Ordering::Release);
