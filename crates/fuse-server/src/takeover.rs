@@ -32,6 +32,30 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 
+/// A file system's own part of a live upgrade: what it writes down for a
+/// new process and how it takes that back there. The transport moves the
+/// connection and what INIT settled; this moves the rest (the node table,
+/// open handles, ...), as bytes in a format of the file system's own and
+/// descriptors they refer to by position (`fuse_transport_dev::takeover`
+/// sends them over the socket with the connection's).
+///
+/// A file system that keeps nothing across requests needs no state:
+/// return nothing from `save_state` and accept nothing in
+/// `restore_state`. Version the format, and refuse another version or a
+/// state of another source with the reason: the old daemon then serves on.
+pub trait LiveState: Send + Sync {
+    /// What a new process needs to answer for this one, taken while the
+    /// session is paused (no request is being answered): state bytes and
+    /// the descriptors they refer to.
+    fn save_state(&self) -> io::Result<(Vec<u8>, Vec<std::os::fd::OwnedFd>)>;
+    /// Takes [`LiveState::save_state`]'s output back, in a file system that
+    /// has served nothing yet; an error refuses the takeover.
+    fn restore_state(&self, state: &[u8], fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()>;
+    /// The new session serves (notifications can be sent): drop what the
+    /// kernel may have cached on the old process's word, start watches.
+    fn resumed(&self) {}
+}
+
 /// The version of [`Negotiated::to_state`]'s text.
 pub const NEGOTIATED_STATE_VERSION: u32 = 1;
 

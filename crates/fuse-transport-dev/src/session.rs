@@ -380,33 +380,19 @@ impl DevSession {
     /// it) and for a mount that can't be handed over
     /// ([`Mount::release`]).
     pub fn pause(&self) -> io::Result<()> {
-        {
-            let mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            match mount.as_ref() {
-                None => return Err(io::Error::other("the session has ended")),
-                Some(m) if !m.can_release() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "a mount with auto_unmount can't be handed over: its helper would \
-                         unmount it when this process exits",
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
+        can_hand_over(&self.mount)?;
         let waits = self.shared.in_long_waits.load(Ordering::Acquire);
         if waits > 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{waits} requests wait for locks; try again once they are answered"),
-            ));
+            return Err(lock_waits_refuse(waits));
         }
         self.shared.paused.store(true, Ordering::Release);
         self.shared.stop.store(true, Ordering::Release);
         let joined = self.join_workers(false);
         self.shared.stop.store(false, Ordering::Release);
         if let Err(e) = joined {
-            self.shared.paused.store(false, Ordering::Release);
+            // Serve on with as many workers as before (a lock wait that
+            // began after the check above called the pause off).
+            self.unpause()?;
             return Err(e);
         }
         if self.shared.unmounted.load(Ordering::Acquire) {
@@ -435,13 +421,16 @@ impl DevSession {
         if self.worker_count() > 0 {
             return Err(io::Error::other("release needs a paused session"));
         }
-        let mount = self
-            .mount
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| io::Error::other("the session has ended"))?;
-        let fd = mount.release()?;
+        let fd = {
+            let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+            let fd = mount
+                .as_mut()
+                .ok_or_else(|| io::Error::other("the session has ended"))?
+                .release()?;
+            // Released: dropping it leaves the mount alone.
+            mount.take();
+            fd
+        };
         self.shared.released.store(true, Ordering::Release);
         self.shared.paused.store(false, Ordering::Release);
         self.shared
@@ -461,7 +450,10 @@ impl DevSession {
     /// Joins the workers as they end, waking them while the session
     /// stops (or pauses: both set `stop`); the first error of one. With
     /// `through_pauses`, a pause with every worker gone doesn't end the
-    /// wait: the session serves again or is released soon.
+    /// wait: the session serves again or is released soon. Without it (a
+    /// pause), a request that waits for a lock ends the wait with an error
+    /// (its worker can't end until the lock is granted); the workers not
+    /// joined yet serve on.
     fn join_workers(&self, through_pauses: bool) -> io::Result<()> {
         let mut first_error = None;
         loop {
@@ -487,6 +479,15 @@ impl DevSession {
             // after the previous signal; otherwise just check now and then
             // whether a stop began.
             while !handle.is_finished() {
+                let waits = self.shared.in_long_waits.load(Ordering::Acquire);
+                if !through_pauses && waits > 0 {
+                    self.shared
+                        .handles
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(handle);
+                    return Err(lock_waits_refuse(waits));
+                }
                 if self.shared.stop.load(Ordering::Acquire) {
                     self.wake_workers();
                     std::thread::sleep(Duration::from_millis(5));
@@ -842,14 +843,37 @@ fn worker_loop(
 const RELEASE_AFTER: usize = 64 << 10;
 
 /// The opcode of a request (0 if it is too short to say).
-fn request_opcode(request: &[u8]) -> u32 {
+/// Why a pause is refused while `waits` requests wait for locks.
+pub(crate) fn lock_waits_refuse(waits: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!("{waits} requests wait for locks; try again once they are answered"),
+    )
+}
+
+/// Whether a session's mount can be handed over (a pause would be for
+/// nothing otherwise): it must still be there, and releasable
+/// ([`Mount::can_release`]).
+pub(crate) fn can_hand_over(mount: &Mutex<Option<Mount>>) -> io::Result<()> {
+    match mount.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        None => Err(io::Error::other("the session has ended")),
+        Some(m) if !m.can_release() => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a mount with auto_unmount can't be handed over: its helper would unmount it when \
+             this process exits",
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+pub(crate) fn request_opcode(request: &[u8]) -> u32 {
     request
         .get(4..8)
         .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Requests a worker answers without ever blocking.
-fn never_blocks(opcode: u32) -> bool {
+pub(crate) fn never_blocks(opcode: u32) -> bool {
     use fuse_abi::Opcode;
     opcode == Opcode::Forget as u32
         || opcode == Opcode::BatchForget as u32

@@ -10,31 +10,108 @@
 //!
 //! The new daemon connects to the serving one's socket and says
 //! `fuse-takeover-hello 2\n`. The serving daemon pauses its session
-//! ([`DevSession::pause`]: its workers finish the request each holds and
-//! stop reading), then sends the hand-over ([`send_handover`]): a line
+//! ([`Pausable::pause`]: [`DevSession`]'s workers, or a `FuseDevTask`'s
+//! tasks, answer the requests they hold and stop reading), then sends the hand-over ([`send_handover`]): a line
 //! `fuse-takeover 2 <state bytes> <descriptors>\n`, the state (the
 //! mountpoint, [`fuse_server::Negotiated::to_state`]'s text, then the file
 //! system's own, see [`Handover`]), and the descriptors, the connection's first, in
 //! batches of at most [`FDS_PER_MESSAGE`] (each batch carries one byte).
 //! The new daemon restores what it got and readies a session that doesn't
-//! read yet ([`DevSession::resume_paused`]), then says `ready\n`, or
+//! read yet ([`DevSession::resume_paused`], `FuseDevTask::resume_paused`),
+//! then says `ready\n`, or
 //! `refused <reason>\n`. On `ready` the old daemon says `go\n`, gives the
-//! mount up ([`DevSession::release`]) and exits, and the new one starts
-//! reading ([`DevSession::unpause`]); on anything else (a refusal, the
+//! mount up ([`Pausable::release`]) and exits, and the new one starts
+//! reading ([`Pausable::unpause`]); on anything else (a refusal, the
 //! socket closing, no answer within the timeout) the old daemon says
 //! `refused <reason>\n` where it can and serves again
-//! ([`DevSession::unpause`]), and a new daemon that doesn't get `go`
+//! ([`Pausable::unpause`]), and a new daemon that doesn't get `go`
 //! releases its session untouched: the serving daemon alone decides, so
 //! the two never read at once. A refusal before the pause (another
 //! version, a lock wait in progress) is a `refused` line from the serving
 //! daemon instead of the hand-over. Every wait of either side ends after
 //! the timeout given ([`DEFAULT_TIMEOUT`]): a peer that hangs costs the
 //! serving daemon at most that long paused.
+//!
+//! A file system moves its own state through
+//! [`fuse_server::takeover::LiveState`]: [`offer_mount`] and
+//! [`take_over_mount`] are the two sides for such a file system, and
+//! [`offer`] and [`take_over`] the exchange underneath, for callers that
+//! make the state themselves.
 
 use crate::session::DevSession;
+#[cfg(feature = "tokio")]
+use crate::task::FuseDevTask;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+
+/// A session that can be handed to another process: [`DevSession`] (worker
+/// threads) and, with the `tokio` feature, `FuseDevTask` (tasks on async
+/// runtimes, the first task pausing its siblings too). [`offer`] and [`take_over`] work with either,
+/// so an upgrade may also change the way the mount is served.
+pub trait Pausable: fuse_server::Session {
+    /// Stops reading without ending the connection: every request read is
+    /// answered, and what the kernel queues meanwhile waits for the next
+    /// reader. Returns once nothing reads; refused (with the reason) where
+    /// that can't be done without failing a request.
+    fn pause(&self) -> io::Result<()>;
+    /// Serves again after a pause, or starts serving a session readied
+    /// paused for a takeover.
+    fn unpause(&self) -> io::Result<()>;
+    /// Gives the paused connection up: the session then ends without
+    /// unmounting and without telling the file system the connection
+    /// ended.
+    fn release(&self) -> io::Result<()>;
+    /// Whether the connection was given up ([`Pausable::release`]).
+    fn is_released(&self) -> bool;
+    /// A duplicate of the connection's session descriptor, to hand over.
+    fn connection_fd(&self) -> io::Result<OwnedFd>;
+}
+
+impl Pausable for DevSession {
+    fn pause(&self) -> io::Result<()> {
+        DevSession::pause(self)
+    }
+
+    fn unpause(&self) -> io::Result<()> {
+        DevSession::unpause(self)
+    }
+
+    fn release(&self) -> io::Result<()> {
+        DevSession::release(self).map(drop)
+    }
+
+    fn is_released(&self) -> bool {
+        DevSession::is_released(self)
+    }
+
+    fn connection_fd(&self) -> io::Result<OwnedFd> {
+        self.dev_fd()?.as_fd().try_clone_to_owned()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Pausable for FuseDevTask {
+    fn pause(&self) -> io::Result<()> {
+        FuseDevTask::pause(self)
+    }
+
+    fn unpause(&self) -> io::Result<()> {
+        FuseDevTask::unpause(self)
+    }
+
+    fn release(&self) -> io::Result<()> {
+        FuseDevTask::release(self).map(drop)
+    }
+
+    fn is_released(&self) -> bool {
+        FuseDevTask::is_released(self)
+    }
+
+    fn connection_fd(&self) -> io::Result<OwnedFd> {
+        FuseDevTask::connection_fd(self)
+    }
+}
 
 /// The version of the exchange this build speaks.
 pub const TAKEOVER_VERSION: u32 = 2;
@@ -342,7 +419,7 @@ fn recv_fds(stream: &UnixStream, max: usize) -> io::Result<Vec<OwnedFd>> {
 /// or failed on the way, and this session serves again; the reason was
 /// logged and written to the new daemon where it still listens.
 pub fn offer(
-    session: &DevSession,
+    session: &(impl Pausable + ?Sized),
     stream: &UnixStream,
     timeout: std::time::Duration,
     handover: impl FnOnce(OwnedFd) -> io::Result<Handover>,
@@ -363,7 +440,7 @@ pub fn offer(
         return Ok(false);
     }
     let result = (|| -> io::Result<bool> {
-        let dev = session.dev_fd()?.as_fd().try_clone_to_owned()?;
+        let dev = session.connection_fd()?;
         let h = handover(dev)?;
         send_handover(stream, &h)?;
         drop(h);
@@ -406,11 +483,11 @@ pub fn offer(
 /// daemon; once it says `go` the session starts serving and is returned.
 /// If it doesn't (it gave up waiting, or went away), the session is
 /// released untouched and the old daemon serves on.
-pub fn take_over(
+pub fn take_over<S: Pausable + ?Sized>(
     socket: &std::path::Path,
     timeout: std::time::Duration,
-    prepare: impl FnOnce(Handover) -> io::Result<DevSession>,
-) -> io::Result<DevSession> {
+    prepare: impl FnOnce(Handover) -> io::Result<std::sync::Arc<S>>,
+) -> io::Result<std::sync::Arc<S>> {
     let stream = UnixStream::connect(socket).map_err(|e| {
         io::Error::new(
             e.kind(),
@@ -461,6 +538,54 @@ pub fn take_over(
             )))
         }
     }
+}
+
+/// [`offer`] for a session whose file system moves its state with
+/// [`fuse_server::takeover::LiveState`]: the hand-over carries the
+/// session's mountpoint and negotiated state and `fs`'s state.
+pub fn offer_mount(
+    session: &(impl Pausable + ?Sized),
+    fs: &dyn fuse_server::takeover::LiveState,
+    stream: &UnixStream,
+    timeout: std::time::Duration,
+) -> io::Result<bool> {
+    let negotiated = session
+        .server()
+        .negotiated()
+        .copied()
+        .ok_or_else(|| io::Error::other("the session has not answered INIT"))?;
+    let mountpoint = session.mountpoint().to_path_buf();
+    offer(session, stream, timeout, |dev| {
+        let (state, fds) = fs.save_state()?;
+        Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
+    })
+}
+
+/// [`take_over`] of the mount at `mountpoint` for a file system that takes
+/// its state back with [`fuse_server::takeover::LiveState`]: refuses a
+/// hand-over of another mountpoint, restores `fs`, and gives the rest
+/// (the connection's descriptor and negotiated state) to `start`, which
+/// readies a paused session on it ([`DevSession::resume_paused`], or a
+/// `FuseDevTask`'s). Call `fs.resumed()` once the returned session serves.
+pub fn take_over_mount<S: Pausable + ?Sized>(
+    socket: &std::path::Path,
+    mountpoint: &std::path::Path,
+    fs: &dyn fuse_server::takeover::LiveState,
+    timeout: std::time::Duration,
+    start: impl FnOnce(Received) -> io::Result<std::sync::Arc<S>>,
+) -> io::Result<std::sync::Arc<S>> {
+    take_over(socket, timeout, |h| {
+        let mut r = h.into_parts()?;
+        if r.mountpoint != mountpoint {
+            return Err(io::Error::other(format!(
+                "the serving daemon's mountpoint is {}, not {}",
+                r.mountpoint.display(),
+                mountpoint.display()
+            )));
+        }
+        fs.restore_state(&r.fs_state, std::mem::take(&mut r.fs_fds))?;
+        start(r)
+    })
 }
 
 #[cfg(test)]

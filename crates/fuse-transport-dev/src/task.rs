@@ -20,11 +20,18 @@
 //! on its runtime's thread, and [`Session::stop`] and [`Session::wait`] it
 //! from any other thread (`wait` blocks until the task and its siblings
 //! have ended, so it must not be called on a thread that runs one of them).
+//!
+//! For a live upgrade ([`crate::takeover`]) the task and its siblings can
+//! be paused ([`FuseDevTask::pause`]: every request read is answered and
+//! nothing more is read), served again ([`FuseDevTask::unpause`]) or given
+//! up to another process ([`FuseDevTask::release`]); a new process serves
+//! the connection it received with [`FuseDevTask::resume_paused`].
 
 use crate::backing::DevBackingFiles;
 use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountOptions};
-use crate::session::SessionError;
+use crate::session::{can_hand_over, lock_waits_refuse, request_opcode, SessionError};
+use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{AlignedBuf, Outcome, Server, Session};
 use std::io::{self};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -97,7 +104,23 @@ struct TaskState {
     /// What [`Session::wait`] waits for, and the first error a task's run
     /// ended with.
     ended: Mutex<Ended>,
+    /// Signalled when a task ends or parks.
     ended_changed: Condvar,
+    /// Paused for a hand-over ([`FuseDevTask::pause`]): the tasks read
+    /// nothing and park once their requests are answered.
+    paused: AtomicBool,
+    /// Tasks parked: every request they read answered, reading nothing.
+    /// Changed under the `ended` lock.
+    parked: AtomicUsize,
+    /// Wakes parked tasks (the pause ends, or the mount stops).
+    resume: Notify,
+    /// The connection was handed to another process
+    /// ([`FuseDevTask::release`]): ending neither unmounts nor tells the
+    /// file system (the connection isn't over).
+    released: AtomicBool,
+    /// Requests being served that may wait indefinitely (a blocking
+    /// lock): a pause can't wait for them.
+    long_waits: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -118,7 +141,21 @@ impl TaskState {
             started: AtomicUsize::new(1),
             ended: Mutex::new(Ended::default()),
             ended_changed: Condvar::new(),
+            paused: AtomicBool::new(false),
+            parked: AtomicUsize::new(0),
+            resume: Notify::new(),
+            released: AtomicBool::new(false),
+            long_waits: AtomicUsize::new(0),
         }
+    }
+
+    /// Wakes every task from its wait for a request (to see a stop or a
+    /// pause). `notify_one` keeps a wake-up for a task that is about to
+    /// wait; callers that must reach every task call this again until
+    /// they see the effect (a task may start waiting just after).
+    fn wake_all(&self) {
+        self.wake.notify_waiters();
+        self.wake.notify_one();
     }
 
     fn lock_ended(&self) -> std::sync::MutexGuard<'_, Ended> {
@@ -135,8 +172,9 @@ impl TaskHandle {
     pub fn stop(&self) {
         self.state.stop.store(true, Ordering::Release);
         self.server.stop_waits();
-        self.state.wake.notify_waiters();
-        self.state.wake.notify_one();
+        self.state.wake_all();
+        // Parked tasks (a pause) end too.
+        self.state.resume.notify_waiters();
     }
 
     /// Whether [`TaskHandle::stop`] was called.
@@ -220,10 +258,46 @@ impl FuseDevTask {
             .or_else(|_| mount.dev_fd().try_clone_to_owned())
             .map_err(SessionError::Init)?;
         let fd = register(fd)?;
-        // Backing files (kernel passthrough) go through the task's fd,
-        // held weakly so that they never keep the connection alive.
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&fd))));
-        Ok(Self {
+        use_for_backing_files(&server, &fd);
+        Ok(Self::owner(server, fd, mount, config))
+    }
+
+    /// Serves a connection another process answered INIT on and handed
+    /// over (live upgrade, see [`crate::takeover`]), paused: the task reads
+    /// nothing until [`FuseDevTask::unpause`], and [`FuseDevTask::release`]
+    /// gives the connection up untouched (the hand-over was called off).
+    /// `dev_fd` is the connection's session descriptor, mounted on
+    /// `mountpoint`; `negotiated` what its INIT settled
+    /// ([`Server::resume`] refuses a server that would have agreed to
+    /// something else). The task owns the mount from then on, as if it had
+    /// made it. Run it (and its siblings) as usual; must be called within
+    /// a tokio runtime.
+    pub fn resume_paused(
+        server: Server,
+        dev_fd: OwnedFd,
+        mountpoint: PathBuf,
+        negotiated: &fuse_server::Negotiated,
+        config: TaskConfig,
+    ) -> Result<Self, SessionError> {
+        let fd = dev::clone_fd(dev_fd.as_fd())
+            .or_else(|_| dev_fd.try_clone())
+            .map_err(SessionError::Init)?;
+        let fd = register(fd)?;
+        // Before resuming: the file system decides there whether it can
+        // use kernel passthrough.
+        use_for_backing_files(&server, &fd);
+        // Everything that can fail comes before adopting the mount: an
+        // adopted mount unmounts when dropped, and the old daemon still
+        // serves it.
+        server.resume(negotiated).map_err(SessionError::Init)?;
+        let task = Self::owner(server, fd, Mount::adopt(dev_fd, mountpoint), config);
+        task.state.paused.store(true, Ordering::Release);
+        Ok(task)
+    }
+
+    /// The first task of a mount, reading `fd` (registered).
+    fn owner(server: Server, fd: Arc<AsyncFd<OwnedFd>>, mount: Mount, config: TaskConfig) -> Self {
+        Self {
             server: Arc::new(server),
             mountpoint: mount.mountpoint().to_path_buf(),
             mount: Mutex::new(Some(mount)),
@@ -233,7 +307,131 @@ impl FuseDevTask {
             sibling: false,
             counted: AtomicBool::new(true),
             running: AtomicBool::new(false),
-        })
+        }
+    }
+
+    /// Stops serving without ending the connection, to hand it over: every
+    /// task (the siblings too) answers the requests it has read and parks;
+    /// requests the kernel queues meanwhile wait for the next reader.
+    /// Returns once all are parked. Follow with [`FuseDevTask::release`],
+    /// or [`FuseDevTask::unpause`] to serve again. Refused on a sibling,
+    /// while a request waits for a lock (it can't be answered in time; the
+    /// pause is called off if one turns up meanwhile), and for a mount that
+    /// can't be handed over ([`Mount::release`]). Never call it on a thread
+    /// that runs one of the tasks: it waits for them.
+    pub fn pause(&self) -> io::Result<()> {
+        if self.sibling {
+            return Err(io::Error::other("pause the first task, not a sibling"));
+        }
+        can_hand_over(&self.mount)?;
+        let state = &self.state;
+        let lock_waits = || {
+            let waits = state.long_waits.load(Ordering::SeqCst);
+            (waits > 0).then(|| lock_waits_refuse(waits))
+        };
+        if let Some(e) = lock_waits() {
+            return Err(e);
+        }
+        state.paused.store(true, Ordering::SeqCst);
+        match self.wait_parked(lock_waits) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.unpause()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until every task is parked, waking them to see the pause;
+    /// fails if the mount stops meanwhile, or with what `give_up` says.
+    fn wait_parked(&self, give_up: impl Fn() -> Option<io::Error>) -> io::Result<()> {
+        let state = &self.state;
+        let mut ended = state.lock_ended();
+        loop {
+            if state.stop.load(Ordering::Acquire) {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the session is ending",
+                ));
+            }
+            if state.parked.load(Ordering::Acquire) == state.tasks.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if let Some(e) = give_up() {
+                return Err(e);
+            }
+            state.wake_all();
+            ended = state
+                .ended_changed
+                .wait_timeout(ended, std::time::Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Serves again after [`FuseDevTask::pause`] (the hand-over failed), or
+    /// starts serving a connection taken over with
+    /// [`FuseDevTask::resume_paused`].
+    pub fn unpause(&self) -> io::Result<()> {
+        self.state.paused.store(false, Ordering::SeqCst);
+        self.state.resume.notify_waiters();
+        Ok(())
+    }
+
+    /// Gives the paused connection up for another process to serve: the
+    /// mount's session descriptor. The mount stays (the connection lives
+    /// while the descriptor is open anywhere); the tasks then end without
+    /// unmounting, and the file system is not told the connection ended
+    /// (its `destroy` doesn't run: the connection isn't over).
+    pub fn release(&self) -> io::Result<OwnedFd> {
+        let state = &self.state;
+        if !state.paused.load(Ordering::Acquire) {
+            return Err(io::Error::other("release needs a paused session"));
+        }
+        // Tasks of a session resumed paused may still be on their way to
+        // parking.
+        self.wait_parked(|| None)?;
+        let fd = {
+            let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+            let fd = mount
+                .as_mut()
+                .ok_or_else(|| io::Error::other("the session has ended"))?
+                .release()?;
+            // Released: dropping it leaves the mount alone.
+            mount.take();
+            fd
+        };
+        state.released.store(true, Ordering::Release);
+        state.stop.store(true, Ordering::Release);
+        state.paused.store(false, Ordering::Release);
+        state.resume.notify_waiters();
+        Ok(fd)
+    }
+
+    /// A duplicate of the mount's session descriptor (the connection INIT
+    /// was answered on); fails once the task gave the mount up or ended.
+    pub fn connection_fd(&self) -> io::Result<OwnedFd> {
+        match self
+            .mount
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            Some(mount) => mount.dev_fd().try_clone_to_owned(),
+            None => Err(io::Error::other("the session has ended")),
+        }
+    }
+
+    /// Paused ([`FuseDevTask::pause`], or resumed paused and not yet
+    /// served).
+    pub fn is_paused(&self) -> bool {
+        self.state.paused.load(Ordering::Acquire)
+    }
+
+    /// The connection was handed to another process
+    /// ([`FuseDevTask::release`]).
+    pub fn is_released(&self) -> bool {
+        self.state.released.load(Ordering::Acquire)
     }
 
     /// Another task for this mount, to run on another thread (each thread
@@ -313,7 +511,7 @@ impl FuseDevTask {
         // connection go away (or the shared stop flag) and end too.
         self.state.stop.store(true, Ordering::Release);
         self.state.wake.notify_waiters();
-        self.end_task(true);
+        self.end_task(!self.state.released.load(Ordering::Acquire));
         if let Err(e) = self.unmount() {
             tracing::warn!("unmounting {}: {e}", self.mountpoint.display());
         }
@@ -366,6 +564,10 @@ impl FuseDevTask {
             if self.state.stop.load(Ordering::Acquire) {
                 return Ok(());
             }
+            if self.state.paused.load(Ordering::SeqCst) {
+                self.park(tasks).await;
+                continue;
+            }
             let permit = tokio::select! {
                 permit = limit.clone().acquire_owned() => permit.map_err(io::Error::other)?,
                 _ = self.state.wake.notified() => continue,
@@ -394,10 +596,18 @@ impl FuseDevTask {
                     _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
                 },
             };
+            // Counted before the pause flag is looked at again, so that a
+            // pause sees either the lock wait or this task not parked.
+            let opcode = request_opcode(&request[REQUEST_OFFSET..REQUEST_OFFSET + n]);
+            let long_wait = opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely());
+            if long_wait {
+                self.state.long_waits.fetch_add(1, Ordering::SeqCst);
+            }
             let server = self.server.clone();
             let fd = self.fd.clone();
             let pool = pool.clone();
             let handle = self.handle();
+            let state = self.state.clone();
             tasks.spawn_local(async move {
                 let mut reply = reply;
                 let mut tx = DevTransaction {
@@ -415,6 +625,9 @@ impl FuseDevTask {
                     }
                     Err(e) => tracing::warn!("writing a reply to /dev/fuse: {e}"),
                 }
+                if long_wait {
+                    state.long_waits.fetch_sub(1, Ordering::SeqCst);
+                }
                 pool.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push((request, reply));
@@ -426,6 +639,44 @@ impl FuseDevTask {
                     tracing::error!("a request task failed: {e}");
                 }
             }
+        }
+    }
+
+    /// Paused for a hand-over: answers the requests this task read, then
+    /// waits until the pause ends (served again, released, or stopped).
+    /// If the pause is called off before every request is answered, it
+    /// returns at once and the rest are answered while serving.
+    async fn park(&self, tasks: &mut tokio::task::JoinSet<()>) {
+        let state = &self.state;
+        let mut parked = false;
+        loop {
+            let resumed = state.resume.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !state.paused.load(Ordering::SeqCst) || state.stop.load(Ordering::Acquire) {
+                break;
+            }
+            if parked {
+                resumed.await;
+                continue;
+            }
+            tokio::select! {
+                joined = tasks.join_next() => match joined {
+                    Some(Err(e)) => tracing::error!("a request task failed: {e}"),
+                    Some(Ok(())) => {}
+                    None => {
+                        let _ended = state.lock_ended();
+                        state.parked.fetch_add(1, Ordering::AcqRel);
+                        parked = true;
+                        state.ended_changed.notify_all();
+                    }
+                },
+                _ = resumed => {}
+            }
+        }
+        if parked {
+            let _ended = state.lock_ended();
+            state.parked.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -497,6 +748,12 @@ impl FuseDevTask {
             AlignedBuf::new(n.max_reply_size())?,
         ))
     }
+}
+
+/// Backing files (kernel passthrough) go through the task's fd, held
+/// weakly so that they never keep the connection alive.
+fn use_for_backing_files(server: &Server, fd: &Arc<AsyncFd<OwnedFd>>) {
+    server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(fd))));
 }
 
 /// `/dev/fuse` polls as an error once the connection is gone: wait for

@@ -3,7 +3,9 @@
 //! process and share one file system object, so what is tested is the
 //! connection's way from one session to the other (pause, the socket
 //! exchange with the descriptor, resume with the negotiated state,
-//! release without unmounting), under load: no client sees an error.
+//! release without unmounting), under load: no client sees an error. The
+//! connection moves between worker-thread sessions (`DevSession`) and tasks
+//! on tokio runtimes (`FuseDevTask` and a sibling) in both directions.
 //! Moving a file system's own state is the file system's (the
 //! passthrough's tests).
 
@@ -11,9 +13,9 @@ mod common;
 
 use common::require_root;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
-use fuse_server::{Server, Session};
-use fuse_transport_dev::takeover::{self, Handover};
-use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
+use fuse_server::Server;
+use fuse_transport_dev::takeover::{self, Handover, Pausable};
+use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -115,9 +117,65 @@ fn mount_passthrough(
     (dir, src, mnt, fs, session)
 }
 
+/// Runs the future `work` makes on a thread of its own, in a
+/// current-thread tokio runtime's `LocalSet` (the tasks' request futures
+/// are local, so the future is made there).
+fn on_a_runtime_thread<F: std::future::Future<Output = ()>>(
+    work: impl FnOnce() -> F + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, work());
+    });
+}
+
+/// Serves a taken-over connection (paused, see
+/// `FuseDevTask::resume_paused`) with tasks, see [`run_tasks`].
+fn resume_tasks(server: Server, r: takeover::Received) -> std::io::Result<Arc<FuseDevTask>> {
+    run_tasks(move || {
+        FuseDevTask::resume_paused(
+            server,
+            r.dev_fd,
+            r.mountpoint,
+            &r.negotiated,
+            TaskConfig::default(),
+        )
+    })
+}
+
+/// Runs the task `make` makes on a current-thread tokio runtime and a
+/// sibling on another, each thread its own runtime.
+fn run_tasks(
+    make: impl FnOnce() -> Result<FuseDevTask, fuse_transport_dev::SessionError> + Send + 'static,
+) -> std::io::Result<Arc<FuseDevTask>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    on_a_runtime_thread(move || async move {
+        match make().map(Arc::new) {
+            Ok(task) => {
+                let _ = tx.send(Ok(task.clone()));
+                task.run_shared().await.expect("the task failed");
+            }
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string())));
+            }
+        }
+    });
+    let task = rx.recv().unwrap()?;
+    let sibling = task.sibling()?;
+    on_a_runtime_thread(move || async move {
+        let task = sibling.into_task().expect("the sibling");
+        task.run().await.expect("the sibling failed");
+    });
+    Ok(task)
+}
+
 #[test]
-fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
-    let (dir, _, _, fs, mut session) = mount_passthrough(SessionConfig::default().threads(2));
+fn a_mount_moves_between_sessions_and_tasks_under_load_without_a_client_error() {
+    let (dir, _, _, fs, session) = mount_passthrough(SessionConfig::default().threads(2));
+    let mut session: Arc<dyn Pausable> = Arc::new(session);
     let mnt = session.mountpoint().to_path_buf();
     let stop = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
@@ -128,25 +186,32 @@ fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
     for upgrade in 0..20 {
         let listener = UnixListener::bind(&socket).unwrap();
         let old = offer_once(session, listener);
-        // The new side.
+        // The new side: tasks after worker threads, and back.
         let fs2 = fs.clone();
-        let new = takeover::take_over(&socket, takeover::DEFAULT_TIMEOUT, move |h| {
+        let prepare = move |h: Handover| -> std::io::Result<Arc<dyn Pausable>> {
             let r = h.into_parts()?;
             assert!(r.fs_state.is_empty() && r.fs_fds.is_empty());
-            DevSession::resume_paused(
-                Server::new(fs2),
-                r.dev_fd,
-                r.mountpoint,
-                &r.negotiated,
-                SessionConfig::default().threads(2),
-            )
-            .map_err(|e| std::io::Error::other(e.to_string()))
-        })
-        .unwrap_or_else(|e| panic!("upgrade {upgrade}: {e}"));
+            if upgrade % 2 == 0 {
+                return Ok(resume_tasks(Server::new_async(fs2), r)?);
+            }
+            Ok(Arc::new(
+                DevSession::resume_paused(
+                    Server::new(fs2),
+                    r.dev_fd,
+                    r.mountpoint,
+                    &r.negotiated,
+                    SessionConfig::default().threads(2),
+                )
+                .map_err(|e| std::io::Error::other(e.to_string()))?,
+            ))
+        };
+        let new = takeover::take_over(&socket, takeover::DEFAULT_TIMEOUT, prepare)
+            .unwrap_or_else(|e| panic!("upgrade {upgrade}: {e}"));
         let (old_session, handed) = old.join().unwrap();
         assert!(handed, "upgrade {upgrade}: the old session kept the mount");
         // The old session ends without unmounting.
         old_session.wait().unwrap();
+        assert!(old_session.is_released());
         drop(old_session);
         assert!(mounted(&mnt), "upgrade {upgrade}: the mount went away");
         std::fs::remove_file(&socket).unwrap();
@@ -164,23 +229,23 @@ fn a_mount_moves_between_sessions_under_load_without_a_client_error() {
 
 /// Serves one takeover request on `listener` in a thread; its result.
 fn offer_once(
-    session: DevSession,
+    session: Arc<dyn Pausable>,
     listener: UnixListener,
-) -> std::thread::JoinHandle<(DevSession, bool)> {
+) -> std::thread::JoinHandle<(Arc<dyn Pausable>, bool)> {
     offer_once_within(session, listener, takeover::DEFAULT_TIMEOUT)
 }
 
 /// [`offer_once`], waiting at most `timeout` for the new side.
 fn offer_once_within(
-    session: DevSession,
+    session: Arc<dyn Pausable>,
     listener: UnixListener,
     timeout: std::time::Duration,
-) -> std::thread::JoinHandle<(DevSession, bool)> {
+) -> std::thread::JoinHandle<(Arc<dyn Pausable>, bool)> {
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let negotiated = *session.server().negotiated().unwrap();
         let mountpoint = session.mountpoint().to_path_buf();
-        let handed = takeover::offer(&session, &stream, timeout, |dev| {
+        let handed = takeover::offer(session.as_ref(), &stream, timeout, |dev| {
             Ok(Handover::new(&negotiated, &mountpoint, dev, b"", vec![]))
         })
         .expect("offer");
@@ -195,7 +260,8 @@ fn still_served(mnt: &Path, name: &str) {
 
 #[test]
 fn refused_takeovers_leave_the_old_session_serving() {
-    let (dir, src, _, _, mut session) = mount_passthrough(SessionConfig::default());
+    let (dir, src, _, _, session) = mount_passthrough(SessionConfig::default());
+    let mut session: Arc<dyn Pausable> = Arc::new(session);
     let mnt = session.mountpoint().to_path_buf();
     let socket = dir.path().join("takeover.sock");
 
@@ -235,6 +301,7 @@ fn refused_takeovers_leave_the_old_session_serving() {
             &r.negotiated,
             SessionConfig::default(),
         )
+        .map(Arc::new)
         .map_err(|e| std::io::Error::other(e.to_string()))
     })
     .map(|_| ())
@@ -284,4 +351,100 @@ fn refused_takeovers_leave_the_old_session_serving() {
     session.stop();
     session.wait().unwrap();
     assert!(!mounted(&mnt));
+}
+
+/// A takeover while a client waits for a lock is refused (the waiting
+/// request can't be answered before the hand-over), with the reason; the
+/// session serves on, and once the lock is granted a pause works.
+fn lock_waits_refuse_the_takeover(session: Arc<dyn Pausable>, dir: &Path) {
+    use std::os::fd::AsRawFd;
+    let mnt = session.mountpoint().to_path_buf();
+    let path = mnt.join("locked");
+    std::fs::write(&path, b"x").unwrap();
+    let holder = std::fs::File::open(&path).unwrap();
+    // SAFETY: flock on descriptors we own.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let waiter = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(&path).unwrap();
+            // SAFETY: as above.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }
+        })
+    };
+    // Pauses succeed until the waiter's request reaches the session.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        match session.pause() {
+            Ok(()) => session.unpause().unwrap(),
+            Err(e) => break e,
+        }
+        assert!(std::time::Instant::now() < deadline, "no lock wait seen");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(refusal.kind(), std::io::ErrorKind::WouldBlock, "{refusal}");
+    assert!(refusal.to_string().contains("wait for locks"), "{refusal}");
+    still_served(&mnt, "while-waiting");
+
+    // The whole exchange: the new side hears why.
+    let socket = dir.join("locks.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let old = offer_once(session, listener);
+    let err = takeover::take_over(
+        &socket,
+        takeover::DEFAULT_TIMEOUT,
+        |_| -> std::io::Result<Arc<DevSession>> {
+            panic!("the serving side handed over during a lock wait")
+        },
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(err.to_string().contains("wait for locks"), "{err}");
+    let (session, handed) = old.join().unwrap();
+    assert!(!handed);
+
+    drop(holder);
+    assert_eq!(waiter.join().unwrap(), 0, "the waiter got no lock");
+    // The reply reaches the client just before the session counts the
+    // wait as over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Err(e) = session.pause() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pause once the lock was granted: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    session.unpause().unwrap();
+    still_served(&mnt, "after-the-lock");
+    session.stop();
+    session.wait().unwrap();
+    assert!(!mounted(&mnt));
+}
+
+#[test]
+fn lock_waits_refuse_the_takeover_of_worker_threads() {
+    let (dir, _, _, _, session) = mount_passthrough(SessionConfig::default());
+    lock_waits_refuse_the_takeover(Arc::new(session), dir.path());
+}
+
+#[test]
+fn lock_waits_refuse_the_takeover_of_tasks() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let task = run_tasks(move || {
+        FuseDevTask::mount(
+            Server::new_async(fs),
+            &mnt,
+            &options(),
+            TaskConfig::default(),
+        )
+    })
+    .unwrap();
+    lock_waits_refuse_the_takeover(task, dir.path());
 }

@@ -129,6 +129,9 @@ mod session;
 mod sys;
 mod zero_copy;
 
+#[cfg(test)]
+mod owner_change;
+
 pub use config::{default_threads_per_queue, UringConfig, UringMode, UringRuntime};
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

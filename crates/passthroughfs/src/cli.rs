@@ -214,7 +214,8 @@ pub struct Args {
 
     /// Live upgrade: listen on this Unix socket for a new daemon started
     /// with --take-over, and hand the mount over to it (the mount stays;
-    /// this daemon exits 0). /dev/fuse with --runtime sync only, for now.
+    /// this daemon exits 0). /dev/fuse with any --runtime (the new daemon
+    /// may serve with another); not with --uring.
     #[arg(long, value_name = "PATH")]
     pub takeover_socket: Option<PathBuf>,
 

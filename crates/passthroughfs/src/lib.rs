@@ -23,7 +23,7 @@ use fuse_backend_passthrough::{
     CachePolicy, KillPrivV2, PassthroughConfig, PassthroughFs, ZeroCopyPolicy,
 };
 use fuse_server::{Server, Session};
-use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, TaskConfig};
+use fuse_transport_dev::{FuseDevTask, MountOptions, SessionConfig, SessionError, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
 pub use logging::init_logging;
 use std::path::{Path, PathBuf};
@@ -389,9 +389,23 @@ pub fn start_tasks(
     options: &MountOptions,
     config: TaskConfig,
 ) -> Result<Arc<FuseDevTask>, Failure> {
+    let (mountpoint, options) = (mountpoint.to_path_buf(), options.clone());
+    start_tasks_with(kind, threads, config, move |config| {
+        FuseDevTask::mount(server, &mountpoint, &options, config)
+    })
+}
+
+/// [`start_tasks`] for a first task that `make` makes (on runtime thread 0,
+/// within its runtime) from the configuration: a mount, or a connection
+/// taken over ([`FuseDevTask::resume_paused`]).
+pub fn start_tasks_with(
+    kind: async_io::RuntimeType,
+    threads: usize,
+    config: TaskConfig,
+    make: impl FnOnce(TaskConfig) -> Result<FuseDevTask, SessionError> + Send + 'static,
+) -> Result<Arc<FuseDevTask>, Failure> {
     let config = config.runtime_name(kind.to_string());
     let (tx, rx) = std::sync::mpsc::channel();
-    let (mountpoint, options) = (mountpoint.to_path_buf(), options.clone());
     std::thread::Builder::new()
         .name("fuse-task-0".into())
         .spawn(move || {
@@ -403,7 +417,7 @@ pub fn start_tasks(
                 }
             };
             rt.block_on(async move {
-                match FuseDevTask::mount(server, &mountpoint, &options, config) {
+                match make(config) {
                     Ok(task) => {
                         let task = Arc::new(task);
                         let _ = tx.send(Ok(task.clone()));
@@ -421,8 +435,14 @@ pub fn start_tasks(
         .recv()
         .map_err(|_| Failure("runtime thread 0 ended before mounting".into()))??;
     let stop = |f: Failure| {
-        task.stop();
-        let _ = task.unmount();
+        if task.is_paused() {
+            // A connection taken over and not yet served: the daemon that
+            // handed it over serves on once this one gives up.
+            let _ = task.release();
+        } else {
+            task.stop();
+            let _ = task.unmount();
+        }
         f
     };
     for i in 1..threads.max(1) {

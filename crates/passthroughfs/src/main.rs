@@ -32,7 +32,8 @@ use clap::Parser;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
 use fuse_transport_dev::supervise::Supervised;
-use fuse_transport_dev::{DevSession, MountOptions, SessionConfig, TaskConfig};
+use fuse_transport_dev::takeover::{Pausable, Received};
+use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use fuse_transport_uring::{UringConfig, UringSession};
 use passthroughfs::cli::Args;
 use passthroughfs::daemonize::Detach;
@@ -116,13 +117,13 @@ impl Plan {
                     .into(),
             ));
         }
-        if (args.takeover_socket.is_some() || args.take_over.is_some())
-            && (args.uring || args.runtime != passthroughfs::Runtime::Sync)
-        {
+        if (args.takeover_socket.is_some() || args.take_over.is_some()) && args.uring {
             return Err(Failure(
-                "--takeover-socket and --take-over work over /dev/fuse with --runtime sync \
-                 only, for now (over io_uring the old daemon can't retire its ring entries \
-                 without the kernel failing a request with ECANCELED; see docs/takeover.md)"
+                "--takeover-socket and --take-over work over /dev/fuse only (any --runtime, \
+                 with or without --thread-pool): over io_uring the kernel hands requests to \
+                 the old daemon's ring entries until its ring closes, and a request they hold \
+                 then is neither answered nor resent (a client would hang); see \
+                 docs/takeover.md"
                     .into(),
             ));
         }
@@ -278,6 +279,8 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     .with_request_log(args.debug);
     let mut uring_session = None;
     let mut dev_session = None;
+    // What a takeover pauses and hands over (/dev/fuse sessions).
+    let mut pausable: Option<Arc<dyn Pausable>> = None;
     let session: Arc<dyn Session> = match (uring, runtime) {
         (Some(config), _) => {
             let uring = Arc::new(
@@ -288,36 +291,68 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
             uring
         }
         // One runtime thread per --threads, each a task on its own cloned fd.
-        (None, Some(kind)) => passthroughfs::start_tasks(
-            kind,
-            args.threads,
-            server,
-            &args.mountpoint,
-            &options,
-            TaskConfig::default(),
-        )?,
+        (None, Some(kind)) => {
+            let task = match &args.take_over {
+                Some(socket) => {
+                    let threads = args.threads;
+                    take_over(socket, &fs, &args.mountpoint, &args, move |r| {
+                        passthroughfs::start_tasks_with(
+                            kind,
+                            threads,
+                            TaskConfig::default(),
+                            move |config| {
+                                FuseDevTask::resume_paused(
+                                    server,
+                                    r.dev_fd,
+                                    r.mountpoint,
+                                    &r.negotiated,
+                                    config,
+                                )
+                            },
+                        )
+                        .map_err(|e| std::io::Error::other(e.0))
+                    })?
+                }
+                None => passthroughfs::start_tasks(
+                    kind,
+                    args.threads,
+                    server,
+                    &args.mountpoint,
+                    &options,
+                    TaskConfig::default(),
+                )?,
+            };
+            pausable = Some(task.clone());
+            task
+        }
         (None, None) => {
-            let session = Arc::new(match (&args.take_over, supervised) {
+            let session = match (&args.take_over, supervised) {
                 (_, Some(supervised)) => {
                     fs.recover(supervised.area.fs_region())
                         .map_err(|e| Failure(format!("taking the crash table back: {e}")))?;
-                    DevSession::supervised(server, supervised, session_config)
-                        .map_err(|e| Failure(e.to_string()))?
+                    Arc::new(
+                        DevSession::supervised(server, supervised, session_config)
+                            .map_err(|e| Failure(e.to_string()))?,
+                    )
                 }
-                (Some(socket), None) => take_over(
-                    socket,
-                    &fs,
-                    server,
-                    &args.mountpoint,
-                    session_config,
-                    takeover_timeout(&args)?,
-                )?,
-                (None, None) => {
+                (Some(socket), None) => take_over(socket, &fs, &args.mountpoint, &args, |r| {
+                    DevSession::resume_paused(
+                        server,
+                        r.dev_fd,
+                        r.mountpoint,
+                        &r.negotiated,
+                        session_config,
+                    )
+                    .map(Arc::new)
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+                })?,
+                (None, None) => Arc::new(
                     DevSession::mount(server, &args.mountpoint, &options, session_config)
-                        .map_err(|e| Failure(e.to_string()))?
-                }
-            });
+                        .map_err(|e| Failure(e.to_string()))?,
+                ),
+            };
             dev_session = Some(session.clone());
+            pausable = Some(session.clone());
             session
         }
     };
@@ -330,10 +365,10 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     if let (Some(set), Some(dev)) = (restart_signal, &dev_session) {
         spawn_restart_thread(set, dev.clone(), fs.clone())?;
     }
-    if let (Some(path), Some(dev)) = (&args.takeover_socket, &dev_session) {
+    if let (Some(path), Some(session)) = (&args.takeover_socket, &pausable) {
         spawn_takeover_listener(
             path.clone(),
-            dev.clone(),
+            session.clone(),
             fs.clone(),
             takeover_timeout(&args)?,
         )?;
@@ -379,7 +414,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     let result = session.wait();
     fs.set_notifier(None);
     notify::stopping();
-    let released = dev_session.as_ref().is_some_and(|d| d.is_released());
+    let released = pausable.as_ref().is_some_and(|p| p.is_released());
     if released && args.supervise && RESTART.load(std::sync::atomic::Ordering::Acquire) {
         tracing::info!("gave the connection back to the supervisor for a restart");
         // Nothing of this process must be torn down: the next one
@@ -532,31 +567,21 @@ const LOG_TO_SYSLOG: &str = "PASSTHROUGHFS_LOG_TO_SYSLOG";
 
 /// Takes over the mount served by the daemon listening on `socket` (live
 /// upgrade): its connection, negotiated state and the passthrough's node
-/// table and handles, restored into `fs`.
-fn take_over(
+/// table and handles, restored into `fs`; `start` readies a paused session
+/// on what was received (worker threads or tasks: the old daemon may have
+/// served another way).
+fn take_over<S: Pausable + ?Sized>(
     socket: &Path,
     fs: &Arc<PassthroughFs>,
-    server: Server,
     mountpoint: &Path,
-    config: SessionConfig,
-    timeout: std::time::Duration,
-) -> Result<DevSession, Failure> {
+    args: &Args,
+    start: impl FnOnce(Received) -> std::io::Result<Arc<S>>,
+) -> Result<Arc<S>, Failure> {
+    let timeout = takeover_timeout(args)?;
     let mountpoint = std::path::absolute(mountpoint)
         .map_err(|e| Failure(format!("{}: {e}", mountpoint.display())))?;
-    fuse_transport_dev::takeover::take_over(socket, timeout, |h| {
-        let r = h.into_parts()?;
-        if r.mountpoint != mountpoint {
-            return Err(std::io::Error::other(format!(
-                "the serving daemon's mountpoint is {}, not {}",
-                r.mountpoint.display(),
-                mountpoint.display()
-            )));
-        }
-        fs.restore_state(&r.fs_state, r.fs_fds)?;
-        DevSession::resume_paused(server, r.dev_fd, r.mountpoint, &r.negotiated, config)
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    })
-    .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
+    fuse_transport_dev::takeover::take_over_mount(socket, &mountpoint, fs.as_ref(), timeout, start)
+        .map_err(|e| Failure(format!("taking over through {}: {e}", socket.display())))
 }
 
 /// `--takeover-timeout`, checked.
@@ -593,11 +618,11 @@ fn bind_takeover_socket(path: &Path) -> std::io::Result<std::os::unix::net::Unix
 /// bind the same path for the next upgrade) and comes back if it failed.
 fn spawn_takeover_listener(
     path: PathBuf,
-    session: Arc<DevSession>,
+    session: Arc<dyn Pausable>,
     fs: Arc<PassthroughFs>,
     timeout: std::time::Duration,
 ) -> Result<(), Failure> {
-    use fuse_transport_dev::takeover::{offer, Handover};
+    use fuse_transport_dev::takeover::offer_mount;
     let mut listener = bind_takeover_socket(&path)
         .map_err(|e| Failure(format!("--takeover-socket {}: {e}", path.display())))?;
     tracing::info!(socket = %path.display(), "listening for a takeover");
@@ -613,25 +638,18 @@ fn spawn_takeover_listener(
                 }
             };
             let _ = std::fs::remove_file(&path);
-            let Some(negotiated) = session.server().negotiated().copied() else {
-                continue;
-            };
-            let mountpoint = session.mountpoint().to_path_buf();
             tracing::info!("a new daemon asks to take over");
             // The source watch stops while the workers still answer (see
             // `pause_quietly`); the new daemon starts its own.
             fs.set_notifier(None);
-            let result = offer(&session, &stream, timeout, |dev| {
-                let (state, fds) = fs.save_state()?;
-                Ok(Handover::new(&negotiated, &mountpoint, dev, &state, fds))
-            });
+            let result = offer_mount(session.as_ref(), fs.as_ref(), &stream, timeout);
             match result {
                 // Released: the main thread's wait returns and sees it.
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => tracing::warn!("takeover failed: {e}"),
             }
-            fs.set_notifier(session.notifier().ok());
+            fs.set_notifier(session.notifier());
             match bind_takeover_socket(&path) {
                 Ok(l) => listener = l,
                 Err(e) => {

@@ -256,8 +256,12 @@ const MIN_VERSION: &str = "7.3~";
 /// The FUSE minor version the 7.3 kernel speaks.
 const WANTED_MINOR: u32 = 46;
 
-/// The kernel command line before `--extra-append`.
-const BASE_APPEND: &str = "console=ttyS0 fuse.enable_uring=1 panic=-1 quiet";
+/// The kernel command line before `--extra-append`. `tsc=reliable`: on a
+/// busy host the emulated TSC looks unstable to the clocksource watchdog,
+/// which then switches to the HPET at run time; the code patching that
+/// comes with it once crashed the guest under TCG (an `int3` oops in
+/// `ktime_get_update_offsets_now`, "Fatal exception in interrupt").
+const BASE_APPEND: &str = "console=ttyS0 fuse.enable_uring=1 panic=-1 quiet tsc=reliable";
 
 /// Host packages the run needs.
 const HOST_PACKAGES: &[&str] = &[

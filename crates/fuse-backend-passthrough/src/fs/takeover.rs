@@ -335,3 +335,20 @@ impl PassthroughFs {
         }
     }
 }
+
+/// The passthrough's state in a live upgrade: its inherent
+/// [`PassthroughFs::save_state`], [`PassthroughFs::restore_state`] and
+/// [`PassthroughFs::resumed`].
+impl fuse_server::takeover::LiveState for PassthroughFs {
+    fn save_state(&self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+        PassthroughFs::save_state(self)
+    }
+
+    fn restore_state(&self, state: &[u8], fds: Vec<OwnedFd>) -> io::Result<()> {
+        PassthroughFs::restore_state(self, state, fds)
+    }
+
+    fn resumed(&self) {
+        PassthroughFs::resumed(self)
+    }
+}

@@ -258,7 +258,10 @@ impl Mount {
     /// `crate::takeover`). The mount stays as long as any descriptor of
     /// the connection is open. Refused for a mount with `auto_unmount`,
     /// whose helper would unmount it once this process is gone.
-    pub fn release(mut self) -> io::Result<OwnedFd> {
+    ///
+    /// On an error the mount is still this one's (and unmounts when
+    /// dropped, as before); once released, dropping it does nothing.
+    pub fn release(&mut self) -> io::Result<OwnedFd> {
         if !self.can_release() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
