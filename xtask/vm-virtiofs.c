@@ -471,6 +471,55 @@ static void bench_metadata(const char *dir, double secs)
 }
 
 #define BENCH_FILE_SIZE ((size_t)64 << 20)
+/* Files in the directory the stat and readdir workloads use. */
+#define BENCH_DIR_FILES 1000
+
+/* stat the directory's files one after another, for `secs` seconds (a
+ * LOOKUP or GETATTR each once the guest's cache times out). */
+static void bench_stat(const char *dir, double secs)
+{
+	long ops = 0;
+	double start = now(), end = start + secs, t = start;
+	char name[64];
+	struct stat st;
+	while (t < end) {
+		snprintf(name, sizeof name, "tree/f%ld", ops % BENCH_DIR_FILES);
+		if (stat(path(dir, name), &st)) {
+			fail("stat %s", name);
+			break;
+		}
+		ops++;
+		if (ops % 16 == 0)
+			t = now();
+	}
+	t = now();
+	bench_result("stat", ops, 0, t - start);
+}
+
+/* List the directory whole, over and over, for `secs` seconds. */
+static void bench_readdir(const char *dir, double secs)
+{
+	long ops = 0;
+	double start = now(), end = start + secs, t = start;
+	while (t < end) {
+		DIR *d = opendir(path(dir, "tree"));
+		long n = 0;
+		if (!d) {
+			fail("opendir tree");
+			break;
+		}
+		while (readdir(d))
+			n++;
+		closedir(d);
+		if (n != BENCH_DIR_FILES + 2) {
+			fail("readdir tree: %ld entries", n);
+			break;
+		}
+		ops++;
+		t = now();
+	}
+	bench_result("readdir", ops, 0, t - start);
+}
 
 /* The file the I/O workloads use, written whole. */
 static void bench_prepare(const char *dir)
@@ -482,6 +531,13 @@ static void bench_prepare(const char *dir)
 		CHECK(write_all(fd, buf, 1 << 20, (off_t)off) == 0, "fill bench.bin");
 	CHECK(fd >= 0 && fsync(fd) == 0 && close(fd) == 0, "bench.bin");
 	free(buf);
+	CHECK(mkdir(path(dir, "tree"), 0755) == 0 || errno == EEXIST, "mkdir tree");
+	char name[64];
+	for (int i = 0; i < BENCH_DIR_FILES; i++) {
+		snprintf(name, sizeof name, "tree/f%d", i);
+		int f = open(path(dir, name), O_CREAT | O_WRONLY, 0644);
+		CHECK(f >= 0 && close(f) == 0, "create %s", name);
+	}
 }
 
 static void bench(const char *dir, double secs, const char *workload)
@@ -497,6 +553,10 @@ static void bench(const char *dir, double secs, const char *workload)
 		bench_io(dir, workload, 4096, size, 0, 1, secs);
 	else if (!strcmp(workload, "create-stat-unlink"))
 		bench_metadata(dir, secs);
+	else if (!strcmp(workload, "stat"))
+		bench_stat(dir, secs);
+	else if (!strcmp(workload, "readdir"))
+		bench_readdir(dir, secs);
 	else
 		fail("unknown workload %s", workload);
 }

@@ -111,7 +111,7 @@ bench)
 	r=0
 	while [ "$r" -lt "${rounds:-3}" ]; do
 		r=$((r + 1))
-		for w in seq-write-1m seq-read-1m rand-write-4k rand-read-4k create-stat-unlink; do
+		for w in seq-write-1m seq-read-1m rand-write-4k rand-read-4k create-stat-unlink stat readdir; do
 			if [ $((r % 2)) -eq 1 ]; then order="vfs peer"; else order="peer vfs"; fi
 			for m in $order; do
 				/xtask/vm-virtiofs bench "/mnt/$m" "${secs:-2}" "$m" "$w" ||
@@ -328,6 +328,8 @@ const WORKLOADS: &[&str] = &[
     "rand-write-4k",
     "rand-read-4k",
     "create-stat-unlink",
+    "stat",
+    "readdir",
 ];
 
 /// `cargo xtask test-in-vm --virtiofs-bench`: one guest with two virtio-fs
@@ -336,7 +338,8 @@ const WORKLOADS: &[&str] = &[
 /// (`xtask/vm-virtiofs.c bench`) runs each workload on one mount and then
 /// the other, the order swapped every round, so the two runs of a pair are
 /// seconds apart on the same guest: O_DIRECT sequential 1 MiB and random
-/// 4 KiB reads and writes on a 64 MiB file, and create/stat/unlink.
+/// 4 KiB reads and writes on a 64 MiB file, create/stat/unlink, stat and
+/// readdir of a 1000-file directory.
 /// Prints, per workload, the median over the rounds of the ratio
 /// ours/virtiofsd of operations per second, and writes the table to
 /// `target/vm/virtiofs/bench.md`.
@@ -725,7 +728,9 @@ fn boot_once(
     log: &Path,
     mut kill: Option<&mut Daemon>,
 ) -> Result<(VmRun, Vec<String>)> {
-    let append = format!("console=ttyS0 panic=-1 quiet xtask.phase={phase} {extra_append}");
+    // tsc=reliable: see `BASE_APPEND`.
+    let append =
+        format!("console=ttyS0 panic=-1 quiet tsc=reliable xtask.phase={phase} {extra_append}");
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(["-accel", "tcg", "-cpu", "max"])
         .args(["-smp", &args.cpus.to_string()])
