@@ -421,16 +421,7 @@ impl DevSession {
         if self.worker_count() > 0 {
             return Err(io::Error::other("release needs a paused session"));
         }
-        let fd = {
-            let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            let fd = mount
-                .as_mut()
-                .ok_or_else(|| io::Error::other("the session has ended"))?
-                .release()?;
-            // Released: dropping it leaves the mount alone.
-            mount.take();
-            fd
-        };
+        let fd = release_mount(&self.mount)?;
         self.shared.released.store(true, Ordering::Release);
         self.shared.paused.store(false, Ordering::Release);
         self.shared
@@ -864,6 +855,19 @@ pub(crate) fn can_hand_over(mount: &Mutex<Option<Mount>>) -> io::Result<()> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// Gives a session's mount up ([`Mount::release`]): its session
+/// descriptor. On an error the session keeps it.
+pub(crate) fn release_mount(mount: &Mutex<Option<Mount>>) -> io::Result<OwnedFd> {
+    let mut mount = mount.lock().unwrap_or_else(|e| e.into_inner());
+    let fd = mount
+        .as_mut()
+        .ok_or_else(|| io::Error::other("the session has ended"))?
+        .release()?;
+    // Released: dropping it leaves the mount alone.
+    mount.take();
+    Ok(fd)
 }
 
 pub(crate) fn request_opcode(request: &[u8]) -> u32 {

@@ -30,7 +30,9 @@
 use crate::backing::DevBackingFiles;
 use crate::dev::{self, DevTransaction};
 use crate::mount::{Mount, MountOptions};
-use crate::session::{can_hand_over, lock_waits_refuse, request_opcode, SessionError};
+use crate::session::{
+    can_hand_over, lock_waits_refuse, release_mount, request_opcode, SessionError,
+};
 use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{AlignedBuf, Outcome, Server, Session};
 use std::io::{self};
@@ -391,16 +393,7 @@ impl FuseDevTask {
         // Tasks of a session resumed paused may still be on their way to
         // parking.
         self.wait_parked(|| None)?;
-        let fd = {
-            let mut mount = self.mount.lock().unwrap_or_else(|e| e.into_inner());
-            let fd = mount
-                .as_mut()
-                .ok_or_else(|| io::Error::other("the session has ended"))?
-                .release()?;
-            // Released: dropping it leaves the mount alone.
-            mount.take();
-            fd
-        };
+        let fd = release_mount(&self.mount)?;
         state.released.store(true, Ordering::Release);
         state.stop.store(true, Ordering::Release);
         state.paused.store(false, Ordering::Release);

@@ -230,6 +230,33 @@ fn refused_alignment(e: &io::Error, fd: BorrowedFd<'_>) -> bool {
     e.raw_os_error() == Some(libc::EINVAL) && is_direct(fd)
 }
 
+/// Moves `span` (offset, bytes) of `segs` to the file at `offset`
+/// (`to_file`) or from it, vectored straight on guest memory (`iov` is
+/// the caller's reusable iovec array), and counts it in `stats`.
+/// `Ok(None)`: the file refused the guest's alignment (`O_DIRECT`), and
+/// the caller moves the data through an aligned buffer instead.
+fn move_vectored(
+    segs: &Segments,
+    iov: &mut Vec<libc::iovec>,
+    stats: &mut DataStats,
+    span: (usize, usize),
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    to_file: bool,
+) -> io::Result<Option<usize>> {
+    let (at, count) = span;
+    segs.iovecs(at, count, iov);
+    match vectored(fd, iov, offset, to_file) {
+        Ok(n) => {
+            let n = n.min(count);
+            stats.vectored(n, iov.len());
+            Ok(Some(n))
+        }
+        Err(e) if refused_alignment(&e, fd) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What a reader or writer did: how the data moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DataStats {
@@ -323,20 +350,21 @@ impl ZeroCopyReader for GuestReader<'_> {
         if count == 0 {
             return Ok(0);
         }
-        let mut iov = std::mem::take(&mut self.iov);
-        self.segs.iovecs(self.pos, count, &mut iov);
-        let r = vectored(fd, &iov, offset, true);
-        let buffers = iov.len();
-        self.iov = iov;
-        match r {
-            Ok(n) => {
-                let n = n.min(count);
+        let moved = move_vectored(
+            self.segs,
+            &mut self.iov,
+            &mut self.stats,
+            (self.pos, count),
+            fd,
+            offset,
+            true,
+        )?;
+        match moved {
+            Some(n) => {
                 self.pos += n;
-                self.stats.vectored(n, buffers);
                 Ok(n)
             }
-            Err(e) if refused_alignment(&e, fd) => self.through_bounce(fd, offset, count),
-            Err(e) => Err(e),
+            None => self.through_bounce(fd, offset, count),
         }
     }
 
@@ -435,20 +463,21 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         if count == 0 {
             return Ok(0);
         }
-        let mut iov = std::mem::take(&mut self.iov);
-        self.segs.iovecs(self.start + self.written, count, &mut iov);
-        let r = vectored(fd, &iov, offset, false);
-        let buffers = iov.len();
-        self.iov = iov;
-        match r {
-            Ok(n) => {
-                let n = n.min(count);
+        let moved = move_vectored(
+            self.segs,
+            &mut self.iov,
+            &mut self.stats,
+            (self.start + self.written, count),
+            fd,
+            offset,
+            false,
+        )?;
+        match moved {
+            Some(n) => {
                 self.written += n;
-                self.stats.vectored(n, buffers);
                 Ok(n)
             }
-            Err(e) if refused_alignment(&e, fd) => self.through_bounce(fd, offset, count),
-            Err(e) => Err(e),
+            None => self.through_bounce(fd, offset, count),
         }
     }
 

@@ -733,14 +733,9 @@ fn main() -> ExitCode {
     if helper.fake {
         return ExitCode::SUCCESS;
     }
-    let mut detach = if foreground {
-        Detach::foreground()
-    } else {
-        // Before any thread exists: the child goes on alone.
-        match Detach::background() {
-            Ok(detach) => detach,
-            Err(Failure(msg)) => return usage_error(&msg),
-        }
+    let mut detach = match detach(foreground) {
+        Ok(detach) => detach,
+        Err(code) => return code,
     };
     let served = if plan.args.supervise && supervised.is_none() {
         supervise(plan, &mut detach, argv, cwd)
@@ -754,6 +749,16 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Stays in the foreground, or goes to the background (call it before any
+/// thread exists: the child goes on alone); the usage error's exit code
+/// if it can't.
+fn detach(foreground: bool) -> Result<Detach, ExitCode> {
+    if foreground {
+        return Ok(Detach::foreground());
+    }
+    Detach::background().map_err(|Failure(msg)| usage_error(&msg))
 }
 
 /// `--vhost-user`: serves virtual machines instead of a mount (see
@@ -774,13 +779,9 @@ fn serve_vhost_user(mut args: Args, foreground: bool, fake: bool) -> ExitCode {
     if fake {
         return ExitCode::SUCCESS;
     }
-    let mut detach = if foreground {
-        Detach::foreground()
-    } else {
-        match Detach::background() {
-            Ok(detach) => detach,
-            Err(Failure(msg)) => return usage_error(&msg),
-        }
+    let mut detach = match detach(foreground) {
+        Ok(detach) => detach,
+        Err(code) => return code,
     };
     match passthroughfs::virtio::serve_virtio(args, source, &mut detach) {
         Ok(()) => ExitCode::SUCCESS,

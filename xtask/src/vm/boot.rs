@@ -252,6 +252,29 @@ pub(super) enum Event {
 }
 
 /// Forwards the lines of `stream` as [`Event`]s.
+/// Starts qemu (`line` is its command as shown) with its console logged
+/// to `log`: the process, its output lines (stdout and stderr as they
+/// come), the log file, and the run's record with the start time.
+pub(super) fn spawn_qemu(
+    cmd: &mut Command,
+    line: &str,
+    log: &Path,
+) -> Result<(Qemu, mpsc::Receiver<Event>, fs::File, VmRun)> {
+    let log_file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let vm = VmRun {
+        spawned: Some(Instant::now()),
+        ..VmRun::default()
+    };
+    let mut qemu = Qemu(
+        cmd.spawn()
+            .with_context(|| format!("cannot start `{line}`"))?,
+    );
+    let (tx, rx) = mpsc::channel();
+    forward(qemu.0.stdout.take().expect("piped stdout"), tx.clone());
+    forward(qemu.0.stderr.take().expect("piped stderr"), tx);
+    Ok((qemu, rx, log_file, vm))
+}
+
 pub(super) fn forward(stream: impl Read + Send + 'static, tx: mpsc::Sender<Event>) {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(stream);
@@ -299,19 +322,7 @@ pub(super) fn boot(args: &VmArgs, vmlinuz: &Path, initrd: &Path, log: &Path) -> 
         args.timeout,
         log.display()
     );
-    let mut log_file =
-        fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut vm = VmRun {
-        spawned: Some(Instant::now()),
-        ..VmRun::default()
-    };
-    let mut qemu = Qemu(
-        cmd.spawn()
-            .with_context(|| format!("cannot start `{line}`"))?,
-    );
-    let (tx, rx) = mpsc::channel();
-    forward(qemu.0.stdout.take().expect("piped stdout"), tx.clone());
-    forward(qemu.0.stderr.take().expect("piped stderr"), tx);
+    let (mut qemu, rx, mut log_file, mut vm) = spawn_qemu(&mut cmd, &line, log)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut open_streams = 2;
     while open_streams > 0 {

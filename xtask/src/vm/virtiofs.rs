@@ -768,19 +768,7 @@ fn boot_once(
     }
     let line = display(&cmd);
     println!("$ {line}");
-    let mut log_file =
-        fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut vm = VmRun {
-        spawned: Some(Instant::now()),
-        ..VmRun::default()
-    };
-    let mut qemu = Qemu(
-        cmd.spawn()
-            .with_context(|| format!("cannot start `{line}`"))?,
-    );
-    let (tx, rx) = mpsc::channel();
-    forward(qemu.0.stdout.take().expect("piped stdout"), tx.clone());
-    forward(qemu.0.stderr.take().expect("piped stderr"), tx);
+    let (mut qemu, rx, mut log_file, mut vm) = spawn_qemu(&mut cmd, &line, log)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let boot_deadline = Instant::now() + Duration::from_secs(BOOT_SECS);
     let mut kill_at: Option<Instant> = None;
