@@ -11,6 +11,9 @@
  *                              files the first boot left are there
  *   vm-virtiofs load DIR       writes 1 MiB blocks until killed
  *   vm-virtiofs prepare DIR    the file the benchmark's I/O workloads use
+ *   vm-virtiofs syscount DIR MIB
+ *                              MIB O_DIRECT 1 MiB writes (the host counts
+ *                              the daemon's syscalls for them)
  *   vm-virtiofs bench DIR SECS LABEL WORKLOAD
  *                              one benchmark workload for SECS seconds
  *
@@ -540,6 +543,27 @@ static void bench_prepare(const char *dir)
 	}
 }
 
+/* `mib` O_DIRECT writes of 1 MiB to `syscount.bin`, then fsync: each one
+ * WRITE request of 256 pages, whose syscalls the host counts. */
+static void syscount(const char *dir, int mib)
+{
+	unsigned char *buf;
+	if (posix_memalign((void **)&buf, 4096, 1 << 20)) {
+		fail("posix_memalign");
+		return;
+	}
+	pattern(buf, 1 << 20, 6);
+	int fd = open(path(dir, "syscount.bin"), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT,
+		      0644);
+	CHECK(fd >= 0, "open syscount.bin O_DIRECT");
+	for (int i = 0; fd >= 0 && i < mib; i++)
+		CHECK(pwrite(fd, buf, 1 << 20, (off_t)i << 20) == 1 << 20,
+		      "syscount.bin: 1 MiB write %d", i);
+	CHECK(fd >= 0 && fsync(fd) == 0 && close(fd) == 0, "syscount.bin");
+	free(buf);
+	printf("XTASK-VIRTIOFS-SYSCOUNT: %s %d MiB written\n", dir, mib);
+}
+
 static void bench(const char *dir, double secs, const char *workload)
 {
 	const size_t size = BENCH_FILE_SIZE;
@@ -567,7 +591,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr,
 			"usage: %s check|reconnect|load|prepare DIR | "
-			"bench DIR SECS LABEL WORKLOAD\n",
+			"syscount DIR MIB | bench DIR SECS LABEL WORKLOAD\n",
 			argv[0]);
 		return 2;
 	}
@@ -581,6 +605,8 @@ int main(int argc, char **argv)
 		reconnect(dir);
 	} else if (!strcmp(argv[1], "load")) {
 		load(dir);
+	} else if (!strcmp(argv[1], "syscount") && argc == 4) {
+		syscount(dir, atoi(argv[3]));
 	} else if (!strcmp(argv[1], "prepare")) {
 		bench_prepare(dir);
 	} else if (!strcmp(argv[1], "bench") && argc == 6) {

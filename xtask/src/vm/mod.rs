@@ -224,6 +224,12 @@ pub struct VmArgs {
     /// --virtiofs-bench: seconds per workload and mount.
     #[arg(long, value_name = "SECS", default_value_t = 2)]
     bench_secs: u32,
+    /// --virtiofs-bench: the `--cache` mode both daemons get: `auto` (what
+    /// users run: the guest caches attributes, entries and listings for a
+    /// second) or `never` (every operation reaches a daemon, so the
+    /// figures compare the daemons rather than the guest's cache).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["never", "auto", "always"])]
+    bench_cache: String,
     /// --virtiofs-bench: the virtiofsd to compare with (default: one
     /// installed under target/tools, or `cargo install virtiofsd` there).
     #[arg(long, value_name = "PATH")]

@@ -122,6 +122,15 @@ bench)
 	echo "XTASK-VIRTIOFS-BENCH-DONE"
 	umount /mnt/vfs /mnt/peer
 	;;
+syscount)
+	# Both daemons run under strace: 1 MiB O_DIRECT writes on each mount.
+	mib=$(sed -n 's/.*xtask\.mib=\([0-9]*\).*/\1/p' /proc/cmdline)
+	mkdir -p /mnt/peer
+	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
+	run_test virtiofs-syscount / sh -c \
+		"/xtask/vm-virtiofs syscount /mnt/vfs ${mib:-32} && /xtask/vm-virtiofs syscount /mnt/peer ${mib:-32}"
+	umount /mnt/vfs /mnt/peer
+	;;
 *)
 	echo "xtask-vm: no xtask.phase= on the command line"
 	;;
@@ -380,20 +389,18 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     fs::create_dir_all(&peer_dir)?;
     let ours_socket = run_dir.join("bench-ours.sock");
     let peer_socket = run_dir.join("bench-virtiofsd.sock");
-    let _ours = start_daemon(
-        our_daemon(args, &ours, &ours_socket, &ours_dir, "warn"),
+    let mut ours_cmd = our_daemon(args, &ours, &ours_socket, &ours_dir, "warn");
+    ours_cmd.args(["--cache", &args.bench_cache]);
+    let ours_daemon = start_daemon(
+        ours_cmd,
         &ours_socket,
         &run_dir.join("bench-passthroughfs.log"),
     )?;
-    let mut cmd = Command::new(&virtiofsd);
-    cmd.arg("--socket-path")
-        .arg(&peer_socket)
-        .arg("--shared-dir")
-        .arg(&peer_dir)
-        // Both honour the guest's O_DIRECT (virtiofsd drops it by
-        // default) and confine nothing.
-        .args(["--sandbox", "none", "--allow-direct-io", "--cache", "auto"]);
-    let _peer = start_daemon(cmd, &peer_socket, &run_dir.join("bench-virtiofsd.log"))?;
+    let peer_daemon = start_daemon(
+        virtiofsd_command(&virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
+        &peer_socket,
+        &run_dir.join("bench-virtiofsd.log"),
+    )?;
 
     let extra = format!(
         "xtask.secs={} xtask.rounds={}",
@@ -450,7 +457,18 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
             entry.1.push(rate);
         }
     }
-    let table = bench_table(&runs, args, &kernel, &version);
+    drop((ours_daemon, peer_daemon));
+    let mut table = bench_table(&runs, args, &kernel, &version);
+    match write_syscalls(
+        args,
+        (&kernel.vmlinuz, &initrd),
+        (&ours, &virtiofsd),
+        &version,
+        &base,
+    ) {
+        Ok(counts) => table.push_str(&counts),
+        Err(e) => problems.push(format!("counting the 1 MiB writes' syscalls: {e:#}")),
+    }
     println!("\n==> virtio-fs benchmark\n{table}");
     fs::write(run_dir.join("bench.md"), &table)?;
     println!(
@@ -463,6 +481,204 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
         bail!("{}", problems.join("; "));
     }
     Ok(())
+}
+
+/// virtiofsd on `socket`, serving `shared` with `--cache cache`, honouring
+/// the guest's O_DIRECT (virtiofsd drops it by default) and confining
+/// nothing, as our daemon.
+fn virtiofsd_command(virtiofsd: &Path, socket: &Path, shared: &Path, cache: &str) -> Command {
+    let mut cmd = Command::new(virtiofsd);
+    cmd.arg("--socket-path")
+        .arg(socket)
+        .arg("--shared-dir")
+        .arg(shared)
+        .args(["--sandbox", "none", "--allow-direct-io", "--cache", cache]);
+    cmd
+}
+
+/// MiB the guest writes for [`write_syscalls`].
+const SYSCOUNT_MIB: u32 = 32;
+
+/// The syscalls each daemon makes to write the guest's 1 MiB WRITEs: both
+/// daemons again, each under `strace -ff` (every syscall that writes file
+/// data traced, with the paths of their descriptors), and a guest that
+/// writes [`SYSCOUNT_MIB`] MiB in `O_DIRECT` 1 MiB `pwrite`s to
+/// `syscount.bin` on each mount. Both daemons exit when the guest's qemu
+/// disconnects (ours with `--once`), and strace with them. Returns a
+/// table of the syscalls made on `syscount.bin`, per daemon.
+fn write_syscalls(
+    args: &VmArgs,
+    image: (&Path, &Path),
+    (ours, virtiofsd): (&Path, &Path),
+    virtiofsd_version: &str,
+    base: &Path,
+) -> Result<String> {
+    ensure_apt_packages(&["strace"])?;
+    let run_dir = target_dir().join("vm/virtiofs");
+    let trace_dir = run_dir.join("strace");
+    if trace_dir.exists() {
+        fs::remove_dir_all(&trace_dir)?;
+    }
+    fs::create_dir_all(&trace_dir)?;
+    let traced = |name: &str, daemon: Command| {
+        let mut cmd = Command::new("strace");
+        cmd.args(["-ff", "-qq", "-y", "-e", "signal=none", "-e"])
+            .arg(format!("trace={WRITE_SYSCALLS}"))
+            .arg("-o")
+            .arg(trace_dir.join(name))
+            .arg("--")
+            .arg(daemon.get_program())
+            .args(daemon.get_args());
+        for (k, v) in daemon.get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        cmd
+    };
+    let (ours_dir, peer_dir) = (base.join("syscount-ours"), base.join("syscount-peer"));
+    fs::create_dir_all(&ours_dir)?;
+    fs::create_dir_all(&peer_dir)?;
+    let ours_socket = run_dir.join("syscount-ours.sock");
+    let peer_socket = run_dir.join("syscount-virtiofsd.sock");
+    let mut ours_cmd = our_daemon(args, ours, &ours_socket, &ours_dir, "warn");
+    ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
+    let mut ours_daemon = start_daemon(
+        traced("ours", ours_cmd),
+        &ours_socket,
+        &run_dir.join("syscount-passthroughfs.log"),
+    )?;
+    let mut peer_daemon = start_daemon(
+        traced(
+            "virtiofsd",
+            virtiofsd_command(virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
+        ),
+        &peer_socket,
+        &run_dir.join("syscount-virtiofsd.log"),
+    )?;
+    let (vm, _) = boot_virtiofs(
+        args,
+        image,
+        &[(&ours_socket, TAG), (&peer_socket, "peer")],
+        "syscount",
+        &format!("xtask.mib={SYSCOUNT_MIB}"),
+        &run_dir.join("console-syscount.log"),
+        None,
+    )?;
+    let mut problems = steps_ok(
+        &vm,
+        &["virtiofs-mount", "virtiofs-mount-peer", "virtiofs-syscount"],
+    );
+    if let Some(k) = &vm.killed {
+        problems.push(k.clone());
+    }
+    // Both exit once qemu is gone; strace then writes its last lines.
+    for (name, daemon) in [("ours", &mut ours_daemon), ("virtiofsd", &mut peer_daemon)] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while daemon.0.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                problems.push(format!("{name} didn't exit in 30 s after the guest's qemu"));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop((ours_daemon, peer_daemon));
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    let mut t = format!(
+        "\nSyscalls that wrote the guest's {SYSCOUNT_MIB} O_DIRECT 1 MiB writes to the file \
+         (`strace -ff -y -e trace={WRITE_SYSCALLS}` on each daemon, the calls on \
+         `syscount.bin` counted):\n\n\
+         | daemon | syscalls on the file | buffers per call | bytes |\n|---|---|---|---|\n"
+    );
+    for (label, name) in [("passthroughfs", "ours"), (virtiofsd_version, "virtiofsd")] {
+        let calls = file_writes(&trace_dir, name, "syscount.bin>")?;
+        let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut iovcnts: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut bytes = 0u64;
+        for c in &calls {
+            *by_name.entry(c.name).or_default() += 1;
+            if let Some(n) = c.buffers {
+                *iovcnts.entry(n).or_default() += 1;
+            }
+            bytes += c.bytes;
+        }
+        let join = |m: Vec<String>| {
+            if m.is_empty() {
+                "-".to_string()
+            } else {
+                m.join(", ")
+            }
+        };
+        let _ = writeln!(
+            t,
+            "| {label} | {} | {} | {bytes} |",
+            join(by_name.iter().map(|(k, v)| format!("{v} {k}")).collect()),
+            join(iovcnts.iter().map(|(k, v)| format!("{v} of {k}")).collect()),
+        );
+    }
+    Ok(t)
+}
+
+/// The syscalls [`write_syscalls`] traces: every way to write file data.
+const WRITE_SYSCALLS: &str =
+    "write,pwrite64,writev,pwritev,pwritev2,io_uring_enter,copy_file_range,splice,sendfile";
+
+/// One traced syscall on the counted file.
+struct FileWrite {
+    /// The syscall's name.
+    name: &'static str,
+    /// Its iovec count (the vectored ones).
+    buffers: Option<u64>,
+    /// What it returned (bytes written).
+    bytes: u64,
+}
+
+/// The syscalls in `dir/prefix.PID` (strace -ff's files) whose descriptor
+/// is the file `marker` ends (`-y` prints `fd</path>`).
+fn file_writes(dir: &Path, prefix: &str, marker: &str) -> Result<Vec<FileWrite>> {
+    let names: Vec<&'static str> = WRITE_SYSCALLS.split(',').collect();
+    let mut calls = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !file_name.starts_with(&format!("{prefix}.")) {
+            continue;
+        }
+        for l in fs::read_to_string(&path)?.lines() {
+            let Some((name, rest)) = l.split_once('(') else {
+                continue;
+            };
+            let Some(name) = names.iter().copied().find(|n| *n == name) else {
+                continue;
+            };
+            if !rest.contains(marker) {
+                continue;
+            }
+            let Some((args, ret)) = rest.rsplit_once(") = ") else {
+                continue;
+            };
+            let bytes = ret
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            // pwritev(fd, [...], IOVCNT, ...): the number after the array.
+            let vectored = matches!(name, "writev" | "pwritev" | "pwritev2");
+            let buffers = vectored
+                .then(|| args.rsplit_once("], "))
+                .flatten()
+                .and_then(|(_, tail)| tail.split(',').next()?.trim().parse().ok());
+            calls.push(FileWrite {
+                name,
+                buffers,
+                bytes,
+            });
+        }
+    }
+    Ok(calls)
 }
 
 /// The median of `v` (which must not be empty).
@@ -489,11 +705,11 @@ fn bench_table(
     let _ = writeln!(
         t,
         "virtio-fs in one guest ({}, qemu TCG, {} CPUs, {} MiB) with two devices: \
-         passthroughfs --vhost-user and {virtiofsd} (both --sandbox none --cache auto, \
+         passthroughfs --vhost-user and {virtiofsd} (both --sandbox none --cache {}, \
          the guest's O_DIRECT honoured), each serving a tmpfs directory; {} rounds of \
          {} s per workload and mount, the order swapped every round. Ratio: ours / \
          virtiofsd, operations per second (above 1: ours is faster).\n",
-        kernel.about, args.cpus, args.memory, args.bench_rounds, args.bench_secs
+        kernel.about, args.cpus, args.memory, args.bench_cache, args.bench_rounds, args.bench_secs
     );
     let _ = writeln!(t, "| workload | ours / virtiofsd (median) | per round |");
     let _ = writeln!(t, "|---|---|---|");
