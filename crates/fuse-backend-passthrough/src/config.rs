@@ -11,7 +11,9 @@ use std::time::Duration;
 pub enum CachePolicy {
     /// No caching: file data bypasses the page cache (`FOPEN_DIRECT_IO`,
     /// with shared mmap still allowed through `FUSE_DIRECT_IO_ALLOW_MMAP`)
-    /// and attributes and names are not cached (timeouts of 0).
+    /// and attributes and names are not cached (timeouts of 0, so
+    /// READDIRPLUS is not offered either: see
+    /// [`PassthroughConfig::readdirplus`]).
     Never,
     /// Attributes and names are cached for one second (names for a day in
     /// directories the passthrough watches for changes made behind the
@@ -157,6 +159,10 @@ pub struct PassthroughConfig {
     pub xattr: bool,
     /// Offer READDIRPLUS (`FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO`):
     /// listings carry each entry's attributes, saving a LOOKUP per name.
+    /// Not offered while the entry timeout in force is 0 (as under
+    /// [`CachePolicy::Never`] by default): the kernel would drop what the
+    /// listing carries at once, and each entry would cost a lookup and a
+    /// FORGET for nothing.
     pub readdirplus: bool,
     /// Zero-message opens: OPEN is answered with `ENOSYS` so the kernel
     /// stops sending OPEN and RELEASE (`FUSE_NO_OPEN_SUPPORT`, when the

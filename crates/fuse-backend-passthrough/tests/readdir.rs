@@ -218,3 +218,33 @@ fn entry_types_match_backing() {
         assert_eq!(list(&t.m("dir")).len(), 2);
     }
 }
+
+/// Under `CachePolicy::Never` the entry timeout is 0: READDIRPLUS is not
+/// offered (the kernel would drop its entries at once) and listings are
+/// READDIRs; an entry timeout set above 0 brings READDIRPLUS back.
+#[test]
+fn no_readdirplus_while_names_are_not_cached() {
+    use fuse_backend_passthrough::CachePolicy;
+    use std::time::Duration;
+    for (entry_timeout, plus) in [(None, false), (Some(Duration::from_secs(1)), true)] {
+        let cfg = PassthroughConfig::default()
+            .cache(CachePolicy::Never)
+            .entry_timeout(entry_timeout);
+        let t = TestMount::with(cfg, test_options());
+        fs::create_dir(t.s("d")).unwrap();
+        for i in 0..50 {
+            fs::write(t.s("d").join(format!("f{i}")), b"").unwrap();
+        }
+        assert_eq!(list_and_stat(&t.m("d"), true).len(), 52);
+        let (readdirs, pluses) = (
+            t.count(fuse_abi::Opcode::Readdir),
+            t.count(fuse_abi::Opcode::Readdirplus),
+        );
+        if plus {
+            assert!(pluses > 0, "entry timeout {entry_timeout:?}: no READDIRPLUS");
+        } else {
+            assert!(readdirs > 0, "no READDIR");
+            assert_eq!(pluses, 0, "READDIRPLUS with an entry timeout of 0");
+        }
+    }
+}
