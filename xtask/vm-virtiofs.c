@@ -11,9 +11,10 @@
  *                              files the first boot left are there
  *   vm-virtiofs load DIR       writes 1 MiB blocks until killed
  *   vm-virtiofs prepare DIR    the file the benchmark's I/O workloads use
- *   vm-virtiofs syscount DIR MIB
- *                              MIB O_DIRECT 1 MiB writes (the host counts
- *                              the daemon's syscalls for them)
+ *   vm-virtiofs syscount DIR LABEL MIB
+ *                              each benchmark workload a fixed number of
+ *                              times after a marker LOOKUP (the host
+ *                              counts the daemon's syscalls per operation)
  *   vm-virtiofs bench DIR SECS LABEL WORKLOAD
  *                              one benchmark workload for SECS seconds
  *
@@ -21,6 +22,7 @@
  *   XTASK-VIRTIOFS-HASH: NAME SIZE FNV1A64   a file the host compares
  *   XTASK-VIRTIOFS-LOAD: N                   writes done so far
  *   XTASK-VIRTIOFS-BENCH: LABEL NAME OPS BYTES SECS  a workload's result
+ *   XTASK-VIRTIOFS-SYSCOUNT: LABEL NAME OPS  a syscount phase begins
  * Every failed check prints "FAIL: ..." and makes the exit status 1.
  *
  * Data is a pattern of xorshift64* words from a seed; the host makes the
@@ -543,9 +545,30 @@ static void bench_prepare(const char *dir)
 	}
 }
 
-/* `mib` O_DIRECT writes of 1 MiB to `syscount.bin`, then fsync: each one
- * WRITE request of 256 pages, whose syscalls the host counts. */
-static void syscount(const char *dir, int mib)
+/* The start of a phase of `syscount`: a LOOKUP of a name that doesn't
+ * exist, which the host finds in the daemon's trace (the name is an
+ * argument of its syscalls). */
+static void phase_marker(const char *dir, const char *label, const char *phase,
+			 long ops)
+{
+	char name[96];
+	struct stat st;
+	snprintf(name, sizeof name, ".xtask-phase-%s", phase);
+	CHECK(stat(path(dir, name), &st) < 0 && errno == ENOENT, "marker %s", name);
+	if (ops >= 0)
+		printf("XTASK-VIRTIOFS-SYSCOUNT: %s %s %ld\n", label, phase, ops);
+}
+
+/* Files in the directory of `syscount`'s stat and readdir phases. */
+#define SYSCOUNT_FILES 200
+
+/* The benchmark's workloads once each, a fixed number of operations, each
+ * phase after a marker, for the host to count the syscalls the daemon
+ * made per operation: `mib` O_DIRECT 1 MiB writes to `syscount.bin` (one
+ * WRITE request of 256 pages each), 1000 O_DIRECT 4 KiB random writes and
+ * reads there, 200 create/stat/unlink, 1000 stats of the files of a
+ * 200-file directory, 20 listings of it. */
+static void syscount(const char *dir, const char *label, int mib)
 {
 	unsigned char *buf;
 	if (posix_memalign((void **)&buf, 4096, 1 << 20)) {
@@ -553,15 +576,62 @@ static void syscount(const char *dir, int mib)
 		return;
 	}
 	pattern(buf, 1 << 20, 6);
-	int fd = open(path(dir, "syscount.bin"), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT,
+	char name[64];
+	CHECK(mkdir(path(dir, "sc"), 0755) == 0 || errno == EEXIST, "mkdir sc");
+	for (int i = 0; i < SYSCOUNT_FILES; i++) {
+		snprintf(name, sizeof name, "sc/f%d", i);
+		int f = open(path(dir, name), O_CREAT | O_WRONLY, 0644);
+		CHECK(f >= 0 && close(f) == 0, "create %s", name);
+	}
+	int fd = open(path(dir, "syscount.bin"), O_CREAT | O_TRUNC | O_RDWR | O_DIRECT,
 		      0644);
 	CHECK(fd >= 0, "open syscount.bin O_DIRECT");
-	for (int i = 0; fd >= 0 && i < mib; i++)
+	if (fd < 0) {
+		free(buf);
+		return;
+	}
+	phase_marker(dir, label, "seq-write-1m", mib);
+	for (int i = 0; i < mib; i++)
 		CHECK(pwrite(fd, buf, 1 << 20, (off_t)i << 20) == 1 << 20,
 		      "syscount.bin: 1 MiB write %d", i);
-	CHECK(fd >= 0 && fsync(fd) == 0 && close(fd) == 0, "syscount.bin");
+	uint64_t s = 3;
+	size_t blocks = ((size_t)mib << 20) / 4096;
+	phase_marker(dir, label, "rand-write-4k", 1000);
+	for (int i = 0; i < 1000; i++)
+		CHECK(pwrite(fd, buf, 4096, (off_t)(next_rand(&s) % blocks * 4096)) == 4096,
+		      "4 KiB write %d", i);
+	phase_marker(dir, label, "rand-read-4k", 1000);
+	for (int i = 0; i < 1000; i++)
+		CHECK(pread(fd, buf, 4096, (off_t)(next_rand(&s) % blocks * 4096)) == 4096,
+		      "4 KiB read %d", i);
+	CHECK(fsync(fd) == 0 && close(fd) == 0, "syscount.bin");
+	struct stat st;
+	phase_marker(dir, label, "create-stat-unlink", 200);
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof name, "sc/m%d", i);
+		int f = open(path(dir, name), O_CREAT | O_EXCL | O_WRONLY, 0644);
+		CHECK(f >= 0 && close(f) == 0 && stat(path(dir, name), &st) == 0 &&
+			      unlink(path(dir, name)) == 0,
+		      "create-stat-unlink %s", name);
+	}
+	phase_marker(dir, label, "stat", 1000);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(name, sizeof name, "sc/f%d", i % SYSCOUNT_FILES);
+		CHECK(stat(path(dir, name), &st) == 0, "stat %s", name);
+	}
+	phase_marker(dir, label, "readdir", 20);
+	for (int i = 0; i < 20; i++) {
+		DIR *d = opendir(path(dir, "sc"));
+		long n = 0;
+		CHECK(d != NULL, "opendir sc");
+		while (d && readdir(d))
+			n++;
+		CHECK(n == SYSCOUNT_FILES + 2, "readdir sc: %ld entries", n);
+		if (d)
+			closedir(d);
+	}
+	phase_marker(dir, label, "end", -1);
 	free(buf);
-	printf("XTASK-VIRTIOFS-SYSCOUNT: %s %d MiB written\n", dir, mib);
 }
 
 static void bench(const char *dir, double secs, const char *workload)
@@ -591,7 +661,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr,
 			"usage: %s check|reconnect|load|prepare DIR | "
-			"syscount DIR MIB | bench DIR SECS LABEL WORKLOAD\n",
+			"syscount DIR LABEL MIB | bench DIR SECS LABEL WORKLOAD\n",
 			argv[0]);
 		return 2;
 	}
@@ -605,8 +675,8 @@ int main(int argc, char **argv)
 		reconnect(dir);
 	} else if (!strcmp(argv[1], "load")) {
 		load(dir);
-	} else if (!strcmp(argv[1], "syscount") && argc == 4) {
-		syscount(dir, atoi(argv[3]));
+	} else if (!strcmp(argv[1], "syscount") && argc == 5) {
+		syscount(dir, argv[3], atoi(argv[4]));
 	} else if (!strcmp(argv[1], "prepare")) {
 		bench_prepare(dir);
 	} else if (!strcmp(argv[1], "bench") && argc == 6) {

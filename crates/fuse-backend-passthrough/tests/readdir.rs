@@ -241,7 +241,10 @@ fn no_readdirplus_while_names_are_not_cached() {
             t.count(fuse_abi::Opcode::Readdirplus),
         );
         if plus {
-            assert!(pluses > 0, "entry timeout {entry_timeout:?}: no READDIRPLUS");
+            assert!(
+                pluses > 0,
+                "entry timeout {entry_timeout:?}: no READDIRPLUS"
+            );
         } else {
             assert!(readdirs > 0, "no READDIR");
             assert_eq!(pluses, 0, "READDIRPLUS with an entry timeout of 0");

@@ -128,7 +128,7 @@ syscount)
 	mkdir -p /mnt/peer
 	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
 	run_test virtiofs-syscount / sh -c \
-		"/xtask/vm-virtiofs syscount /mnt/vfs ${mib:-32} && /xtask/vm-virtiofs syscount /mnt/peer ${mib:-32}"
+		"/xtask/vm-virtiofs syscount /mnt/vfs vfs ${mib:-32} && /xtask/vm-virtiofs syscount /mnt/peer peer ${mib:-32}"
 	umount /mnt/vfs /mnt/peer
 	;;
 *)
@@ -496,16 +496,18 @@ fn virtiofsd_command(virtiofsd: &Path, socket: &Path, shared: &Path, cache: &str
     cmd
 }
 
-/// MiB the guest writes for [`write_syscalls`].
+/// MiB the guest writes in 1 MiB `O_DIRECT` writes for [`write_syscalls`].
 const SYSCOUNT_MIB: u32 = 32;
 
-/// The syscalls each daemon makes to write the guest's 1 MiB WRITEs: both
-/// daemons again, each under `strace -ff` (every syscall that writes file
-/// data traced, with the paths of their descriptors), and a guest that
-/// writes [`SYSCOUNT_MIB`] MiB in `O_DIRECT` 1 MiB `pwrite`s to
-/// `syscount.bin` on each mount. Both daemons exit when the guest's qemu
-/// disconnects (ours with `--once`), and strace with them. Returns a
-/// table of the syscalls made on `syscount.bin`, per daemon.
+/// The syscalls each daemon makes per guest operation: both daemons
+/// again, each under `strace -ff` (every syscall of every thread, with the
+/// paths of descriptors), and a guest (`vm-virtiofs syscount`) that runs
+/// each workload a fixed number of times on each mount, every phase after
+/// a LOOKUP of a name that doesn't exist (`.xtask-phase-NAME`), which the
+/// trace shows as an argument of the daemon's syscalls. Both daemons exit
+/// when the guest's qemu disconnects (ours with `--once`), and strace
+/// with them. Returns two tables: the syscalls that wrote the 1 MiB
+/// writes to the file, and the syscalls per operation of each phase.
 fn write_syscalls(
     args: &VmArgs,
     image: (&Path, &Path),
@@ -522,9 +524,7 @@ fn write_syscalls(
     fs::create_dir_all(&trace_dir)?;
     let traced = |name: &str, daemon: Command| {
         let mut cmd = Command::new("strace");
-        cmd.args(["-ff", "-qq", "-y", "-e", "signal=none", "-e"])
-            .arg(format!("trace={WRITE_SYSCALLS}"))
-            .arg("-o")
+        cmd.args(["-ff", "-ttt", "-qq", "-y", "-e", "signal=none", "-o"])
             .arg(trace_dir.join(name))
             .arg("--")
             .arg(daemon.get_program())
@@ -587,71 +587,194 @@ fn write_syscalls(
     if !problems.is_empty() {
         bail!("{}", problems.join("; "));
     }
+    let ours_trace = Trace::read(&trace_dir, "ours")?;
+    let peer_trace = Trace::read(&trace_dir, "virtiofsd")?;
+    // ops[(label, phase)]: operations the guest made in the phase.
+    let mut ops: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for l in &vm.console {
+        let Some(rest) = after(l, "XTASK-VIRTIOFS-SYSCOUNT: ") else {
+            continue;
+        };
+        if let [label, phase, n] = rest.split_whitespace().collect::<Vec<_>>()[..] {
+            if let Ok(n) = n.parse() {
+                ops.insert((label.into(), phase.into()), n);
+            }
+        }
+    }
     let mut t = format!(
-        "\nSyscalls that wrote the guest's {SYSCOUNT_MIB} O_DIRECT 1 MiB writes to the file \
-         (`strace -ff -y -e trace={WRITE_SYSCALLS}` on each daemon, the calls on \
-         `syscount.bin` counted):\n\n\
-         | daemon | syscalls on the file | buffers per call | bytes |\n|---|---|---|---|\n"
+        "\nSyscalls that wrote the guest's {SYSCOUNT_MIB} `O_DIRECT` 1 MiB writes to the \
+         file (`strace -ff -y` on each daemon, the calls on the file in that phase):\n\n\
+         | daemon | syscalls | buffers per call | bytes |\n|---|---|---|---|\n"
     );
-    for (label, name) in [("passthroughfs", "ours"), (virtiofsd_version, "virtiofsd")] {
-        let calls = file_writes(&trace_dir, name, "syscount.bin>")?;
+    for (label, trace) in [
+        ("passthroughfs", &ours_trace),
+        (virtiofsd_version, &peer_trace),
+    ] {
+        let writes = trace.file_writes("seq-write-1m", "syscount.bin>");
         let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
         let mut iovcnts: BTreeMap<u64, usize> = BTreeMap::new();
         let mut bytes = 0u64;
-        for c in &calls {
-            *by_name.entry(c.name).or_default() += 1;
-            if let Some(n) = c.buffers {
+        for w in &writes {
+            *by_name.entry(w.name).or_default() += 1;
+            if let Some(n) = w.buffers {
                 *iovcnts.entry(n).or_default() += 1;
             }
-            bytes += c.bytes;
+            bytes += w.bytes;
         }
-        let join = |m: Vec<String>| {
-            if m.is_empty() {
-                "-".to_string()
-            } else {
-                m.join(", ")
-            }
-        };
         let _ = writeln!(
             t,
             "| {label} | {} | {} | {bytes} |",
-            join(by_name.iter().map(|(k, v)| format!("{v} {k}")).collect()),
-            join(iovcnts.iter().map(|(k, v)| format!("{v} of {k}")).collect()),
+            listed(by_name.iter().map(|(k, v)| format!("{v} {k}"))),
+            listed(iovcnts.iter().map(|(k, v)| format!("{v} of {k}"))),
+        );
+    }
+    let _ = writeln!(
+        t,
+        "\nSyscalls per guest operation (all of the daemon's threads, --cache {}; \
+         the most frequent per operation in brackets):\n\n\
+         | workload | ours | virtiofsd | ours: most frequent | virtiofsd: most frequent |\n\
+         |---|---|---|---|---|",
+        args.bench_cache
+    );
+    for phase in SYSCOUNT_PHASES {
+        let per_op = |trace: &Trace, label: &str| {
+            let n = ops.get(&(label.to_string(), phase.to_string())).copied()?;
+            let counts = trace.phases.get(*phase)?;
+            let total: u64 = counts.values().sum();
+            let mut top: Vec<(&String, &u64)> = counts.iter().collect();
+            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let top = listed(
+                top.iter()
+                    .take(4)
+                    .map(|(k, v)| format!("{k} {:.2}", **v as f64 / n.max(1) as f64)),
+            );
+            Some((total as f64 / n.max(1) as f64, top))
+        };
+        let show = |r: &Option<(f64, String)>| match r {
+            Some((v, _)) => format!("{v:.2}"),
+            None => "no result".into(),
+        };
+        let top = |r: &Option<(f64, String)>| r.as_ref().map(|r| r.1.clone()).unwrap_or_default();
+        let (a, b) = (per_op(&ours_trace, TAG), per_op(&peer_trace, "peer"));
+        let _ = writeln!(
+            t,
+            "| {phase} | {} | {} | {} | {} |",
+            show(&a),
+            show(&b),
+            top(&a),
+            top(&b)
         );
     }
     Ok(t)
 }
 
-/// The syscalls [`write_syscalls`] traces: every way to write file data.
-const WRITE_SYSCALLS: &str =
-    "write,pwrite64,writev,pwritev,pwritev2,io_uring_enter,copy_file_range,splice,sendfile";
+/// The phases of `vm-virtiofs syscount`, in order.
+const SYSCOUNT_PHASES: &[&str] = &[
+    "seq-write-1m",
+    "rand-write-4k",
+    "rand-read-4k",
+    "create-stat-unlink",
+    "stat",
+    "readdir",
+];
 
-/// One traced syscall on the counted file.
-struct FileWrite {
-    /// The syscall's name.
-    name: &'static str,
-    /// Its iovec count (the vectored ones).
-    buffers: Option<u64>,
-    /// What it returned (bytes written).
-    bytes: u64,
+/// `items` joined with commas, or `-`.
+fn listed(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(", ")
+    }
 }
 
-/// The syscalls in `dir/prefix.PID` (strace -ff's files) whose descriptor
-/// is the file `marker` ends (`-y` prints `fd</path>`).
-fn file_writes(dir: &Path, prefix: &str, marker: &str) -> Result<Vec<FileWrite>> {
-    let names: Vec<&'static str> = WRITE_SYSCALLS.split(',').collect();
-    let mut calls = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !file_name.starts_with(&format!("{prefix}.")) {
-            continue;
+/// The syscalls that may write file data.
+const WRITE_SYSCALLS: &[&str] = &[
+    "write",
+    "pwrite64",
+    "writev",
+    "pwritev",
+    "pwritev2",
+    "io_uring_enter",
+    "copy_file_range",
+    "splice",
+    "sendfile",
+];
+
+/// A daemon's `strace -ff` trace, split at the guest's phase markers.
+struct Trace {
+    /// phases[phase][syscall]: how often each syscall was made in it.
+    phases: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The lines of each phase (for [`Trace::file_writes`]).
+    lines: BTreeMap<String, Vec<String>>,
+}
+
+impl Trace {
+    /// Reads `dir/prefix.PID` (one file per thread). A thread's syscalls
+    /// after a line naming `.xtask-phase-NAME` belong to NAME until the
+    /// next marker; the guest makes one request at a time, so a phase's
+    /// requests are served between its marker and the next one, whichever
+    /// thread serves them.
+    fn read(dir: &Path, prefix: &str) -> Result<Self> {
+        let mut trace = Trace {
+            phases: BTreeMap::new(),
+            lines: BTreeMap::new(),
+        };
+        // Every thread's lines with strace's timestamps (-ttt) merged in
+        // order, so a marker seen by one thread starts the phase for all.
+        let mut all: Vec<(f64, String)> = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !file_name.starts_with(&format!("{prefix}.")) {
+                continue;
+            }
+            for l in fs::read_to_string(&path)?.lines() {
+                let Some((stamp, rest)) = l.split_once(' ') else {
+                    continue;
+                };
+                if let Ok(stamp) = stamp.parse::<f64>() {
+                    all.push((stamp, rest.to_string()));
+                }
+            }
         }
-        for l in fs::read_to_string(&path)?.lines() {
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut phase: Option<String> = None;
+        for (_, l) in all {
+            if let Some(i) = l.find(".xtask-phase-") {
+                let name: String = l[i + ".xtask-phase-".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                phase = Some(name);
+            }
+            let Some(p) = &phase else { continue };
+            let Some((name, _)) = l.split_once('(') else {
+                continue;
+            };
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            *trace
+                .phases
+                .entry(p.clone())
+                .or_default()
+                .entry(name.to_string())
+                .or_default() += 1;
+            trace.lines.entry(p.clone()).or_default().push(l);
+        }
+        Ok(trace)
+    }
+
+    /// The syscalls of `phase` that wrote file data to a descriptor whose
+    /// path (`-y` prints `fd</path>`) `marker` ends.
+    fn file_writes(&self, phase: &str, marker: &str) -> Vec<FileWrite> {
+        let mut calls = Vec::new();
+        for l in self.lines.get(phase).into_iter().flatten() {
             let Some((name, rest)) = l.split_once('(') else {
                 continue;
             };
-            let Some(name) = names.iter().copied().find(|n| *n == name) else {
+            let Some(name) = WRITE_SYSCALLS.iter().copied().find(|n| *n == name) else {
                 continue;
             };
             if !rest.contains(marker) {
@@ -677,8 +800,18 @@ fn file_writes(dir: &Path, prefix: &str, marker: &str) -> Result<Vec<FileWrite>>
                 bytes,
             });
         }
+        calls
     }
-    Ok(calls)
+}
+
+/// One syscall that wrote file data.
+struct FileWrite {
+    /// The syscall's name.
+    name: &'static str,
+    /// Its iovec count (the vectored ones).
+    buffers: Option<u64>,
+    /// What it returned (bytes written).
+    bytes: u64,
 }
 
 /// The median of `v` (which must not be empty).
