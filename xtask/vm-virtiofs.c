@@ -6,7 +6,19 @@
  *   vm-virtiofs check DIR      file operations; the file the host seeded;
  *                              random reads and writes against a model in
  *                              memory, buffered and O_DIRECT; files left
- *                              for the host to compare
+ *                              for the host to compare; then the mount
+ *                              suite's operations (each in a directory of
+ *                              its own): xattrs, setattr (modes, owners,
+ *                              truncation, times), renameat2 flags, hard
+ *                              links, O_APPEND, fallocate and
+ *                              SEEK_DATA/SEEK_HOLE, copy_file_range,
+ *                              O_TMPFILE, special files, statx,
+ *                              telldir/seekdir and a changing listing, a
+ *                              shared writable mapping, concurrent writers
+ *                              (child processes), lock waits between
+ *                              processes (fcntl, OFD, flock)
+ *   vm-virtiofs seed DIR       the file the host seeds, to run check on
+ *                              the host (a plain directory or a FUSE mount)
  *   vm-virtiofs reconnect DIR  a later boot against the same daemon: the
  *                              files the first boot left are there
  *   vm-virtiofs load DIR       writes 1 MiB blocks until killed
@@ -23,7 +35,11 @@
  *   XTASK-VIRTIOFS-LOAD: N                   writes done so far
  *   XTASK-VIRTIOFS-BENCH: LABEL NAME OPS BYTES SECS  a workload's result
  *   XTASK-VIRTIOFS-SYSCOUNT: LABEL NAME OPS  a syscount phase begins
- * Every failed check prints "FAIL: ..." and makes the exit status 1.
+ * Every failed check prints "FAIL: ..." and makes the exit status 1; a
+ * feature the backing file system lacks prints "SKIP: ..." (the host lists
+ * them). Child processes are sequenced by pipes, never by sleeping; the
+ * only waits with a limit (PATIENCE_SECS, generous for TCG) are for
+ * something that must happen, such as a lock waiter being seen asleep.
  *
  * Data is a pattern of xorshift64* words from a seed; the host makes the
  * same pattern to check what the guest wrote.
