@@ -1889,10 +1889,14 @@ ofd:
 				      flock(gfd, LOCK_UN) == 0,
 			      "flock free again after the waiter's exit");
 		}
-		close(gfd);
+		if (!stuck)
+			close(gfd);
 	}
 out:
-	close(fd);
+	/* On a stuck mount a close would wait forever too (its FLUSH): left
+	 * open, so that the run can still say how it went. */
+	if (!stuck)
+		close(fd);
 }
 
 static void reconnect(const char *dir)
