@@ -6,10 +6,12 @@
 //! The thread pops every chain available, starts a task for each (with a
 //! set of buffers of its own), then waits for them and gives the chains
 //! back in the order they came; then it looks for more. A request that
-//! waits (a lock, a thread pool) so doesn't hold up the others popped with
-//! it.
+//! waits (a thread pool) so doesn't hold up the others popped with it; one
+//! that may wait indefinitely (SETLKW) goes to a thread of its own, with a
+//! runtime of its own, since the request that ends its wait may come only
+//! later.
 
-use crate::backend::{give_back, pop, VirtioFsBackend, VirtioRuntime};
+use crate::backend::{give_back, pop, VirtioFsBackend, VirtioRuntime, Waiting};
 use std::cell::RefCell;
 use std::io;
 use vhost_user_backend::{VringRwLock, VringT};
@@ -32,20 +34,25 @@ pub(crate) fn serve_queue(
     RUNTIME.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            let t = match kind {
-                VirtioRuntime::Tokio => async_io::RuntimeType::Tokio,
-                VirtioRuntime::IoUring => async_io::RuntimeType::IoUring,
-            };
-            let rt = async_io::Builder::new(t)
-                .build()
-                .map_err(|e| io::Error::other(format!("queue {queue}: the {t} runtime: {e}")))?;
-            *slot = Some(rt);
+            *slot = Some(build_runtime(queue, kind)?);
         }
         match slot.as_ref() {
-            Some(rt) => rt.block_on(serve(backend, queue, vring, mem)),
+            Some(rt) => rt.block_on(serve(backend, queue, vring, mem, kind)),
             None => Err(io::Error::other("no runtime")),
         }
     })
+}
+
+/// A runtime of type `kind` for queue `queue`'s thread (or a thread of
+/// one of its requests).
+pub(crate) fn build_runtime(queue: usize, kind: VirtioRuntime) -> io::Result<async_io::Runtime> {
+    let t = match kind {
+        VirtioRuntime::Tokio => async_io::RuntimeType::Tokio,
+        VirtioRuntime::IoUring => async_io::RuntimeType::IoUring,
+    };
+    async_io::Builder::new(t)
+        .build()
+        .map_err(|e| io::Error::other(format!("queue {queue}: the {t} runtime: {e}")))
 }
 
 async fn serve(
@@ -53,6 +60,7 @@ async fn serve(
     queue: usize,
     vring: &VringRwLock,
     mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+    kind: VirtioRuntime,
 ) -> io::Result<()> {
     let mut tasks = Vec::new();
     loop {
@@ -70,6 +78,20 @@ async fn serve(
                     backend.return_buffers(queue, bufs);
                 }
                 Some(prepared) => {
+                    // A request that may wait indefinitely (SETLKW) goes to
+                    // a thread of its own: this loop awaits its tasks
+                    // before it pops more, and the request that ends the
+                    // wait may come later.
+                    let (prepared, mut bufs) = if prepared.waits_indefinitely() {
+                        let waiting =
+                            Waiting::new(queue, vring, mem, head, prepared, bufs, Some(kind));
+                        match waiting.serve_on_own_thread() {
+                            Ok(()) => continue,
+                            Err(waiting) => (*waiting).into_parts(),
+                        }
+                    } else {
+                        (prepared, bufs)
+                    };
                     // The task keeps the guest memory mapping its buffers
                     // point into.
                     let mem = mem.clone();

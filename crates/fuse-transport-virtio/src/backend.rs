@@ -4,6 +4,7 @@
 use crate::chain::{Buffers, ChainError, ChainTransaction};
 use crate::guest::DataStats;
 use fuse_abi::Opcode;
+use fuse_server::opcode_table::opcode_info_raw;
 use fuse_server::{Outcome, Server};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -167,7 +168,8 @@ impl DataCounters {
 /// Queue 0 is the hiprio queue (FORGET, BATCH_FORGET, INTERRUPT: no
 /// replies), queues 1.. carry requests; a worker thread per queue
 /// serves its chains one at a time with [`Server::handle`] on that
-/// thread. No DAX window: the device offers no shared memory region, so
+/// thread, except a request that may wait indefinitely (SETLKW), which
+/// gets a thread of its own ([`Waiting`]). No DAX window: the device offers no shared memory region, so
 /// the guest's `dax` mount option is refused by its driver.
 pub struct VirtioFsBackend {
     config: VirtioConfig,
@@ -211,6 +213,9 @@ impl VirtioFsBackend {
     /// Ends the current guest session: its server tells the file system
     /// (`destroy`) once. The next INIT starts a new one.
     pub fn finish(&self) {
+        // Lock waits on threads of their own end (EINTR) rather than wait
+        // for a guest that is gone.
+        self.server().stop_waits();
         self.server().finish();
         let [w, wb, wc, wx] = self.data.get(true);
         let [r, rb, rc, rx] = self.data.get(false);
@@ -234,6 +239,7 @@ impl VirtioFsBackend {
             return Ok(current);
         }
         tracing::info!("INIT on an initialized session: the guest started over; new session");
+        current.stop_waits();
         current.finish();
         let fresh = (self.factory)()?;
         *self.server.write().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
@@ -250,7 +256,7 @@ impl VirtioFsBackend {
 
     /// Serves the chains waiting on `vring` (queue `queue`): one at a time
     /// on this thread, or, with a runtime, each as a task on the thread's
-    /// runtime.
+    /// runtime; a SETLKW on a thread of its own either way.
     fn serve_queue(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
         let Some(mem) = self.memory() else {
             return Ok(());
@@ -279,6 +285,23 @@ impl VirtioFsBackend {
             while let Some(chain) = pop(vring, mem) {
                 let head = chain.head_index();
                 let used = match self.prepare(queue, &chain, &mut bufs) {
+                    Some(p) if p.waits_indefinitely() => {
+                        // Its buffers go with it; the queue takes others.
+                        let own = std::mem::replace(&mut bufs, self.take_buffers(queue)?);
+                        let waiting = Waiting::new(queue, vring, mem, head, p, own, None);
+                        match waiting.serve_on_own_thread() {
+                            Ok(()) => {
+                                served += 1;
+                                continue;
+                            }
+                            Err(waiting) => {
+                                let (p, mut own) = (*waiting).into_parts();
+                                let used = fuse_server::block_on(p.serve(&mut own));
+                                self.return_buffers(queue, own);
+                                used
+                            }
+                        }
+                    }
                     Some(p) => fuse_server::block_on(p.serve(&mut bufs)),
                     None => 0,
                 };
@@ -361,9 +384,12 @@ impl VirtioFsBackend {
             return None;
         }
         let mut header = [0u8; size_of::<fuse_abi::InHeader>()];
-        let is_init = bufs.readable.copy_out(0, &mut header) == header.len()
-            && u32::from_ne_bytes([header[4], header[5], header[6], header[7]])
-                == Opcode::Init as u32;
+        let opcode = (bufs.readable.copy_out(0, &mut header) == header.len())
+            .then(|| u32::from_ne_bytes([header[4], header[5], header[6], header[7]]));
+        let is_init = opcode == Some(Opcode::Init as u32);
+        let waits = opcode
+            .and_then(opcode_info_raw)
+            .is_some_and(|i| i.waits_indefinitely());
         let server = if is_init {
             match self.server_for_init() {
                 Ok(s) => s,
@@ -389,6 +415,7 @@ impl VirtioFsBackend {
             server,
             max_request,
             data: self.data.clone(),
+            waits,
         })
     }
 }
@@ -426,9 +453,19 @@ pub(crate) struct Prepared {
     server: Arc<Server>,
     max_request: usize,
     data: Arc<DataCounters>,
+    /// The request may wait indefinitely (SETLKW).
+    waits: bool,
 }
 
 impl Prepared {
+    /// The request may wait for as long as another process decides
+    /// (SETLKW, [`fuse_server::OpcodeInfo::waits_indefinitely`]): it must
+    /// not hold its queue, through which the request that ends the wait
+    /// (the holder's unlock) comes.
+    pub(crate) fn waits_indefinitely(&self) -> bool {
+        self.waits
+    }
+
     /// Serves the request in `bufs` (which [`VirtioFsBackend::prepare`]
     /// filled); the used length to report (0 when nothing was written
     /// back). A synchronous file system completes at once.
@@ -461,6 +498,116 @@ impl Prepared {
             );
         }
         tx.used_len()
+    }
+}
+
+/// A request that may wait indefinitely (a SETLKW), served on a thread of
+/// its own so that its queue goes on serving: the holder's unlock comes
+/// through that queue, and served behind the wait it would never come
+/// (the guest's waiter and holder would both wait forever, and with them
+/// every request after them on the queue). The thread gives the chain
+/// back when the request is answered, out of order with the queue's
+/// others (which virtio allows). At the end of the session
+/// ([`VirtioFsBackend::finish`], a new INIT) the server's `stop_waits`
+/// ends such waits with `EINTR`.
+pub(crate) struct Waiting {
+    queue: usize,
+    vring: VringRwLock,
+    /// The guest memory the chain's buffers point into, kept mapped.
+    mem: Arc<GuestMemoryMmap>,
+    head: u16,
+    prepared: Prepared,
+    bufs: Buffers,
+    runtime: Option<VirtioRuntime>,
+}
+
+impl Waiting {
+    /// Chain `head` of queue `queue`, resolved into `bufs`; served with
+    /// [`fuse_server::block_on`] (`runtime` `None`) or on a runtime of
+    /// that type of the thread's own.
+    pub(crate) fn new(
+        queue: usize,
+        vring: &VringRwLock,
+        mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
+        head: u16,
+        prepared: Prepared,
+        bufs: Buffers,
+        runtime: Option<VirtioRuntime>,
+    ) -> Self {
+        Self {
+            queue,
+            vring: vring.clone(),
+            mem: mem.clone().into_inner(),
+            head,
+            prepared,
+            bufs,
+            runtime,
+        }
+    }
+
+    /// Serves it on a new thread; gives it back if no thread could start
+    /// (the caller then serves it as any other).
+    pub(crate) fn serve_on_own_thread(self) -> Result<(), Box<Self>> {
+        let (tx, rx) = std::sync::mpsc::channel::<Waiting>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("virtio-fs-q{}-wait", self.queue))
+            .spawn(move || {
+                if let Ok(w) = rx.recv() {
+                    w.run();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                // The thread holds the receiver until it got this.
+                let _ = tx.send(self);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(
+                    queue = self.queue,
+                    "no thread for a request that may wait ({e}): served on the queue's"
+                );
+                Err(Box::new(self))
+            }
+        }
+    }
+
+    /// The request and its buffers, to serve where the caller is.
+    pub(crate) fn into_parts(self) -> (Prepared, Buffers) {
+        (self.prepared, self.bufs)
+    }
+
+    fn run(self) {
+        let Waiting {
+            queue,
+            vring,
+            mem,
+            head,
+            prepared,
+            mut bufs,
+            runtime,
+        } = self;
+        let used = match runtime {
+            None => fuse_server::block_on(prepared.serve(&mut bufs)),
+            #[cfg(feature = "async")]
+            Some(kind) => match crate::async_queue::build_runtime(queue, kind) {
+                Ok(rt) => rt.block_on(prepared.serve(&mut bufs)),
+                Err(e) => {
+                    tracing::error!(queue, "a request that may wait: {e}");
+                    0
+                }
+            },
+            // `VirtioConfig::validate` refuses a runtime without the
+            // feature.
+            #[cfg(not(feature = "async"))]
+            Some(_) => 0,
+        };
+        drop(bufs);
+        if let Err(e) = give_back(queue, &vring, head, used) {
+            // The front end went away meanwhile.
+            tracing::debug!(queue, "giving back a request that waited: {e}");
+        }
+        drop(mem);
     }
 }
 

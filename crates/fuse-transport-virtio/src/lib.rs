@@ -11,7 +11,10 @@
 //! memory and parsed from the copy; a WRITE's data goes from the guest's
 //! pages to the backing file in one `pwritev`, a READ's from the file
 //! into the guest's pages in one `preadv` (up to 1024 buffers a call), no
-//! bounce buffer between.
+//! bounce buffer between. A request that may wait for as long as another
+//! process decides (SETLKW) is served on a thread of its own, so the
+//! holder's unlock, which comes through the same queue, is served
+//! meanwhile.
 //!
 //! Not offered: the DAX window (the device has no shared memory region,
 //! so a guest's `-o dax` mount is refused by its driver), migration

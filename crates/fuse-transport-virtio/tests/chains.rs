@@ -39,6 +39,9 @@ struct Guest {
     next_buf: u64,
     used_seen: [u16; 2],
     unique: u64,
+    /// The descriptor index the next submission's chains start at (a
+    /// chain still in flight keeps its descriptors).
+    desc_base: u16,
 }
 
 /// A request laid out in guest memory, not sent yet.
@@ -114,6 +117,7 @@ impl Guest {
             next_buf: 0x20_0000,
             used_seen: [0; 2],
             unique: 0,
+            desc_base: 0,
         }
     }
 
@@ -148,19 +152,21 @@ impl Guest {
     /// Puts the chain `readable` + `writable` on queue `q`, kicks it, and
     /// returns the used length the backend reported.
     fn submit(&mut self, q: usize, readable: &[Buf], writable: &[Buf]) -> u32 {
-        let used = self.submit_many(q, &[(readable.to_vec(), writable.to_vec())]);
+        let mut used = self.submit_many(q, &[(readable.to_vec(), writable.to_vec())]);
+        self.wait_used(q, &mut used, 1);
         assert_eq!(used.len(), 1, "one chain given back");
         assert_eq!(used[0].0, 0, "the chain's head");
         used[0].1
     }
 
     /// Puts the chains on queue `q` at once (their descriptors one after
-    /// the other from 0, their heads in the next avail slots), kicks it
-    /// once, and returns the used ring's new entries: (head, used length).
+    /// the other from `desc_base`, their heads in the next avail slots),
+    /// kicks it once, and returns the used ring's new entries so far:
+    /// (head, used length).
     fn submit_many(&mut self, q: usize, chains: &[(Vec<Buf>, Vec<Buf>)]) -> Vec<(u32, u32)> {
-        let [desc, avail, used] = self.rings[q];
+        let [desc, avail, _] = self.rings[q];
         let m = self.mem.memory();
-        let mut at = 0u16;
+        let mut at = self.desc_base;
         let mut avail_idx: u16 = m.read_obj(avail.unchecked_add(2)).unwrap();
         for (readable, writable) in chains {
             let head = at;
@@ -192,6 +198,24 @@ impl Guest {
         self.backend
             .handle_event(0, EventSet::IN, &self.vrings[q..q + 1], q)
             .unwrap();
+        self.new_used(q)
+    }
+
+    /// Adds the used entries of queue `q` that come until `used` has `n`
+    /// (at most a minute): a request that may wait (SETLKW) comes back
+    /// from a thread of its own, maybe after the kick was handled.
+    fn wait_used(&mut self, q: usize, used: &mut Vec<(u32, u32)>, n: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while used.len() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            used.extend(self.new_used(q));
+        }
+    }
+
+    /// The used ring's entries of queue `q` not seen yet: (head, used
+    /// length).
+    fn new_used(&mut self, q: usize) -> Vec<(u32, u32)> {
+        let used = self.rings[q][2];
         let m = self.mem.memory();
         let used_idx: u16 = m.read_obj(used.unchecked_add(2)).unwrap();
         let mut out = Vec::new();
@@ -254,7 +278,8 @@ impl Guest {
             .iter()
             .map(|r| (r.readable.clone(), r.writable.clone()))
             .collect();
-        let used = self.submit_many(1, &chains);
+        let mut used = self.submit_many(1, &chains);
+        self.wait_used(1, &mut used, reqs.len());
         assert_eq!(used.len(), reqs.len(), "every chain given back");
         reqs.iter()
             .map(|r| {
@@ -285,6 +310,14 @@ impl Guest {
     }
 
     fn init(&mut self) -> InitOut {
+        let (op, out) = self.init_op();
+        let (h, body) = self.call(0, &op, &[], &[out]);
+        assert_eq!(h.error, 0);
+        InitOut::read_from_prefix(&body).unwrap().0
+    }
+
+    /// An INIT as the guest's driver sends it, and the room for its reply.
+    fn init_op(&mut self) -> (Operation<'static>, Buf) {
         let flags = InitFlags::INIT_EXT
             | InitFlags::MAX_PAGES
             | InitFlags::BIG_WRITES
@@ -299,9 +332,7 @@ impl Guest {
             unused: [0; 11],
         };
         let out = self.alloc(size_of::<InitOut>());
-        let (h, body) = self.call(0, &Operation::Init(init), &[], &[out]);
-        assert_eq!(h.error, 0);
-        InitOut::read_from_prefix(&body).unwrap().0
+        (Operation::Init(init), out)
     }
 
     /// `count` pages for data, every other page (so no two are adjacent)
@@ -527,11 +558,11 @@ fn a_second_init_starts_a_new_session() {
 
 #[test]
 fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
-    // As tasks, the chains popped together are served concurrently: B's
-    // SETLKW waits for A's lock on a thread of its own while A's unlock,
-    // the next chain, is served; both are answered. (Served one at a
-    // time, the SETLKW would hold the queue thread and the unlock behind
-    // it would never come.)
+    // Popped together: B's SETLKW waits for A's lock on a thread of its
+    // own while A's unlock, the next chain, is served; both are answered.
+    // (Served on the queue's thread, or awaited there before the next
+    // chain, the SETLKW would hold the queue and the unlock behind it
+    // would never come.)
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("lk"), b"locked").unwrap();
     let mut g = Guest::with_runtime(dir.path(), Some(VirtioRuntime::Tokio));
@@ -599,6 +630,157 @@ fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
     assert_eq!(replies[1].0.error, 0, "A's unlock");
     let (h, _) = g.call(node, &take, &[], &[]);
     assert_eq!(h.error, -libc::EAGAIN, "now B holds it");
+}
+
+/// B's SETLKW waits for A's lock, and A's unlock comes later, in a chain
+/// of its own (as from a guest: the waiter's request is sent, then the
+/// holder lets go): the SETLKW must not hold the queue, or the unlock is
+/// never served and both wait forever.
+fn a_waiting_lock_doesnt_hold_the_queue(runtime: Option<VirtioRuntime>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
+    let mut g = Guest::with_runtime(dir.path(), runtime);
+    g.init();
+    let name = cstr(b"lk");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
+    let mut open = || {
+        let out = g.alloc(size_of::<OpenOut>());
+        let op = Operation::Open(OpenArgs {
+            flags: libc::O_RDWR as u32,
+            ..OpenArgs::default()
+        });
+        let (h, body) = g.call(node, &op, &[], &[out]);
+        assert_eq!(h.error, 0, "OPEN");
+        OpenOut::read_from_bytes(&body).unwrap().fh
+    };
+    let (fh_a, fh_b) = (open(), open());
+    let setlk = |fh, owner, r#type, sleep| Operation::Setlk {
+        args: LockArgs {
+            fh,
+            owner,
+            lock: FileLock {
+                start: 0,
+                end: i64::MAX as u64,
+                r#type,
+                pid: owner as u32,
+            },
+            flock: false,
+        },
+        sleep,
+    };
+    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK as u32, false), &[], &[]);
+    assert_eq!(h.error, 0, "A takes the lock");
+
+    // B's SETLKW alone: nothing comes back while A holds the lock.
+    let wait = g.request(node, &setlk(fh_b, 2, libc::F_WRLCK as u32, true), &[], &[]);
+    let used = g.submit_many(1, &[(wait.readable.clone(), wait.writable.clone())]);
+    assert!(
+        used.is_empty(),
+        "the SETLKW was answered while the lock was held"
+    );
+    // A's unlock, in chains of their own (the SETLKW's descriptors are
+    // still the device's).
+    g.desc_base = 100;
+    let unlock = g.request(node, &setlk(fh_a, 1, libc::F_UNLCK as u32, false), &[], &[]);
+    let mut used = g.submit_many(1, &[(unlock.readable.clone(), unlock.writable.clone())]);
+    assert!(!used.is_empty(), "the unlock wasn't served");
+    g.wait_used(1, &mut used, 2);
+    assert_eq!(used.len(), 2, "the SETLKW never came back after the unlock");
+    for (r, what) in [(&wait, "B's SETLKW"), (&unlock, "A's unlock")] {
+        let h = OutHeader::read_from_bytes(&g.read(r.writable[0])).unwrap();
+        assert_eq!((h.unique, h.error), (r.unique, 0), "{what}");
+    }
+    g.desc_base = 0;
+    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK as u32, false), &[], &[]);
+    assert_eq!(h.error, -libc::EAGAIN, "now B holds it");
+}
+
+/// A new session (the guest rebooted: INIT again) ends the old one's lock
+/// waits: the SETLKW comes back with an error instead of waiting for a
+/// holder that is gone.
+#[test]
+fn a_new_session_ends_the_lock_waits_of_the_old() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
+    let mut g = Guest::new(dir.path());
+    g.init();
+    let name = cstr(b"lk");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
+    let mut open = || {
+        let out = g.alloc(size_of::<OpenOut>());
+        let op = Operation::Open(OpenArgs {
+            flags: libc::O_RDWR as u32,
+            ..OpenArgs::default()
+        });
+        let (h, body) = g.call(node, &op, &[], &[out]);
+        assert_eq!(h.error, 0, "OPEN");
+        OpenOut::read_from_bytes(&body).unwrap().fh
+    };
+    let (fh_a, fh_b) = (open(), open());
+    let setlk = |fh, owner, sleep| Operation::Setlk {
+        args: LockArgs {
+            fh,
+            owner,
+            lock: FileLock {
+                start: 0,
+                end: i64::MAX as u64,
+                r#type: libc::F_WRLCK as u32,
+                pid: owner as u32,
+            },
+            flock: false,
+        },
+        sleep,
+    };
+    let (h, _) = g.call(node, &setlk(fh_a, 1, false), &[], &[]);
+    assert_eq!(h.error, 0, "A takes the lock");
+    let wait = g.request(node, &setlk(fh_b, 2, true), &[], &[]);
+    let used = g.submit_many(1, &[(wait.readable.clone(), wait.writable.clone())]);
+    assert!(
+        used.is_empty(),
+        "the SETLKW was answered while the lock was held"
+    );
+    // Its thread waits on the backing file: /proc/locks lists the wait.
+    let ino =
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.path().join("lk")).unwrap());
+    let waiting = || {
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("->") && l.contains(&format!(":{ino} ")))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !waiting() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(waiting(), "the SETLKW isn't waiting on the backing file");
+    g.desc_base = 100;
+    let old = g.backend.server();
+    let (op, out) = g.init_op();
+    let init = g.request(0, &op, &[], &[out]);
+    let mut used = g.submit_many(1, &[(init.readable.clone(), init.writable.clone())]);
+    assert!(old.is_destroyed());
+    g.wait_used(1, &mut used, 2);
+    assert_eq!(used.len(), 2, "the old session's SETLKW never came back");
+    let h = OutHeader::read_from_bytes(&g.read(init.writable[0])).unwrap();
+    assert_eq!((h.unique, h.error), (init.unique, 0), "INIT");
+    let h = OutHeader::read_from_bytes(&g.read(wait.writable[0])).unwrap();
+    assert_eq!((h.unique, h.error), (wait.unique, -libc::EINTR), "SETLKW");
+}
+
+#[test]
+fn a_waiting_lock_doesnt_hold_the_queue_sync() {
+    a_waiting_lock_doesnt_hold_the_queue(None);
+}
+
+#[test]
+fn a_waiting_lock_doesnt_hold_the_queue_tokio() {
+    a_waiting_lock_doesnt_hold_the_queue(Some(VirtioRuntime::Tokio));
 }
 
 proptest::proptest! {

@@ -15,9 +15,25 @@
 //!    the checker: file operations, the host's file, random reads and
 //!    writes against a model (buffered and `O_DIRECT`), and leaves files
 //!    whose sizes and FNV-1a hashes it prints; the host compares them with
-//!    what SHARED holds once the guest powered off. Then pjdfstest (the
-//!    host's, with the libraries it links, and `xtask/pjdfstest.toml`)
-//!    runs on the mount.
+//!    what SHARED holds once the guest powered off. Then the operations
+//!    the host's mount suite covers (`crates/fuse-backend-passthrough/tests`):
+//!    xattrs (set, get, list, remove, the XATTR_CREATE/REPLACE errors,
+//!    ENODATA, ERANGE, symlinks), setattr (modes with set-id bits, chown
+//!    as root, truncate and ftruncate both ways, utimensat with explicit
+//!    times, UTIME_NOW and UTIME_OMIT), renameat2 RENAME_NOREPLACE and
+//!    RENAME_EXCHANGE and rename over a file, hard-link counts, O_APPEND,
+//!    fallocate (plain, PUNCH_HOLE|KEEP_SIZE reading back zeros) and
+//!    SEEK_DATA/SEEK_HOLE, copy_file_range, O_TMPFILE with linkat, FIFOs,
+//!    sockets and device nodes, statx, telldir/seekdir and a listing of a
+//!    directory that changes meanwhile, a shared writable mapping (msync,
+//!    read back with pread and O_DIRECT, and the reverse), processes
+//!    writing disjoint ranges of one file and appending to another, and
+//!    lock waits between processes (fcntl F_SETLKW with F_GETLK naming the
+//!    holder, OFD locks, flock): the waiter must be seen asleep in its
+//!    system call and get the lock only after the release. A feature the
+//!    backing file system lacks is a `SKIP:` line, which the summary
+//!    lists. Then pjdfstest (the host's, with the libraries it links, and
+//!    `xtask/pjdfstest.toml`) runs on the mount.
 //! 5. **boot 2 (reconnect, reboot, kill)**: a new qemu against the same
 //!    daemon, which must have waited for it: the files of boot 1 must be
 //!    there. The guest then reboots (same qemu, same connection: the
@@ -313,6 +329,9 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         println!("console: {}", log.display());
     }
     println!("pjdfstest in the guest: {pjd}");
+    for skipped in guest_skips(&vm1) {
+        println!("guest skipped: {skipped}");
+    }
     for n in &notes {
         println!("note: {n}");
     }
@@ -1324,6 +1343,16 @@ fn pjdfstest_report(vm: &VmRun) -> String {
     } else {
         format!("{summary}; failed: {}", failed.join(", "))
     }
+}
+
+/// What the checker skipped in the guest (its `SKIP: ...` lines): features
+/// the backing file system lacks.
+fn guest_skips(vm: &VmRun) -> Vec<&str> {
+    vm.console
+        .iter()
+        .filter_map(|l| after(l, "SKIP: "))
+        .map(str::trim_end)
+        .collect()
 }
 
 /// Problems with the steps `names` of a boot: each must have run and
