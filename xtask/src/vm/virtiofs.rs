@@ -650,7 +650,7 @@ fn write_syscalls(
     let _ = writeln!(
         t,
         "\nSyscalls per guest operation (all of the daemon's threads, --cache {}; \
-         the most frequent per operation in brackets):\n\n\
+         the four most frequent, per operation, in the last two columns):\n\n\
          | workload | ours | virtiofsd | ours: most frequent | virtiofsd: most frequent |\n\
          |---|---|---|---|---|",
         args.bench_cache
