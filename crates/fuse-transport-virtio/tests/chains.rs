@@ -358,6 +358,62 @@ fn cstr(s: &[u8]) -> std::ffi::CString {
     std::ffi::CString::new(s).unwrap()
 }
 
+/// A file `lk` in a new directory (kept in `dir`), looked up and opened
+/// read-write twice (handles A and B, for two lock owners) by a guest
+/// served with `runtime`.
+struct LockFile {
+    g: Guest,
+    dir: tempfile::TempDir,
+    node: u64,
+    fh_a: u64,
+    fh_b: u64,
+}
+
+fn lock_file(runtime: Option<VirtioRuntime>) -> LockFile {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
+    let mut g = Guest::with_runtime(dir.path(), runtime);
+    g.init();
+    let name = cstr(b"lk");
+    let out = g.alloc(size_of::<EntryOut>());
+    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
+    assert_eq!(h.error, 0);
+    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
+    let mut open = || {
+        let out = g.alloc(size_of::<OpenOut>());
+        let op = Operation::Open(OpenArgs {
+            flags: libc::O_RDWR as u32,
+            ..OpenArgs::default()
+        });
+        let (h, body) = g.call(node, &op, &[], &[out]);
+        assert_eq!(h.error, 0, "OPEN");
+        OpenOut::read_from_bytes(&body).unwrap().fh
+    };
+    let (fh_a, fh_b) = (open(), open());
+    LockFile {
+        g,
+        dir,
+        node,
+        fh_a,
+        fh_b,
+    }
+}
+
+/// A POSIX lock of `r#type` over the whole file, for `owner` (process `pid`).
+fn whole_file_lock(fh: u64, owner: u64, r#type: u32, pid: u32) -> LockArgs {
+    LockArgs {
+        fh,
+        owner,
+        lock: FileLock {
+            start: 0,
+            end: i64::MAX as u64,
+            r#type,
+            pid,
+        },
+        flock: false,
+    }
+}
+
 #[test]
 fn init_lookup_getattr_write_read_forget_through_chains() {
     serve_a_session(None);
@@ -563,37 +619,14 @@ fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
     // (Served on the queue's thread, or awaited there before the next
     // chain, the SETLKW would hold the queue and the unlock behind it
     // would never come.)
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
-    let mut g = Guest::with_runtime(dir.path(), Some(VirtioRuntime::Tokio));
-    g.init();
-    let name = cstr(b"lk");
-    let out = g.alloc(size_of::<EntryOut>());
-    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
-    assert_eq!(h.error, 0);
-    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
-    let mut open = || {
-        let out = g.alloc(size_of::<OpenOut>());
-        let op = Operation::Open(OpenArgs {
-            flags: libc::O_RDWR as u32,
-            ..OpenArgs::default()
-        });
-        let (h, body) = g.call(node, &op, &[], &[out]);
-        assert_eq!(h.error, 0, "OPEN");
-        OpenOut::read_from_bytes(&body).unwrap().fh
-    };
-    let (fh_a, fh_b) = (open(), open());
-    let lock = |fh, owner, r#type, pid| LockArgs {
-        fh,
-        owner,
-        lock: FileLock {
-            start: 0,
-            end: i64::MAX as u64,
-            r#type,
-            pid,
-        },
-        flock: false,
-    };
+    let LockFile {
+        mut g,
+        dir: _dir,
+        node,
+        fh_a,
+        fh_b,
+    } = lock_file(Some(VirtioRuntime::Tokio));
+    let lock = |fh, owner, r#type, pid| whole_file_lock(fh, owner, r#type, pid);
     let take = Operation::Setlk {
         args: lock(fh_a, 1, libc::F_WRLCK as u32, 100),
         sleep: false,
@@ -637,38 +670,15 @@ fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
 /// holder lets go): the SETLKW must not hold the queue, or the unlock is
 /// never served and both wait forever.
 fn a_waiting_lock_doesnt_hold_the_queue(runtime: Option<VirtioRuntime>) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
-    let mut g = Guest::with_runtime(dir.path(), runtime);
-    g.init();
-    let name = cstr(b"lk");
-    let out = g.alloc(size_of::<EntryOut>());
-    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
-    assert_eq!(h.error, 0);
-    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
-    let mut open = || {
-        let out = g.alloc(size_of::<OpenOut>());
-        let op = Operation::Open(OpenArgs {
-            flags: libc::O_RDWR as u32,
-            ..OpenArgs::default()
-        });
-        let (h, body) = g.call(node, &op, &[], &[out]);
-        assert_eq!(h.error, 0, "OPEN");
-        OpenOut::read_from_bytes(&body).unwrap().fh
-    };
-    let (fh_a, fh_b) = (open(), open());
-    let setlk = |fh, owner, r#type, sleep| Operation::Setlk {
-        args: LockArgs {
-            fh,
-            owner,
-            lock: FileLock {
-                start: 0,
-                end: i64::MAX as u64,
-                r#type,
-                pid: owner as u32,
-            },
-            flock: false,
-        },
+    let LockFile {
+        mut g,
+        dir: _dir,
+        node,
+        fh_a,
+        fh_b,
+    } = lock_file(runtime);
+    let setlk = |fh, owner: u64, r#type, sleep| Operation::Setlk {
+        args: whole_file_lock(fh, owner, r#type, owner as u32),
         sleep,
     };
     let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK as u32, false), &[], &[]);
@@ -703,38 +713,15 @@ fn a_waiting_lock_doesnt_hold_the_queue(runtime: Option<VirtioRuntime>) {
 /// holder that is gone.
 #[test]
 fn a_new_session_ends_the_lock_waits_of_the_old() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("lk"), b"locked").unwrap();
-    let mut g = Guest::new(dir.path());
-    g.init();
-    let name = cstr(b"lk");
-    let out = g.alloc(size_of::<EntryOut>());
-    let (h, body) = g.call(ROOT_ID, &Operation::Lookup { name: &name }, &[], &[out]);
-    assert_eq!(h.error, 0);
-    let node = EntryOut::read_from_bytes(&body).unwrap().nodeid;
-    let mut open = || {
-        let out = g.alloc(size_of::<OpenOut>());
-        let op = Operation::Open(OpenArgs {
-            flags: libc::O_RDWR as u32,
-            ..OpenArgs::default()
-        });
-        let (h, body) = g.call(node, &op, &[], &[out]);
-        assert_eq!(h.error, 0, "OPEN");
-        OpenOut::read_from_bytes(&body).unwrap().fh
-    };
-    let (fh_a, fh_b) = (open(), open());
-    let setlk = |fh, owner, sleep| Operation::Setlk {
-        args: LockArgs {
-            fh,
-            owner,
-            lock: FileLock {
-                start: 0,
-                end: i64::MAX as u64,
-                r#type: libc::F_WRLCK as u32,
-                pid: owner as u32,
-            },
-            flock: false,
-        },
+    let LockFile {
+        mut g,
+        dir,
+        node,
+        fh_a,
+        fh_b,
+    } = lock_file(None);
+    let setlk = |fh, owner: u64, sleep| Operation::Setlk {
+        args: whole_file_lock(fh, owner, libc::F_WRLCK as u32, owner as u32),
         sleep,
     };
     let (h, _) = g.call(node, &setlk(fh_a, 1, false), &[], &[]);
