@@ -169,8 +169,10 @@ impl DataCounters {
 /// replies), queues 1.. carry requests; a worker thread per queue
 /// serves its chains one at a time with [`Server::handle`] on that
 /// thread, except a request that may wait indefinitely (SETLKW), which
-/// gets a thread of its own ([`Waiting`]). No DAX window: the device offers no shared memory region, so
-/// the guest's `dax` mount option is refused by its driver.
+/// gets a thread of its own, so that the holder's unlock, coming through
+/// the same queue, is served. No DAX window: the device offers no shared
+/// memory region, so the guest's `dax` mount option is refused by its
+/// driver.
 pub struct VirtioFsBackend {
     config: VirtioConfig,
     factory: Arc<ServerFactory>,

@@ -722,7 +722,7 @@ const WRITE_SYSCALLS: &[&str] = &[
 
 /// A daemon's `strace -ff` trace, split at the guest's phase markers.
 struct Trace {
-    /// phases[phase][syscall]: how often each syscall was made in it.
+    /// For each phase, how often each syscall was made in it.
     phases: BTreeMap<String, BTreeMap<String, u64>>,
     /// The lines of each phase (for [`Trace::file_writes`]).
     lines: BTreeMap<String, Vec<String>>,
