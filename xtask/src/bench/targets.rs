@@ -4,6 +4,7 @@
 //! mount is ever left behind.
 
 use super::config::Peers;
+use crate::test::wait_for_exit;
 use crate::text::strip_ansi;
 use crate::vendor::{self, Source};
 use anyhow::{bail, Context, Result};
@@ -1049,10 +1050,10 @@ impl Running {
             if let Ok(None) = child.try_wait() {
                 // SAFETY: kill(2) on our own un-reaped child's PID.
                 unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                if !wait_for(&mut child, Duration::from_secs(10)) {
+                if wait_for_exit(&mut child, Duration::from_secs(10)).is_none() {
                     forced.push("daemon ignored SIGTERM for 10 s".to_string());
                     forced.extend(force_unmount(&self.mnt));
-                    if !wait_for(&mut child, Duration::from_secs(5)) {
+                    if wait_for_exit(&mut child, Duration::from_secs(5)).is_none() {
                         if let Ok(None) = child.try_wait() {
                             // SAFETY: as above; still our un-reaped child.
                             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
@@ -1096,19 +1097,6 @@ impl Drop for Running {
     fn drop(&mut self) {
         for line in self.stop() {
             eprintln!("bench: {line}");
-        }
-    }
-}
-
-/// Waits up to `limit` for `child` to exit; true if it did.
-fn wait_for(child: &mut Child, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return true,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => return false,
-            Err(_) => return true,
         }
     }
 }

@@ -344,6 +344,19 @@ pub(crate) fn display(cmd: &Command) -> String {
     s
 }
 
+/// Waits up to `limit` for `child` to exit: its status, or `None` while it
+/// still runs (or can't be asked).
+pub(crate) fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => return None,
+        }
+    }
+}
+
 /// Runs a command with inherited stdio; fails unless it exits with 0.
 pub(crate) fn run_cmd(cmd: &mut Command) -> Result<()> {
     let line = display(cmd);

@@ -53,7 +53,7 @@
 
 use crate::test::{
     cargo, debian_experimental_package, display, ensure_apt_packages, run_cmd, target_dir,
-    ExperimentalApt,
+    wait_for_exit, ExperimentalApt,
 };
 use crate::text::sh_quote;
 use anyhow::{bail, Context, Result};

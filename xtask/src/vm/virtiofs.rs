@@ -139,7 +139,8 @@ bench)
 	umount /mnt/vfs /mnt/peer
 	;;
 syscount)
-	# Both daemons run under strace: 1 MiB O_DIRECT writes on each mount.
+	# Both daemons run under strace: each workload a fixed number of
+	# times on each mount (vm-virtiofs.c syscount).
 	mib=$(sed -n 's/.*xtask\.mib=\([0-9]*\).*/\1/p' /proc/cmdline)
 	mkdir -p /mnt/peer
 	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
@@ -408,32 +409,35 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     fs::create_dir_all(&peer_dir)?;
     let ours_socket = run_dir.join("bench-ours.sock");
     let peer_socket = run_dir.join("bench-virtiofsd.sock");
-    let mut ours_cmd = our_daemon(args, &ours, &ours_socket, &ours_dir, "warn");
-    ours_cmd.args(["--cache", &args.bench_cache]);
-    let ours_daemon = start_daemon(
-        ours_cmd,
-        &ours_socket,
-        &run_dir.join("bench-passthroughfs.log"),
-    )?;
-    let peer_daemon = start_daemon(
-        virtiofsd_command(&virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
-        &peer_socket,
-        &run_dir.join("bench-virtiofsd.log"),
-    )?;
-
+    // virtiofsd serves one VM: both daemons start afresh for each boot.
+    let mut start = || -> Result<Vec<Daemon>> {
+        let mut ours_cmd = our_daemon(args, &ours, &ours_socket, &ours_dir, "warn");
+        ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
+        Ok(vec![
+            start_daemon(
+                ours_cmd,
+                &ours_socket,
+                &run_dir.join("bench-passthroughfs.log"),
+            )?,
+            start_daemon(
+                virtiofsd_command(&virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
+                &peer_socket,
+                &run_dir.join("bench-virtiofsd.log"),
+            )?,
+        ])
+    };
     let extra = format!(
         "xtask.secs={} xtask.rounds={}",
         args.bench_secs, args.bench_rounds
     );
     let console = run_dir.join("console-bench.log");
-    let (vm, _) = boot_virtiofs(
+    let (vm, daemons) = boot_with_fresh_daemons(
         args,
         (&kernel.vmlinuz, &initrd),
         &[(&ours_socket, TAG), (&peer_socket, "peer")],
-        "bench",
-        &extra,
+        ("bench", &extra),
         &console,
-        None,
+        &mut start,
     )?;
     let mut problems = steps_ok(
         &vm,
@@ -476,9 +480,9 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
             entry.1.push(rate);
         }
     }
-    drop((ours_daemon, peer_daemon));
+    drop(daemons);
     let mut table = bench_table(&runs, args, &kernel, &version);
-    match write_syscalls(
+    match syscall_counts(
         args,
         (&kernel.vmlinuz, &initrd),
         (&ours, &virtiofsd),
@@ -486,7 +490,7 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
         &base,
     ) {
         Ok(counts) => table.push_str(&counts),
-        Err(e) => problems.push(format!("counting the 1 MiB writes' syscalls: {e:#}")),
+        Err(e) => problems.push(format!("counting the daemons' syscalls: {e:#}")),
     }
     println!("\n==> virtio-fs benchmark\n{table}");
     fs::write(run_dir.join("bench.md"), &table)?;
@@ -515,7 +519,7 @@ fn virtiofsd_command(virtiofsd: &Path, socket: &Path, shared: &Path, cache: &str
     cmd
 }
 
-/// MiB the guest writes in 1 MiB `O_DIRECT` writes for [`write_syscalls`].
+/// MiB the guest writes in 1 MiB `O_DIRECT` writes for [`syscall_counts`].
 const SYSCOUNT_MIB: u32 = 32;
 
 /// The syscalls each daemon makes per guest operation: both daemons
@@ -527,7 +531,7 @@ const SYSCOUNT_MIB: u32 = 32;
 /// when the guest's qemu disconnects (ours with `--once`), and strace
 /// with them. Returns two tables: the syscalls that wrote the 1 MiB
 /// writes to the file, and the syscalls per operation of each phase.
-fn write_syscalls(
+fn syscall_counts(
     args: &VmArgs,
     image: (&Path, &Path),
     (ours, virtiofsd): (&Path, &Path),
@@ -537,10 +541,6 @@ fn write_syscalls(
     ensure_apt_packages(&["strace"])?;
     let run_dir = target_dir().join("vm/virtiofs");
     let trace_dir = run_dir.join("strace");
-    if trace_dir.exists() {
-        fs::remove_dir_all(&trace_dir)?;
-    }
-    fs::create_dir_all(&trace_dir)?;
     let traced = |name: &str, daemon: Command| {
         let mut cmd = Command::new("strace");
         cmd.args(["-ff", "-ttt", "-qq", "-y", "-e", "signal=none", "-o"])
@@ -556,33 +556,41 @@ fn write_syscalls(
         cmd
     };
     let (ours_dir, peer_dir) = (base.join("syscount-ours"), base.join("syscount-peer"));
-    fs::create_dir_all(&ours_dir)?;
-    fs::create_dir_all(&peer_dir)?;
     let ours_socket = run_dir.join("syscount-ours.sock");
     let peer_socket = run_dir.join("syscount-virtiofsd.sock");
-    let mut ours_cmd = our_daemon(args, ours, &ours_socket, &ours_dir, "warn");
-    ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
-    let mut ours_daemon = start_daemon(
-        traced("ours", ours_cmd),
-        &ours_socket,
-        &run_dir.join("syscount-passthroughfs.log"),
-    )?;
-    let mut peer_daemon = start_daemon(
-        traced(
-            "virtiofsd",
-            virtiofsd_command(virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
-        ),
-        &peer_socket,
-        &run_dir.join("syscount-virtiofsd.log"),
-    )?;
-    let (vm, _) = boot_virtiofs(
+    // Fresh traces and directories for each boot.
+    let mut start = || -> Result<Vec<Daemon>> {
+        for dir in [&trace_dir, &ours_dir, &peer_dir] {
+            if dir.exists() {
+                fs::remove_dir_all(dir)?;
+            }
+            fs::create_dir_all(dir)?;
+        }
+        let mut ours_cmd = our_daemon(args, ours, &ours_socket, &ours_dir, "warn");
+        ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
+        Ok(vec![
+            start_daemon(
+                traced("ours", ours_cmd),
+                &ours_socket,
+                &run_dir.join("syscount-passthroughfs.log"),
+            )?,
+            start_daemon(
+                traced(
+                    "virtiofsd",
+                    virtiofsd_command(virtiofsd, &peer_socket, &peer_dir, &args.bench_cache),
+                ),
+                &peer_socket,
+                &run_dir.join("syscount-virtiofsd.log"),
+            )?,
+        ])
+    };
+    let (vm, mut daemons) = boot_with_fresh_daemons(
         args,
         image,
         &[(&ours_socket, TAG), (&peer_socket, "peer")],
-        "syscount",
-        &format!("xtask.mib={SYSCOUNT_MIB}"),
+        ("syscount", &format!("xtask.mib={SYSCOUNT_MIB}")),
         &run_dir.join("console-syscount.log"),
-        None,
+        &mut start,
     )?;
     let mut problems = steps_ok(
         &vm,
@@ -592,17 +600,12 @@ fn write_syscalls(
         problems.push(k.clone());
     }
     // Both exit once qemu is gone; strace then writes its last lines.
-    for (name, daemon) in [("ours", &mut ours_daemon), ("virtiofsd", &mut peer_daemon)] {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while daemon.0.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                problems.push(format!("{name} didn't exit in 30 s after the guest's qemu"));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+    for (name, daemon) in ["ours", "virtiofsd"].into_iter().zip(&mut daemons) {
+        if wait_for_exit(&mut daemon.0, Duration::from_secs(30)).is_none() {
+            problems.push(format!("{name} didn't exit in 30 s after the guest's qemu"));
         }
     }
-    drop((ours_daemon, peer_daemon));
+    drop(daemons);
     if !problems.is_empty() {
         bail!("{}", problems.join("; "));
     }
@@ -658,9 +661,9 @@ fn write_syscalls(
     for phase in SYSCOUNT_PHASES {
         let per_op = |trace: &Trace, label: &str| {
             let n = ops.get(&(label.to_string(), phase.to_string())).copied()?;
-            let counts = trace.phases.get(*phase)?;
+            let counts = trace.counts(phase)?;
             let total: u64 = counts.values().sum();
-            let mut top: Vec<(&String, &u64)> = counts.iter().collect();
+            let mut top: Vec<(&&str, &u64)> = counts.iter().collect();
             top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             let top = listed(
                 top.iter()
@@ -722,9 +725,7 @@ const WRITE_SYSCALLS: &[&str] = &[
 
 /// A daemon's `strace -ff` trace, split at the guest's phase markers.
 struct Trace {
-    /// For each phase, how often each syscall was made in it.
-    phases: BTreeMap<String, BTreeMap<String, u64>>,
-    /// The lines of each phase (for [`Trace::file_writes`]).
+    /// The syscall lines of each phase.
     lines: BTreeMap<String, Vec<String>>,
 }
 
@@ -736,7 +737,6 @@ impl Trace {
     /// thread serves them.
     fn read(dir: &Path, prefix: &str) -> Result<Self> {
         let mut trace = Trace {
-            phases: BTreeMap::new(),
             lines: BTreeMap::new(),
         };
         // Every thread's lines with strace's timestamps (-ttt) merged in
@@ -768,21 +768,22 @@ impl Trace {
                 phase = Some(name);
             }
             let Some(p) = &phase else { continue };
-            let Some((name, _)) = l.split_once('(') else {
-                continue;
-            };
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                continue;
+            if syscall_name(&l).is_some() {
+                trace.lines.entry(p.clone()).or_default().push(l);
             }
-            *trace
-                .phases
-                .entry(p.clone())
-                .or_default()
-                .entry(name.to_string())
-                .or_default() += 1;
-            trace.lines.entry(p.clone()).or_default().push(l);
         }
         Ok(trace)
+    }
+
+    /// How often each syscall was made in `phase` (`None`: no such phase).
+    fn counts(&self, phase: &str) -> Option<BTreeMap<&str, u64>> {
+        let mut counts = BTreeMap::new();
+        for l in self.lines.get(phase)? {
+            if let Some(name) = syscall_name(l) {
+                *counts.entry(name).or_default() += 1;
+            }
+        }
+        Some(counts)
     }
 
     /// The syscalls of `phase` that wrote file data to a descriptor whose
@@ -821,6 +822,14 @@ impl Trace {
         }
         calls
     }
+}
+
+/// The syscall a strace line records (`name(args) = ret`); `None` for
+/// strace's own lines (`+++ exited`, `--- SIG...`).
+fn syscall_name(line: &str) -> Option<&str> {
+    let (name, _) = line.split_once('(')?;
+    (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(name)
 }
 
 /// One syscall that wrote file data.
@@ -1076,6 +1085,36 @@ fn boot_virtiofs(
     bail!("{phase}: no boot attempt left")
 }
 
+/// [`boot_once`] with daemons that serve one VM each (virtiofsd, ours
+/// with `--once`): `start` starts them (again) before every boot, since
+/// a boot that failed ended their connection. Boots again while the guest
+/// doesn't reach `/init`, as [`boot_virtiofs`]; returns the last boot and
+/// its daemons.
+fn boot_with_fresh_daemons(
+    args: &VmArgs,
+    image: (&Path, &Path),
+    devices: &[(&Path, &str)],
+    (phase, extra_append): (&str, &str),
+    log: &Path,
+    start: &mut dyn FnMut() -> Result<Vec<Daemon>>,
+) -> Result<(VmRun, Vec<Daemon>)> {
+    for attempt in 1..=BOOT_ATTEMPTS {
+        let daemons = start()?;
+        let (vm, _) = boot_once(args, image, devices, phase, extra_append, log, None)?;
+        if vm.booted.is_some() || attempt == BOOT_ATTEMPTS {
+            return Ok((vm, daemons));
+        }
+        let kept = log.with_extension(format!("boot-{attempt}.log"));
+        let _ = fs::rename(log, &kept);
+        println!(
+            "test-in-vm: {phase}: the guest didn't boot (attempt {attempt} of {BOOT_ATTEMPTS}; \
+             its console is in {}); booting again with fresh daemons",
+            kept.display()
+        );
+    }
+    bail!("{phase}: no boot attempt left")
+}
+
 /// Boots the guest in `phase` with a virtio-fs device per `(socket, tag)`
 /// and follows its
 /// console until qemu exits. With `kill`, the daemon is killed
@@ -1282,14 +1321,10 @@ fn terminate(child: &mut Child) -> String {
     // SAFETY: kill(2) on our own child's pid, which it still is: it has
     // not been waited for.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return format!("exited ({status})");
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    match wait_for_exit(child, Duration::from_secs(15)) {
+        Some(status) => format!("exited ({status})"),
+        None => "still running after 15 s".to_string(),
     }
-    "still running after 15 s".to_string()
 }
 
 /// The daemon's data lines (`fuse_transport_virtio::data` at debug): every
