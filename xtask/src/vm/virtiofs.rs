@@ -71,6 +71,15 @@ const EXIT_SECS: u64 = 60;
 /// [`boot_virtiofs`]).
 const KILLED_EXIT_SECS: u64 = 15;
 
+/// Kernel parameter of the bench boots: the request interrupts of both
+/// virtio-fs devices go to vCPU 0. The kernel spreads the managed
+/// interrupts of devices over the vCPUs (the first device's to one, the
+/// second's to the other), and they can't be moved from user space; a
+/// benchmark woken through another vCPU than its own waits longer, so
+/// one daemon would be measured with that handicap. The guest pins each
+/// run to its device's interrupt vCPU (the plan's `request_irq_cpu`).
+const SAME_CPU_INTERRUPTS: &str = "isolcpus=managed_irq,1";
+
 /// Seconds the guest gets to reach `/init` (it takes about 3 under TCG).
 const BOOT_SECS: u64 = 90;
 /// Boots tried while the guest doesn't reach `/init`.
@@ -83,6 +92,17 @@ phase=$(sed -n 's/.*xtask\.phase=\([a-z]*\).*/\1/p' /proc/cmdline)
 mkdir -p /mnt/vfs
 run_test virtiofs-mount / mount -t virtiofs vfs /mnt/vfs
 grep virtiofs /proc/mounts
+# The vCPU that takes the request interrupts of the virtio-fs device
+# tagged $1 (/sys/fs/virtiofs/N/tag names it, its `device` link the
+# virtio device whose "-requests.0" line /proc/interrupts has).
+request_irq_cpu() {
+	for d in /sys/fs/virtiofs/*; do
+		[ "$(cat "$d/tag" 2>/dev/null)" = "$1" ] || continue
+		dev=$(basename "$(readlink -f "$d/device")")
+		irq=$(grep " $dev-requests.0\$" /proc/interrupts | cut -d: -f1 | tr -d ' ')
+		[ -n "$irq" ] && cut -d, -f1 "/proc/irq/$irq/effective_affinity_list" | cut -d- -f1
+	done
+}
 case $phase in
 check)
 	run_test virtiofs-check / /xtask/vm-virtiofs check /mnt/vfs
@@ -124,18 +144,29 @@ bench)
 	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
 	run_test virtiofs-prepare / sh -c \
 		'/xtask/vm-virtiofs prepare /mnt/vfs && /xtask/vm-virtiofs prepare /mnt/peer'
+	# Each mount's runs are pinned to the vCPU its device's request
+	# queue interrupts (both vCPU 0: isolcpus=managed_irq,1), so a
+	# completion wakes the benchmark on its own vCPU, the same for both
+	# daemons.
+	cpu_vfs=$(request_irq_cpu vfs)
+	cpu_peer=$(request_irq_cpu peer)
+	echo "bench: vfs runs on CPU ${cpu_vfs:-?}, peer on CPU ${cpu_peer:-?} (their request interrupts')"
 	r=0
 	while [ "$r" -lt "${rounds:-3}" ]; do
 		r=$((r + 1))
 		for w in seq-write-1m seq-read-1m rand-write-4k rand-read-4k create-stat-unlink stat readdir; do
 			if [ $((r % 2)) -eq 1 ]; then order="vfs peer"; else order="peer vfs"; fi
 			for m in $order; do
-				/xtask/vm-virtiofs bench "/mnt/$m" "${secs:-2}" "$m" "$w" ||
+				eval "cpu=\$cpu_$m"
+				taskset -c "${cpu:-0}" /xtask/vm-virtiofs bench "/mnt/$m" "${secs:-2}" "$m" "$w" ||
 					echo "FAIL: bench $m $w"
 			done
 		done
 	done
 	echo "XTASK-VIRTIOFS-BENCH-DONE"
+	# Where each device's interrupts went (a device whose queue interrupts
+	# another vCPU than the benchmark's wakes it later).
+	grep -E 'CPU|virtio' /proc/interrupts
 	umount /mnt/vfs /mnt/peer
 	;;
 syscount)
@@ -144,8 +175,10 @@ syscount)
 	mib=$(sed -n 's/.*xtask\.mib=\([0-9]*\).*/\1/p' /proc/cmdline)
 	mkdir -p /mnt/peer
 	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
+	cpu_vfs=$(request_irq_cpu vfs)
+	cpu_peer=$(request_irq_cpu peer)
 	run_test virtiofs-syscount / sh -c \
-		"/xtask/vm-virtiofs syscount /mnt/vfs vfs ${mib:-32} && /xtask/vm-virtiofs syscount /mnt/peer peer ${mib:-32}"
+		"taskset -c ${cpu_vfs:-0} /xtask/vm-virtiofs syscount /mnt/vfs vfs ${mib:-32} && taskset -c ${cpu_peer:-0} /xtask/vm-virtiofs syscount /mnt/peer peer ${mib:-32}"
 	umount /mnt/vfs /mnt/peer
 	;;
 *)
@@ -427,7 +460,7 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
         ])
     };
     let extra = format!(
-        "xtask.secs={} xtask.rounds={}",
+        "{SAME_CPU_INTERRUPTS} xtask.secs={} xtask.rounds={}",
         args.bench_secs, args.bench_rounds
     );
     let console = run_dir.join("console-bench.log");
@@ -588,7 +621,10 @@ fn syscall_counts(
         args,
         image,
         &[(&ours_socket, TAG), (&peer_socket, "peer")],
-        ("syscount", &format!("xtask.mib={SYSCOUNT_MIB}")),
+        (
+            "syscount",
+            &format!("{SAME_CPU_INTERRUPTS} xtask.mib={SYSCOUNT_MIB}"),
+        ),
         &run_dir.join("console-syscount.log"),
         &mut start,
     )?;
