@@ -249,12 +249,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     timings.push(("initramfs", t.elapsed().as_secs_f64()));
 
     println!("\n--> daemon");
-    let shared = run_dir.join("shared");
-    if shared.exists() {
-        fs::remove_dir_all(&shared).with_context(|| format!("removing {}", shared.display()))?;
-    }
-    fs::create_dir_all(&shared)?;
-    fs::write(shared.join(FROM_HOST.0), pattern(FROM_HOST.1, FROM_HOST.2))?;
+    let shared = fresh_shared_dir(&run_dir)?;
     let socket = run_dir.join("vhost-user-fs.sock");
     let daemon_log = run_dir.join("daemon.log");
     // The per-request data lines: how each WRITE reached the file.
@@ -345,6 +340,62 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         problems.push("boot 2: the load wrote nothing before the kill".into());
     }
 
+    // The same checks with the daemon's queue threads running async
+    // handlers (`--runtime tokio|uring`): their own code paths for
+    // concurrent requests and lock waits. A run given --daemon-arg serves
+    // as the caller chose and makes none.
+    let mut runtime_boots = Vec::new();
+    if args.daemon_arg.is_empty() {
+        for runtime in ["tokio", "uring"] {
+            println!("\n--> boot with --runtime {runtime}: file operations and pjdfstest");
+            let t = Instant::now();
+            let shared = fresh_shared_dir(&run_dir)?;
+            let log = run_dir.join(format!("console-check-{runtime}.log"));
+            let daemon_log = run_dir.join(format!("daemon-{runtime}.log"));
+            let mut cmd = our_daemon(args, &daemon_exe, &socket, &shared, "info");
+            cmd.args(["--runtime", runtime]);
+            let _daemon = start_daemon(cmd, &socket, &daemon_log)?;
+            let (vm, n) = boot_virtiofs(
+                args,
+                (&kernel.vmlinuz, &initrd),
+                &[(&socket, TAG)],
+                "check",
+                "",
+                &log,
+                None,
+            )?;
+            timings.push((
+                if runtime == "tokio" {
+                    "boot tokio"
+                } else {
+                    "boot uring"
+                },
+                t.elapsed().as_secs_f64(),
+            ));
+            notes.extend(n.into_iter().map(|n| format!("--runtime {runtime}: {n}")));
+            let label = |p: String| format!("--runtime {runtime}: {p}");
+            problems.extend(
+                steps_ok(
+                    &vm,
+                    &[
+                        "virtiofs-mount",
+                        "virtiofs-check",
+                        "virtiofs-pjdfstest",
+                        "virtiofs-umount",
+                    ],
+                )
+                .into_iter()
+                .map(label),
+            );
+            problems.extend(compare_hashes(&vm, &shared).into_iter().map(label));
+            runtime_boots.push((runtime, vm, log));
+        }
+    } else {
+        println!(
+            "\n(no boots with --runtime tokio|uring: --daemon-arg chose the daemon's options)"
+        );
+    }
+
     println!("\n==> test-in-vm --virtiofs summary");
     println!("kernel:  {} ({})", kernel.vmlinuz.display(), kernel.about);
     println!("daemon log: {}", daemon_log.display());
@@ -366,6 +417,27 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     for skipped in guest_skips(&vm1) {
         println!("guest skipped: {skipped}");
     }
+    for (runtime, vm, log) in &runtime_boots {
+        for e in &vm.exes {
+            let result = match e.status {
+                Some(0) => "ok".to_string(),
+                Some(s) => format!("exit {s}"),
+                None => "no exit".to_string(),
+            };
+            println!("{:<24} {result:>8} {:>6.1} s ({runtime})", e.name, e.secs);
+        }
+        if let Some(k) = &vm.killed {
+            problems.push(format!("--runtime {runtime}: {k}"));
+        }
+        println!("console: {}", log.display());
+        println!(
+            "pjdfstest in the guest, --runtime {runtime}: {}",
+            pjdfstest_report(vm)
+        );
+        for skipped in guest_skips(vm) {
+            println!("guest skipped (--runtime {runtime}): {skipped}");
+        }
+    }
     for n in &notes {
         println!("note: {n}");
     }
@@ -378,6 +450,18 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     }
     println!("test-in-vm --virtiofs: ok");
     Ok(())
+}
+
+/// `run_dir/shared`, emptied, with the file the guest checks
+/// ([`FROM_HOST`]): the directory a check boot's daemon serves.
+fn fresh_shared_dir(run_dir: &Path) -> Result<PathBuf> {
+    let shared = run_dir.join("shared");
+    if shared.exists() {
+        fs::remove_dir_all(&shared).with_context(|| format!("removing {}", shared.display()))?;
+    }
+    fs::create_dir_all(&shared)?;
+    fs::write(shared.join(FROM_HOST.0), pattern(FROM_HOST.1, FROM_HOST.2))?;
+    Ok(shared)
 }
 
 /// The virtiofsd version the benchmark compares with.
