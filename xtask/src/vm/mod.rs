@@ -224,6 +224,10 @@ pub struct VmArgs {
     /// --virtiofs-bench: seconds per workload and mount.
     #[arg(long, value_name = "SECS", default_value_t = 2)]
     bench_secs: u32,
+    /// --virtiofs-bench: a workload to run (repeatable; default: all of
+    /// them), e.g. `--bench-workload rand-write-4k`.
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(virtiofs::WORKLOADS))]
+    bench_workload: Vec<String>,
     /// --virtiofs-bench: the `--cache` mode both daemons get: `auto` (what
     /// users run: the guest caches attributes, entries and listings for a
     /// second) or `never` (every operation reaches a daemon, so the

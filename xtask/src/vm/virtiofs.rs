@@ -140,6 +140,7 @@ bench)
 	# seconds apart.
 	secs=$(sed -n 's/.*xtask\.secs=\([0-9]*\).*/\1/p' /proc/cmdline)
 	rounds=$(sed -n 's/.*xtask\.rounds=\([0-9]*\).*/\1/p' /proc/cmdline)
+	workloads=$(sed -n 's/.*xtask\.workloads=\([a-z0-9,-]*\).*/\1/p' /proc/cmdline | tr , ' ')
 	mkdir -p /mnt/peer
 	run_test virtiofs-mount-peer / mount -t virtiofs peer /mnt/peer
 	run_test virtiofs-prepare / sh -c \
@@ -154,7 +155,7 @@ bench)
 	r=0
 	while [ "$r" -lt "${rounds:-3}" ]; do
 		r=$((r + 1))
-		for w in seq-write-1m seq-read-1m rand-write-4k rand-read-4k create-stat-unlink stat readdir; do
+		for w in $workloads; do
 			if [ $((r % 2)) -eq 1 ]; then order="vfs peer"; else order="peer vfs"; fi
 			for m in $order; do
 				eval "cpu=\$cpu_$m"
@@ -468,7 +469,7 @@ fn fresh_shared_dir(run_dir: &Path) -> Result<PathBuf> {
 const VIRTIOFSD_VERSION: &str = "^1.14";
 
 /// The benchmark's workloads, in the order the guest runs them.
-const WORKLOADS: &[&str] = &[
+pub(super) const WORKLOADS: &[&str] = &[
     "seq-write-1m",
     "seq-read-1m",
     "rand-write-4k",
@@ -544,8 +545,10 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
         ])
     };
     let extra = format!(
-        "{SAME_CPU_INTERRUPTS} xtask.secs={} xtask.rounds={}",
-        args.bench_secs, args.bench_rounds
+        "{SAME_CPU_INTERRUPTS} xtask.secs={} xtask.rounds={} xtask.workloads={}",
+        args.bench_secs,
+        args.bench_rounds,
+        bench_workloads(args).join(",")
     );
     let console = run_dir.join("console-bench.log");
     let (vm, daemons) = boot_with_fresh_daemons(
@@ -974,6 +977,16 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The workloads `--bench-workload` names (all of them if none), in the
+/// order the guest runs them.
+fn bench_workloads(args: &VmArgs) -> Vec<&'static str> {
+    WORKLOADS
+        .iter()
+        .copied()
+        .filter(|w| args.bench_workload.is_empty() || args.bench_workload.iter().any(|b| b == w))
+        .collect()
+}
+
 /// The ratios table: per workload, the median of the per-round ratios
 /// ours/virtiofsd of operations per second, and the ratios themselves.
 fn bench_table(
@@ -994,9 +1007,9 @@ fn bench_table(
     );
     let _ = writeln!(t, "| workload | ours / virtiofsd (median) | per round |");
     let _ = writeln!(t, "|---|---|---|");
-    for w in WORKLOADS {
+    for w in bench_workloads(args) {
         let ratios: Vec<f64> = runs
-            .get(*w)
+            .get(w)
             .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect())
             .unwrap_or_default();
         if ratios.is_empty() {
