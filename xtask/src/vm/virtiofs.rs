@@ -347,7 +347,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     // as the caller chose and makes none.
     let mut runtime_boots = Vec::new();
     if args.daemon_arg.is_empty() {
-        for runtime in ["tokio", "uring"] {
+        for (runtime, timing) in [("tokio", "boot tokio"), ("uring", "boot uring")] {
             println!("\n--> boot with --runtime {runtime}: file operations and pjdfstest");
             let t = Instant::now();
             let shared = fresh_shared_dir(&run_dir)?;
@@ -365,14 +365,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
                 &log,
                 None,
             )?;
-            timings.push((
-                if runtime == "tokio" {
-                    "boot tokio"
-                } else {
-                    "boot uring"
-                },
-                t.elapsed().as_secs_f64(),
-            ));
+            timings.push((timing, t.elapsed().as_secs_f64()));
             notes.extend(n.into_iter().map(|n| format!("--runtime {runtime}: {n}")));
             let label = |p: String| format!("--runtime {runtime}: {p}");
             problems.extend(
