@@ -394,14 +394,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     println!("kernel:  {} ({})", kernel.vmlinuz.display(), kernel.about);
     println!("daemon log: {}", daemon_log.display());
     for (vm, log) in [(&vm1, &log1), (&vm2, &log2)] {
-        for e in &vm.exes {
-            let result = match e.status {
-                Some(0) => "ok".to_string(),
-                Some(s) => format!("exit {s}"),
-                None => "no exit".to_string(),
-            };
-            println!("{:<24} {result:>8} {:>6.1} s", e.name, e.secs);
-        }
+        print_steps(vm, "");
         if let Some(k) = &vm.killed {
             problems.push(k.clone());
         }
@@ -412,14 +405,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         println!("guest skipped: {skipped}");
     }
     for (runtime, vm, log) in &runtime_boots {
-        for e in &vm.exes {
-            let result = match e.status {
-                Some(0) => "ok".to_string(),
-                Some(s) => format!("exit {s}"),
-                None => "no exit".to_string(),
-            };
-            println!("{:<24} {result:>8} {:>6.1} s ({runtime})", e.name, e.secs);
-        }
+        print_steps(vm, &format!(" ({runtime})"));
         if let Some(k) = &vm.killed {
             problems.push(format!("--runtime {runtime}: {k}"));
         }
@@ -444,6 +430,19 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     }
     println!("test-in-vm --virtiofs: ok");
     Ok(())
+}
+
+/// One line per step the guest ran: its name, how it ended, how long it
+/// took, then `suffix`.
+fn print_steps(vm: &VmRun, suffix: &str) {
+    for e in &vm.exes {
+        let result = match e.status {
+            Some(0) => "ok".to_string(),
+            Some(s) => format!("exit {s}"),
+            None => "no exit".to_string(),
+        };
+        println!("{:<24} {result:>8} {:>6.1} s{suffix}", e.name, e.secs);
+    }
 }
 
 /// `run_dir/shared`, emptied, with the file the guest checks
