@@ -431,4 +431,34 @@ impl PassthroughConfig {
         self.entry_timeout
             .unwrap_or_else(|| self.cache.default_timeout())
     }
+
+    /// Whether INIT offers READDIRPLUS: asked for ([`Self::readdirplus`])
+    /// and the entry timeout in force above 0. With a timeout of 0 the
+    /// kernel drops the names and attributes a READDIRPLUS carries at
+    /// once: they would only cost a lookup and a FORGET per entry.
+    pub fn readdirplus_offered(&self) -> bool {
+        self.readdirplus && !self.entry_timeout_in_force().is_zero()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readdirplus_is_offered_only_while_names_are_cached() {
+        let c = PassthroughConfig::default();
+        assert!(c.clone().readdirplus_offered(), "the default offers it");
+        assert!(!c.clone().readdirplus(false).readdirplus_offered());
+        assert!(
+            !c.clone().cache(CachePolicy::Never).readdirplus_offered(),
+            "never: entry timeout 0"
+        );
+        assert!(c
+            .clone()
+            .cache(CachePolicy::Never)
+            .entry_timeout(Duration::from_secs(1))
+            .readdirplus_offered());
+        assert!(!c.entry_timeout(Duration::ZERO).readdirplus_offered());
+    }
 }

@@ -83,11 +83,10 @@ async fn serve(
                     // before it pops more, and the request that ends the
                     // wait may come later.
                     let (prepared, mut bufs) = if prepared.waits_indefinitely() {
-                        let waiting =
-                            Waiting::new(queue, vring, mem, head, prepared, bufs, Some(kind));
-                        match waiting.serve_on_own_thread() {
-                            Ok(()) => continue,
-                            Err(waiting) => (*waiting).into_parts(),
+                        match Waiting::hand_off(queue, vring, mem, head, prepared, bufs, Some(kind))
+                        {
+                            None => continue,
+                            Some(back) => back,
                         }
                     } else {
                         (prepared, bufs)

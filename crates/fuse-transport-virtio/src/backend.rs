@@ -290,14 +290,12 @@ impl VirtioFsBackend {
                     Some(p) if p.waits_indefinitely() => {
                         // Its buffers go with it; the queue takes others.
                         let own = std::mem::replace(&mut bufs, self.take_buffers(queue)?);
-                        let waiting = Waiting::new(queue, vring, mem, head, p, own, None);
-                        match waiting.serve_on_own_thread() {
-                            Ok(()) => {
+                        match Waiting::hand_off(queue, vring, mem, head, p, own, None) {
+                            None => {
                                 served += 1;
                                 continue;
                             }
-                            Err(waiting) => {
-                                let (p, mut own) = (*waiting).into_parts();
+                            Some((p, mut own)) => {
                                 let used = fuse_server::block_on(p.serve(&mut own));
                                 self.return_buffers(queue, own);
                                 used
@@ -524,10 +522,12 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    /// Chain `head` of queue `queue`, resolved into `bufs`; served with
-    /// [`fuse_server::block_on`] (`runtime` `None`) or on a runtime of
-    /// that type of the thread's own.
-    pub(crate) fn new(
+    /// Serves chain `head` of queue `queue`, resolved into `bufs`, on a
+    /// thread of its own: with [`fuse_server::block_on`] (`runtime`
+    /// `None`) or on a runtime of that type of the thread's own. `None`
+    /// once handed off; the request and its buffers back if no thread
+    /// could start (the caller then serves it as any other).
+    pub(crate) fn hand_off(
         queue: usize,
         vring: &VringRwLock,
         mem: &GuestMemoryLoadGuard<GuestMemoryMmap>,
@@ -535,8 +535,8 @@ impl Waiting {
         prepared: Prepared,
         bufs: Buffers,
         runtime: Option<VirtioRuntime>,
-    ) -> Self {
-        Self {
+    ) -> Option<(Prepared, Buffers)> {
+        let waiting = Self {
             queue,
             vring: vring.clone(),
             mem: mem.clone().into_inner(),
@@ -544,12 +544,15 @@ impl Waiting {
             prepared,
             bufs,
             runtime,
+        };
+        match waiting.serve_on_own_thread() {
+            Ok(()) => None,
+            Err(w) => Some((w.prepared, w.bufs)),
         }
     }
 
-    /// Serves it on a new thread; gives it back if no thread could start
-    /// (the caller then serves it as any other).
-    pub(crate) fn serve_on_own_thread(self) -> Result<(), Box<Self>> {
+    /// Serves it on a new thread; gives it back if no thread could start.
+    fn serve_on_own_thread(self) -> Result<(), Box<Self>> {
         let (tx, rx) = std::sync::mpsc::channel::<Waiting>();
         let spawned = std::thread::Builder::new()
             .name(format!("virtio-fs-q{}-wait", self.queue))
@@ -572,11 +575,6 @@ impl Waiting {
                 Err(Box::new(self))
             }
         }
-    }
-
-    /// The request and its buffers, to serve where the caller is.
-    pub(crate) fn into_parts(self) -> (Prepared, Buffers) {
-        (self.prepared, self.bufs)
     }
 
     fn run(self) {

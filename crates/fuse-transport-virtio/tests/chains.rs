@@ -271,6 +271,17 @@ impl Guest {
         }
     }
 
+    /// Puts `r` alone on the request queue and kicks it, without waiting:
+    /// the used ring's new entries so far.
+    fn send(&mut self, r: &Request) -> Vec<(u32, u32)> {
+        self.submit_many(1, &[(r.readable.clone(), r.writable.clone())])
+    }
+
+    /// The out header the backend wrote for `r`.
+    fn reply_header(&self, r: &Request) -> OutHeader {
+        OutHeader::read_from_bytes(&self.read(r.writable[0])).unwrap()
+    }
+
     /// Sends the requests at once on the request queue; their out headers
     /// and reply bodies, in the order given.
     fn call_many(&mut self, reqs: &[Request]) -> Vec<(OutHeader, Vec<u8>)> {
@@ -283,7 +294,7 @@ impl Guest {
         assert_eq!(used.len(), reqs.len(), "every chain given back");
         reqs.iter()
             .map(|r| {
-                let out_header = OutHeader::read_from_bytes(&self.read(r.writable[0])).unwrap();
+                let out_header = self.reply_header(r);
                 assert_eq!(out_header.unique, r.unique);
                 assert!(
                     used.iter().any(|&(_, len)| len == out_header.len),
@@ -399,18 +410,37 @@ fn lock_file(runtime: Option<VirtioRuntime>) -> LockFile {
     }
 }
 
-/// A POSIX lock of `r#type` over the whole file, for `owner` (process `pid`).
-fn whole_file_lock(fh: u64, owner: u64, r#type: u32, pid: u32) -> LockArgs {
-    LockArgs {
-        fh,
-        owner,
-        lock: FileLock {
-            start: 0,
-            end: i64::MAX as u64,
-            r#type,
-            pid,
+/// Owner 1 (handle `fh_a`) takes a write lock on the whole file, then
+/// owner 2's SETLKW (handle `fh_b`) is sent alone: nothing comes back
+/// while the lock is held. The SETLKW's request.
+fn a_holds_b_waits(g: &mut Guest, node: u64, fh_a: u64, fh_b: u64) -> Request {
+    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK, false), &[], &[]);
+    assert_eq!(h.error, 0, "A takes the lock");
+    let wait = g.request(node, &setlk(fh_b, 2, libc::F_WRLCK, true), &[], &[]);
+    let used = g.send(&wait);
+    assert!(
+        used.is_empty(),
+        "the SETLKW was answered while the lock was held"
+    );
+    wait
+}
+
+/// SETLK (SETLKW with `sleep`) of a POSIX lock of `r#type` over the
+/// whole file open as `fh`, for `owner` (its process id the owner's too).
+fn setlk(fh: u64, owner: u64, r#type: i32, sleep: bool) -> Operation<'static> {
+    Operation::Setlk {
+        args: LockArgs {
+            fh,
+            owner,
+            lock: FileLock {
+                start: 0,
+                end: i64::MAX as u64,
+                r#type: r#type as u32,
+                pid: owner as u32,
+            },
+            flock: false,
         },
-        flock: false,
+        sleep,
     }
 }
 
@@ -626,38 +656,14 @@ fn a_waiting_lock_doesnt_hold_up_the_unlock_popped_with_it() {
         fh_a,
         fh_b,
     } = lock_file(Some(VirtioRuntime::Tokio));
-    let lock = |fh, owner, r#type, pid| whole_file_lock(fh, owner, r#type, pid);
-    let take = Operation::Setlk {
-        args: lock(fh_a, 1, libc::F_WRLCK as u32, 100),
-        sleep: false,
-    };
+    let take = setlk(fh_a, 1, libc::F_WRLCK, false);
     let (h, _) = g.call(node, &take, &[], &[]);
     assert_eq!(h.error, 0, "A takes the lock");
-    let busy = Operation::Setlk {
-        args: lock(fh_b, 2, libc::F_WRLCK as u32, 200),
-        sleep: false,
-    };
-    let (h, _) = g.call(node, &busy, &[], &[]);
+    let (h, _) = g.call(node, &setlk(fh_b, 2, libc::F_WRLCK, false), &[], &[]);
     assert_eq!(h.error, -libc::EAGAIN, "B can't have it now");
 
-    let wait = g.request(
-        node,
-        &Operation::Setlk {
-            args: lock(fh_b, 2, libc::F_WRLCK as u32, 200),
-            sleep: true,
-        },
-        &[],
-        &[],
-    );
-    let unlock = g.request(
-        node,
-        &Operation::Setlk {
-            args: lock(fh_a, 1, libc::F_UNLCK as u32, 100),
-            sleep: false,
-        },
-        &[],
-        &[],
-    );
+    let wait = g.request(node, &setlk(fh_b, 2, libc::F_WRLCK, true), &[], &[]);
+    let unlock = g.request(node, &setlk(fh_a, 1, libc::F_UNLCK, false), &[], &[]);
     let replies = g.call_many(&[wait, unlock]);
     assert_eq!(replies[0].0.error, 0, "B's SETLKW got the lock");
     assert_eq!(replies[1].0.error, 0, "A's unlock");
@@ -677,34 +683,21 @@ fn a_waiting_lock_doesnt_hold_the_queue(runtime: Option<VirtioRuntime>) {
         fh_a,
         fh_b,
     } = lock_file(runtime);
-    let setlk = |fh, owner: u64, r#type, sleep| Operation::Setlk {
-        args: whole_file_lock(fh, owner, r#type, owner as u32),
-        sleep,
-    };
-    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK as u32, false), &[], &[]);
-    assert_eq!(h.error, 0, "A takes the lock");
-
-    // B's SETLKW alone: nothing comes back while A holds the lock.
-    let wait = g.request(node, &setlk(fh_b, 2, libc::F_WRLCK as u32, true), &[], &[]);
-    let used = g.submit_many(1, &[(wait.readable.clone(), wait.writable.clone())]);
-    assert!(
-        used.is_empty(),
-        "the SETLKW was answered while the lock was held"
-    );
+    let wait = a_holds_b_waits(&mut g, node, fh_a, fh_b);
     // A's unlock, in chains of their own (the SETLKW's descriptors are
     // still the device's).
     g.desc_base = 100;
-    let unlock = g.request(node, &setlk(fh_a, 1, libc::F_UNLCK as u32, false), &[], &[]);
-    let mut used = g.submit_many(1, &[(unlock.readable.clone(), unlock.writable.clone())]);
+    let unlock = g.request(node, &setlk(fh_a, 1, libc::F_UNLCK, false), &[], &[]);
+    let mut used = g.send(&unlock);
     assert!(!used.is_empty(), "the unlock wasn't served");
     g.wait_used(1, &mut used, 2);
     assert_eq!(used.len(), 2, "the SETLKW never came back after the unlock");
     for (r, what) in [(&wait, "B's SETLKW"), (&unlock, "A's unlock")] {
-        let h = OutHeader::read_from_bytes(&g.read(r.writable[0])).unwrap();
+        let h = g.reply_header(r);
         assert_eq!((h.unique, h.error), (r.unique, 0), "{what}");
     }
     g.desc_base = 0;
-    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK as u32, false), &[], &[]);
+    let (h, _) = g.call(node, &setlk(fh_a, 1, libc::F_WRLCK, false), &[], &[]);
     assert_eq!(h.error, -libc::EAGAIN, "now B holds it");
 }
 
@@ -720,18 +713,7 @@ fn a_new_session_ends_the_lock_waits_of_the_old() {
         fh_a,
         fh_b,
     } = lock_file(None);
-    let setlk = |fh, owner: u64, sleep| Operation::Setlk {
-        args: whole_file_lock(fh, owner, libc::F_WRLCK as u32, owner as u32),
-        sleep,
-    };
-    let (h, _) = g.call(node, &setlk(fh_a, 1, false), &[], &[]);
-    assert_eq!(h.error, 0, "A takes the lock");
-    let wait = g.request(node, &setlk(fh_b, 2, true), &[], &[]);
-    let used = g.submit_many(1, &[(wait.readable.clone(), wait.writable.clone())]);
-    assert!(
-        used.is_empty(),
-        "the SETLKW was answered while the lock was held"
-    );
+    let wait = a_holds_b_waits(&mut g, node, fh_a, fh_b);
     // Its thread waits on the backing file: /proc/locks lists the wait.
     let ino =
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.path().join("lk")).unwrap());
@@ -750,13 +732,13 @@ fn a_new_session_ends_the_lock_waits_of_the_old() {
     let old = g.backend.server();
     let (op, out) = g.init_op();
     let init = g.request(0, &op, &[], &[out]);
-    let mut used = g.submit_many(1, &[(init.readable.clone(), init.writable.clone())]);
+    let mut used = g.send(&init);
     assert!(old.is_destroyed());
     g.wait_used(1, &mut used, 2);
     assert_eq!(used.len(), 2, "the old session's SETLKW never came back");
-    let h = OutHeader::read_from_bytes(&g.read(init.writable[0])).unwrap();
+    let h = g.reply_header(&init);
     assert_eq!((h.unique, h.error), (init.unique, 0), "INIT");
-    let h = OutHeader::read_from_bytes(&g.read(wait.writable[0])).unwrap();
+    let h = g.reply_header(&wait);
     assert_eq!((h.unique, h.error), (wait.unique, -libc::EINTR), "SETLKW");
 }
 

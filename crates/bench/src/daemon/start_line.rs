@@ -107,18 +107,18 @@ pub(super) fn settings_fields(line: StartLine, args: &DaemonArgs) -> StartLine {
     line.with("pool", if args.fs.thread_pool { "on" } else { "off" })
         .with("cache", args.fs.cache.as_str())
         .with("writeback", if args.fs.writeback { "on" } else { "off" })
-        .with("readdirplus", {
-            // Offered only while names are cached (PassthroughConfig::readdirplus).
-            let names_cached = args
+        .with(
+            "readdirplus",
+            if args
                 .fs
                 .passthrough_config()
-                .is_ok_and(|c| !c.entry_timeout_in_force().is_zero());
-            if !args.fs.no_readdirplus && names_cached {
+                .is_ok_and(|c| c.readdirplus_offered())
+            {
                 "on"
             } else {
                 "off"
-            }
-        })
+            },
+        )
         .with("xattr", if args.fs.no_xattr { "off" } else { "on" })
         .with(
             "kernel_passthrough",

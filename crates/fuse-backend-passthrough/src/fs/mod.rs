@@ -743,10 +743,7 @@ impl FileSystem for PassthroughFs {
         // O_TRUNC) of a running executable emptied it. Without it, O_TRUNC
         // of an existing file is a SETATTR after the kernel's checks.
         let mut want = InitFlags::POSIX_LOCKS | InitFlags::FLOCK_LOCKS;
-        // With an entry timeout of 0 (`CachePolicy::Never`'s default) the
-        // kernel drops the names and attributes a READDIRPLUS carries at
-        // once: they would only cost a lookup and a FORGET per entry.
-        if self.cfg.readdirplus && !self.cfg.entry_timeout_in_force().is_zero() {
+        if self.cfg.readdirplus_offered() {
             want |= InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO;
         }
         if self.cfg.writeback {
