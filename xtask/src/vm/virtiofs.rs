@@ -401,9 +401,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         println!("console: {}", log.display());
     }
     println!("pjdfstest in the guest: {pjd}");
-    for skipped in guest_skips(&vm1) {
-        println!("guest skipped: {skipped}");
-    }
+    print_guest_skips(&vm1, "");
     for (runtime, vm, log) in &runtime_boots {
         print_steps(vm, &format!(" ({runtime})"));
         if let Some(k) = &vm.killed {
@@ -414,9 +412,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
             "pjdfstest in the guest, --runtime {runtime}: {}",
             pjdfstest_report(vm)
         );
-        for skipped in guest_skips(vm) {
-            println!("guest skipped (--runtime {runtime}): {skipped}");
-        }
+        print_guest_skips(vm, &format!(" (--runtime {runtime})"));
     }
     for n in &notes {
         println!("note: {n}");
@@ -430,6 +426,16 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     }
     println!("test-in-vm --virtiofs: ok");
     Ok(())
+}
+
+/// How many checks the guest skipped, then each (its `SKIP: ...` line),
+/// `suffix` after "skipped".
+fn print_guest_skips(vm: &VmRun, suffix: &str) {
+    let skips = guest_skips(vm);
+    println!("guest checks skipped{suffix}: {}", skips.len());
+    for skipped in skips {
+        println!("guest skipped{suffix}: {skipped}");
+    }
 }
 
 /// One line per step the guest ran: its name, how it ended, how long it
