@@ -3,7 +3,13 @@
 //! The tests run inside a new user namespace with its own mount namespace
 //! (util-linux `unshare --user --mount`), where the test process is root of
 //! the namespace and may mount FUSE file systems (`/dev/fuse` with
-//! `mount(2)`), while nothing it mounts is visible outside.
+//! `mount(2)`), while nothing it mounts is visible outside. The mount
+//! namespace is a slave of the host's (`--propagation slave`): an unmount
+//! on the host reaches it, so it never keeps another program's FUSE mount
+//! (and that mount's daemon) alive after the host unmounted it.
+//!
+//! Every test binary runs (`cargo test --no-fail-fast`), and the run ends
+//! with the counts of all of them and every failed test with its binary.
 //!
 //! Some tests cannot pass there: creating device nodes is EPERM in any user
 //! namespace, and switching to other uids needs more than one mapped uid. By
@@ -26,6 +32,8 @@
 //! - `root`: `unshare --map-root-user`, only root is mapped (tests that switch
 //!   to other users fail there).
 
+use crate::test::TestRun;
+use crate::test::{print_failed, run_tests, Echo};
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::io::Write as _;
@@ -46,6 +54,10 @@ pub struct UsernsArgs {
     /// Passed to the test binaries as `--test-threads N`.
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
+    /// Stop at the first failing test binary (by default every binary runs
+    /// and all failures are listed at the end).
+    #[arg(long)]
+    fail_fast: bool,
     /// Extra arguments for the test binaries (after `--`), e.g. a name filter.
     #[arg(last = true, value_name = "TEST_ARGS")]
     test_args: Vec<String>,
@@ -164,10 +176,15 @@ fn run_inner(args: &UsernsArgs) -> Result<()> {
         test.arg(format!("--test-threads={n}"));
     }
     test.args(&args.test_args);
-    let status = run_in_userns(&mapping, &test, &root)?;
+    let run = run_in_userns(&mapping, &test, &root)?;
+    let c = run.report.counts;
 
+    println!("\n==> summary (user namespace)");
     println!(
-        "user namespace: {} tests skipped{}",
+        "tests: {} passed, {} failed, {} ignored; {} skipped here{}",
+        c.passed,
+        c.failed,
+        c.skipped,
         skipped.len(),
         if skipped.is_empty() {
             String::new()
@@ -175,8 +192,18 @@ fn run_inner(args: &UsernsArgs) -> Result<()> {
             format!(" (listed above): {}", skip_counts(&skipped))
         }
     );
+    print_failed(&run.report.failed);
+    let status = run.status.expect("no watchdog: the run has a status");
     if !status.success() {
-        bail!("the tests failed inside the user namespace ({status})");
+        bail!(
+            "the tests failed inside the user namespace ({status}; {} failed{})",
+            run.report.failed.len(),
+            if run.report.failed.is_empty() {
+                ""
+            } else {
+                ", listed above"
+            }
+        );
     }
     Ok(())
 }
@@ -207,6 +234,9 @@ fn reference_header(root: &Path) -> Option<PathBuf> {
 fn cargo_test(args: &UsernsArgs) -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.arg("test");
+    if !args.fail_fast {
+        cmd.arg("--no-fail-fast");
+    }
     if args.packages.is_empty() {
         cmd.arg("--workspace");
     }
@@ -336,15 +366,12 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Runs `inner` (a command line: program and args) in a new user and mount
-/// namespace with the given mapping; returns its exit status.
-fn run_in_userns(
-    mapping: &Mapping,
-    inner: &Command,
-    dir: &Path,
-) -> Result<std::process::ExitStatus> {
+/// Runs `inner` (a `cargo test` command line: program and args) in a new
+/// user and mount namespace with the given mapping; returns how it ended
+/// and what it printed.
+fn run_in_userns(mapping: &Mapping, inner: &Command, dir: &Path) -> Result<TestRun> {
     let mut cmd = Command::new("unshare");
-    cmd.args(["--user", "--mount", "--propagation", "private"])
+    cmd.args(["--user", "--mount", "--propagation", "slave"])
         .current_dir(dir);
     // The shell shows the maps as seen from inside, then execs `inner`.
     let show = r#"echo "inside: uid_map $(xargs </proc/self/uid_map), gid_map $(xargs </proc/self/gid_map)" && exec "$@""#;
@@ -368,30 +395,20 @@ fn run_in_userns(
             None => cmd.env_remove(key),
         };
     }
-    let line = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-        .collect::<Vec<_>>()
-        .join(" ");
-    println!("$ {line}");
-    let mut child = cmd.spawn().context("starting unshare (util-linux)")?;
-    if needs_parent {
-        let pid = child.id();
-        let setup = wait_for_userns(&mut child, pid).and_then(|()| write_maps(mapping, pid));
-        if let Err(e) = setup {
-            // Ending our own, not yet waited-for child: its PID is still ours.
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e);
+    run_tests(&mut cmd, Echo::Stdout, None, |child| {
+        if !needs_parent {
+            return Ok(());
         }
+        // On an error run_tests ends the child (ours, not yet waited for).
+        let pid = child.id();
+        wait_for_userns(child, pid)?;
+        write_maps(mapping, pid)?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         stdin
             .write_all(b"go\n")
             .context("releasing the namespaced child")?;
-        drop(stdin);
-    }
-    child.wait().context("waiting for unshare")
+        Ok(())
+    })
 }
 
 /// Waits until the child (`unshare`, not yet waited for, so `pid` is still

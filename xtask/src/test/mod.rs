@@ -1,12 +1,19 @@
 //! `cargo xtask test`: the whole test suite, exactly as CI runs it.
 //!
 //! The suite is a list of named steps ([`STEPS`]), run in order, each printed
-//! as a `==> step` heading and timed. The first failing step ends the run with
-//! a one-line reason and a non-zero exit; with `--keep-going` every step runs
-//! anyway and the run ends with every failure's reason and a non-zero exit. A
-//! summary table (step, result, seconds) is printed at the end either way,
-//! followed by one line with the test counts (`tests: N passed, N failed, N
-//! skipped`).
+//! as a `==> step` heading and timed. Every step runs even after one failed
+//! (and `cargo test` runs every test binary: `--no-fail-fast`); the run ends
+//! with every failure's reason and a non-zero exit. `--fail-fast` stops at
+//! the first failing step instead. A summary table (step, result, seconds)
+//! is printed at the end, followed by the test counts of every binary
+//! (`tests: N passed, N failed, N skipped`) and every failed test with its
+//! binary and first message.
+//!
+//! The steps run in a mount namespace of the runner's own, and a step that
+//! leaves a FUSE mount behind fails for it (see [`mounts`]).
+//!
+//! `--repeat N` runs the test steps N times, optionally beside a load, and
+//! lists every test that failed in any round (see [`repeat`]).
 //!
 //! The suite needs real root: it installs packages, mounts FUSE file systems
 //! and switches users. Without root, `cargo xtask test-in-userns` runs the
@@ -29,10 +36,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod abi;
+mod libtest;
+mod mounts;
 mod pjdfstest;
+mod repeat;
 mod setup;
 
 pub(crate) use abi::*;
+pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, TestRun};
 use pjdfstest::*;
 pub(crate) use setup::*;
 
@@ -49,10 +60,38 @@ pub struct TestArgs {
     /// Run only these steps (repeatable), in the suite's order.
     #[arg(long, value_name = "STEP")]
     only: Vec<String>,
-    /// Run every step even after one failed (a step that needs an earlier
-    /// one then fails with its own reason); report all failures at the end.
+    /// Stop at the first failing step, and let `cargo test` stop at its
+    /// first failing test binary. Without it every step and every test
+    /// binary runs, and all failures are reported at the end.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Accepted for old scripts and ignored: running every step is the
+    /// default now (see `--fail-fast`).
     #[arg(long)]
     keep_going: bool,
+    /// Run the test steps N times (only `cargo-test` unless `--only` names
+    /// others; setup, build and abi-check run once) and list every test
+    /// that failed in any round, with its count and first message.
+    #[arg(long, value_name = "N")]
+    repeat: Option<u32>,
+    /// With `--repeat`: run each round beside a load of the runner's own
+    /// (two busy loops and a writer of a temporary file).
+    #[arg(long, requires = "repeat")]
+    load: bool,
+    /// With `--repeat`: a round of `cargo test` still running after this
+    /// many seconds is reported as hung (with the tests still running),
+    /// killed, and the next round starts.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 1800,
+        requires = "repeat"
+    )]
+    watchdog: u64,
+    /// The runner's own test: run two scratch steps instead of the suite,
+    /// a failing one that leaves a FUSE mount behind and one after it.
+    #[arg(long, hide = true)]
+    scratch: bool,
     /// Passed to the test binaries of `cargo test` as `--test-threads N`.
     #[arg(long, value_name = "N")]
     test_threads: Option<usize>,
@@ -139,6 +178,21 @@ const STEPS: &[Step] = &[
     },
 ];
 
+/// The runner's own test (`--scratch`): a step that fails and leaves a
+/// mount, then one that must still run and find no mount.
+const SCRATCH_STEPS: &[Step] = &[
+    Step {
+        name: "scratch-fail",
+        about: "fail on purpose, leaving a dead FUSE mount",
+        run: mounts::step_scratch_fail,
+    },
+    Step {
+        name: "scratch-after",
+        about: "run after the failure and find no mount left",
+        run: mounts::step_scratch_after,
+    },
+];
+
 /// State shared by the steps of one run.
 pub struct Ctx<'a> {
     /// The command line.
@@ -147,19 +201,33 @@ pub struct Ctx<'a> {
     root: PathBuf,
     /// Test counts gathered so far (cargo test, pjdfstest).
     counts: Counts,
+    /// Every failed test of `cargo test` so far, with its binary.
+    failed_tests: Vec<FailedTest>,
+    /// Set by `--repeat`: how `cargo test` runs in a round.
+    round: Option<RoundOptions>,
+}
+
+/// How the `cargo-test` step runs in a round of `--repeat`.
+struct RoundOptions {
+    /// Where the round's output goes (instead of the terminal).
+    log: PathBuf,
+    /// How long the round may run before it is called hung.
+    watchdog: Duration,
+    /// Set when the watchdog fired: what was still running.
+    hung: Option<String>,
 }
 
 /// Passed/failed/skipped test counts.
 #[derive(Default, Clone, Copy)]
-struct Counts {
+pub(crate) struct Counts {
     /// Tests that passed.
-    passed: u64,
+    pub(crate) passed: u64,
     /// Tests that failed.
-    failed: u64,
+    pub(crate) failed: u64,
     /// Tests skipped or ignored.
-    skipped: u64,
+    pub(crate) skipped: u64,
     /// Whether any runner reported counts at all.
-    seen: bool,
+    pub(crate) seen: bool,
 }
 
 impl Counts {
@@ -186,20 +254,42 @@ enum RowResult {
 
 /// Runs the suite.
 pub fn run(args: &TestArgs) -> Result<()> {
+    let steps = if args.scratch { SCRATCH_STEPS } else { STEPS };
     for name in args.skip.iter().chain(&args.only) {
-        if !STEPS.iter().any(|s| s.name == name) {
-            let names: Vec<_> = STEPS.iter().map(|s| s.name).collect();
+        if !steps.iter().any(|s| s.name == name) {
+            let names: Vec<_> = steps.iter().map(|s| s.name).collect();
             eprintln!("error: unknown step `{name}` (steps: {})", names.join(", "));
             std::process::exit(2);
+        }
+    }
+    if args.keep_going {
+        println!("note: --keep-going is the default now and is ignored (see --fail-fast)");
+    }
+    // First, while the runner has one thread: see `mounts`.
+    if is_root() {
+        match mounts::enter_own_namespace() {
+            Ok(()) => println!(
+                "mount namespace: the runner's own (a slave of the host's): \
+                 nothing the steps mount is seen outside it"
+            ),
+            Err(e) => println!(
+                "note: the steps run in the host's mount namespace ({})",
+                one_line(&e)
+            ),
         }
     }
     let mut ctx = Ctx {
         args,
         root: crate::workspace_root(),
         counts: Counts::default(),
+        failed_tests: Vec::new(),
+        round: None,
     };
+    if let Some(rounds) = args.repeat {
+        return repeat::run(steps, &mut ctx, rounds);
+    }
     let started = Instant::now();
-    let (rows, failures) = run_steps(STEPS, &mut ctx);
+    let (rows, failures) = run_steps(steps, &mut ctx);
 
     print_summary(&rows, started.elapsed().as_secs_f64());
     if ctx.counts.seen {
@@ -209,6 +299,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             c.passed, c.failed, c.skipped
         );
     }
+    print_failed(&ctx.failed_tests);
     if !failures.is_empty() {
         // Printed here rather than returned: an `anyhow` error returned from
         // main would add a backtrace when RUST_BACKTRACE is set.
@@ -231,8 +322,8 @@ pub fn run(args: &TestArgs) -> Result<()> {
 /// A row of the summary table: step, result, seconds (if it ran).
 type Row<'s> = (&'s str, RowResult, Option<f64>);
 
-/// Runs `steps` in order: after a failure the rest are not run, unless
-/// `--keep-going`. Returns the summary rows and every failure (step name
+/// Runs `steps` in order (after a failure the rest are not run if
+/// `--fail-fast`). Returns the summary rows and every failure (step name
 /// and one-line reason) in the order they happened.
 fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s str, String)>) {
     let args = ctx.args;
@@ -244,13 +335,13 @@ fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s st
             rows.push((step.name, RowResult::Skipped(reason), None));
             continue;
         }
-        if !failures.is_empty() && !args.keep_going {
+        if !failures.is_empty() && args.fail_fast {
             rows.push((step.name, RowResult::NotRun, None));
             continue;
         }
         println!("\n==> {}: {}", step.name, step.about);
         let t = Instant::now();
-        let result = (step.run)(ctx);
+        let result = run_checked(step, ctx);
         let secs = t.elapsed().as_secs_f64();
         match result {
             Ok(Outcome::Done) => {
@@ -270,6 +361,23 @@ fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s st
         }
     }
     (rows, failures)
+}
+
+/// Runs one step and fails it if it left a FUSE mount behind (the mounts
+/// are detached then, so the later steps run on a clean tree).
+fn run_checked(step: &Step, ctx: &mut Ctx) -> Result<Outcome> {
+    let before = mounts::fuse_mounts();
+    let result = (step.run)(ctx);
+    let left = mounts::left_behind(&before, &mounts::fuse_mounts());
+    if left.is_empty() {
+        return result;
+    }
+    let not_detached = mounts::detach(&left);
+    let reason = mounts::leftover_reason(&left, &not_detached);
+    match result {
+        Err(e) => Err(e.context(reason)),
+        Ok(_) => Err(anyhow::anyhow!(reason)),
+    }
 }
 
 /// Why `--no-setup`, `--skip` or `--only` leave a step out, if they do.
@@ -295,7 +403,7 @@ fn print_summary(rows: &[(&str, RowResult, Option<f64>)], total: f64) {
             RowResult::Ok => "ok".to_string(),
             RowResult::Failed => "FAILED".to_string(),
             RowResult::Skipped(reason) => format!("skipped ({reason})"),
-            RowResult::NotRun => "not run (an earlier step failed)".to_string(),
+            RowResult::NotRun => "not run (--fail-fast after a failure)".to_string(),
         };
         let secs = secs.map_or_else(|| "-".to_string(), |s| format!("{s:.1}"));
         println!("{name:<12} {result:<52} {secs:>8}");
@@ -494,6 +602,10 @@ fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
     if !selects {
         cmd.arg("--workspace");
     }
+    // Every test binary runs even after one failed, unless --fail-fast.
+    if !ctx.args.fail_fast {
+        cmd.arg("--no-fail-fast");
+    }
     cmd.args(cargo_args);
     // Tests named `vm_` need the Linux 7.3 kernel: the vm step runs them in
     // its guest.
@@ -502,62 +614,48 @@ fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
         cmd.arg(format!("--test-threads={n}"));
     }
     cmd.args(harness_args);
-    let (status, counts) = run_counting(&mut cmd)?;
-    ctx.counts.add(counts);
-    println!(
-        "cargo test: {} passed, {} failed, {} ignored",
-        counts.passed, counts.failed, counts.skipped
-    );
-    if !status.success() {
-        bail!(
-            "cargo test failed ({status}; {} tests failed)",
-            counts.failed
-        );
-    }
-    Ok(Outcome::Done)
-}
-
-/// Runs `cargo test`, echoing its stdout, and sums its `test result:` lines.
-fn run_counting(cmd: &mut Command) -> Result<(ExitStatus, Counts)> {
-    let line = display(cmd);
-    println!("$ {line}");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start `{line}`"))?;
-    let mut counts = Counts::default();
-    let stdout = child.stdout.take().expect("piped stdout");
-    for l in BufReader::new(stdout).lines() {
-        let l = l.context("reading cargo test's output")?;
-        println!("{l}");
-        if let Some(c) = parse_libtest_result(&l) {
-            counts.add(c);
+    let run = match &mut ctx.round {
+        None => run_tests(&mut cmd, Echo::Stdout, None, |_| Ok(()))?,
+        Some(round) => {
+            let log = fs::File::create(&round.log)
+                .with_context(|| format!("creating {}", round.log.display()))?;
+            let run = run_tests(&mut cmd, Echo::File(log), Some(round.watchdog), |_| Ok(()))?;
+            round.hung.clone_from(&run.hung);
+            run
         }
-    }
-    Ok((child.wait()?, counts))
-}
-
-/// Parses libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; ...`.
-fn parse_libtest_result(line: &str) -> Option<Counts> {
-    let rest = line.trim().strip_prefix("test result: ")?;
-    let mut c = Counts {
-        seen: true,
-        ..Counts::default()
     };
-    for part in rest.split(';') {
-        let mut words = part.split_whitespace().rev();
-        let (Some(what), Some(n)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let Ok(n) = n.parse::<u64>() else { continue };
-        match what {
-            "passed" => c.passed += n,
-            "failed" => c.failed += n,
-            "ignored" => c.skipped += n,
-            _ => {}
-        }
+    let counts = run.report.counts;
+    ctx.counts.add(counts);
+    ctx.failed_tests.extend(run.report.failed.iter().cloned());
+    if ctx.round.is_none() {
+        println!(
+            "cargo test: {} passed, {} failed, {} ignored",
+            counts.passed, counts.failed, counts.skipped
+        );
+        print_failed(&run.report.failed);
     }
-    Some(c)
+    match run.status {
+        None => bail!(
+            "cargo test hung: killed after {} s; running: {}",
+            ctx.args.watchdog,
+            run.hung.unwrap_or_default()
+        ),
+        Some(status) if !status.success() => bail!(
+            "cargo test failed ({status}; {} tests failed{})",
+            counts.failed,
+            match run
+                .report
+                .failed
+                .iter()
+                .filter(|f| f.test == libtest::WHOLE_BINARY)
+                .count()
+            {
+                0 => String::new(),
+                n => format!(", {n} binaries ended without a result"),
+            }
+        ),
+        Some(_) => Ok(Outcome::Done),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -607,16 +705,6 @@ fn step_bench(ctx: &mut Ctx) -> Result<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_libtest_result() {
-        let c = parse_libtest_result(
-            "test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured; 2 filtered out; finished in 0.01s",
-        )
-        .unwrap();
-        assert_eq!((c.passed, c.failed, c.skipped), (12, 1, 3));
-        assert!(parse_libtest_result("running 3 tests").is_none());
-    }
 
     #[test]
     fn parses_pjdfstest_summary() {
@@ -672,14 +760,19 @@ mod tests {
         },
     ];
 
-    /// The fake suite with or without `--keep-going`: the rows' results,
+    /// The fake suite with or without `--fail-fast`: the rows' results,
     /// the failed steps and how many steps ran.
-    fn run_fake(keep_going: bool) -> (Vec<&'static str>, Vec<&'static str>, u64) {
+    fn run_fake(fail_fast: bool) -> (Vec<&'static str>, Vec<&'static str>, u64) {
         let args = TestArgs {
             no_setup: false,
             skip: Vec::new(),
             only: Vec::new(),
-            keep_going,
+            fail_fast,
+            keep_going: false,
+            repeat: None,
+            load: false,
+            watchdog: 1800,
+            scratch: false,
             test_threads: None,
             native: false,
             cargo_test_args: Vec::new(),
@@ -688,6 +781,8 @@ mod tests {
             args: &args,
             root: PathBuf::from("/nonexistent"),
             counts: Counts::default(),
+            failed_tests: Vec::new(),
+            round: None,
         };
         let (rows, failures) = run_steps(FAKE_STEPS, &mut ctx);
         let results = rows
@@ -707,18 +802,18 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_stops_the_run() {
+    fn every_step_runs_and_every_failure_is_reported() {
         assert_eq!(
             run_fake(false),
-            (vec!["failed", "not run", "not run"], vec!["first"], 0)
+            (vec!["failed", "ok", "failed"], vec!["first", "third"], 1)
         );
     }
 
     #[test]
-    fn keep_going_runs_every_step_and_reports_every_failure() {
+    fn fail_fast_stops_at_the_first_failure() {
         assert_eq!(
             run_fake(true),
-            (vec!["failed", "ok", "failed"], vec!["first", "third"], 1)
+            (vec!["failed", "not run", "not run"], vec!["first"], 0)
         );
     }
 
