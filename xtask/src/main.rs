@@ -30,7 +30,8 @@ enum Task {
         /// Path of the kernel's uapi `fuse.h`.
         header: PathBuf,
     },
-    /// Run the whole test suite (installs what is missing first).
+    /// Run the whole test suite (installs what is missing first); every
+    /// step and test binary runs, `--repeat N` hunts flaky tests.
     Test(test::TestArgs),
     /// Run the test suite inside a user namespace (no real root needed).
     TestInUserns(userns::UsernsArgs),

@@ -162,12 +162,19 @@ impl Report {
     /// cargo's rerun arguments, and records the binary itself when it gave
     /// no result line (it crashed or was killed).
     fn binary_failed(&mut self, rerun: &str) {
+        // Without `-p` (one package selected) the arguments alone don't
+        // say which crate: the `Running` line's target does.
+        let rerun = if rerun.starts_with("-p ") {
+            rerun.to_string()
+        } else {
+            format!("{rerun}: {}", self.binary_name())
+        };
         for f in &mut self.failed[self.binary_first_failure..] {
-            f.binary = rerun.to_string();
+            f.binary.clone_from(&rerun);
         }
         if !self.binary_done {
             self.failed.push(FailedTest {
-                binary: rerun.to_string(),
+                binary: rerun,
                 test: WHOLE_BINARY.to_string(),
                 message: String::new(),
             });
@@ -443,7 +450,7 @@ error: test failed, to rerun pass `-p fuse-transport-dev --test takeover`
      Running tests/crash.rs (target/debug/deps/crash-0123456789abcdef)
 
 running 1 test
-error: test failed, to rerun pass `-p passthroughfs --test crash`
+error: test failed, to rerun pass `--test crash`
 
 Caused by:
   process didn't exit successfully: `target/debug/deps/crash-0123456789abcdef` (signal: 6, SIGABRT: process abort signal)
@@ -456,7 +463,7 @@ test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
 
 error: 2 targets failed:
     `-p fuse-transport-dev --test takeover`
-    `-p passthroughfs --test crash`
+    `--test crash`
 "#;
 
     fn parse(text: &str) -> Report {
@@ -487,7 +494,7 @@ error: 2 targets failed:
                     message: "Error: git failed across an upgrade".into(),
                 },
                 FailedTest {
-                    binary: "-p passthroughfs --test crash".into(),
+                    binary: "--test crash: tests/crash.rs (target/debug/deps/crash-0123456789abcdef)".into(),
                     test: WHOLE_BINARY.into(),
                     message: "process didn't exit successfully: `target/debug/deps/crash-0123456789abcdef` (signal: 6, SIGABRT: process abort signal)".into(),
                 },

@@ -54,7 +54,7 @@ pub struct TestArgs {
     #[arg(long)]
     no_setup: bool,
     /// Skip a step (repeatable): setup, build, abi-check, cargo-test,
-    /// pjdfstest, xfstests, stress, vm, bench.
+    /// pjdfstest, xfstests, stress, vm, virtiofs, bench.
     #[arg(long, value_name = "STEP")]
     skip: Vec<String>,
     /// Run only these steps (repeatable), in the suite's order.
