@@ -91,3 +91,18 @@ fn fail_fast_stops_after_the_failed_step_and_still_detaches() {
     );
     assert!(!mounted_under(tmp.path()));
 }
+
+#[test]
+fn repeat_counts_the_rounds_a_step_failed_in() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = scratch(tmp.path(), &["--repeat", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("round 2/2 scratch-after: ok"), "{stdout}");
+    assert!(
+        stdout.contains("2/2 step scratch-fail (rounds 1,2): left 1 FUSE mount behind"),
+        "{stdout}"
+    );
+    assert!(!mounted_under(tmp.path()));
+}
