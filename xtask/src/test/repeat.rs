@@ -71,6 +71,13 @@ pub(super) fn run(steps: &[Step], ctx: &mut Ctx, rounds: u32) -> Result<()> {
         },
         args.watchdog
     );
+    // fuse-abi's layout test needs the 7.3 header: found once, not per
+    // round (set before the load's threads start).
+    if names.contains(&"cargo-test") && std::env::var_os("FUSE_ABI_REFERENCE_H").is_none() {
+        if let Ok(header) = kernel_7_3_fuse_h(&ctx.root) {
+            std::env::set_var("FUSE_ABI_REFERENCE_H", header);
+        }
+    }
     let load = if args.load {
         Some(Load::start()?)
     } else {
