@@ -363,12 +363,24 @@ fn run_steps<'s>(steps: &'s [Step], ctx: &mut Ctx) -> (Vec<Row<'s>>, Vec<(&'s st
     (rows, failures)
 }
 
+/// How long a step's new FUSE mounts may take to go away by themselves
+/// after the step ends before they count as left behind.
+const LEFTOVER_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs one step and fails it if it left a FUSE mount behind (the mounts
 /// are detached then, so the later steps run on a clean tree).
 fn run_checked(step: &Step, ctx: &mut Ctx) -> Result<Outcome> {
     let before = mounts::fuse_mounts();
     let result = (step.run)(ctx);
-    let left = mounts::left_behind(&before, &mounts::fuse_mounts());
+    let mut left = mounts::left_behind(&before, &mounts::fuse_mounts());
+    // A daemon's unmounter (auto_unmount's watcher, a supervisor) may
+    // still be at work when the last test binary returns: give mounts
+    // that are on their way out a moment to go before naming them.
+    let settle = std::time::Instant::now();
+    while !left.is_empty() && settle.elapsed() < LEFTOVER_SETTLE {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        left = mounts::left_behind(&before, &mounts::fuse_mounts());
+    }
     if left.is_empty() {
         return result;
     }
