@@ -579,6 +579,15 @@ pub(crate) struct Inode {
 }
 
 impl Inode {
+    /// What the source watch needs to name this inode the way fanotify
+    /// does, without asking the kernel again where it can.
+    pub(crate) fn watch_id(&self) -> crate::watch::ObjectId<'_> {
+        crate::watch::ObjectId {
+            dev: self.key.dev,
+            handle: self.file.file_handle(),
+        }
+    }
+
     pub(crate) fn new(nodeid: u64, key: InodeKey, file: InodeFile, mode: u32) -> Self {
         // The root's generation stays 0: the kernel made its root inode
         // with 0 and takes an entry for node 1 with another as stale.
@@ -805,6 +814,12 @@ impl InodeStore {
     /// key; a node whose handle is stale holds a removed one and doesn't
     /// count. So a hot inode costs nothing more; a cold one an
     /// `open_by_handle_at`, whose descriptor the next request then uses.
+    /// Whether an inode of identity `key` is in the table (alive or not):
+    /// a hint only, the table may change right after.
+    pub(crate) fn knows_key(&self, key: &InodeKey) -> bool {
+        self.read().by_key.contains_key(key)
+    }
+
     pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Counted<'_>> {
         let counted = {
             let maps = self.read();

@@ -197,6 +197,9 @@ pub(crate) struct SourceWatcher {
     thread: Option<JoinHandle<()>>,
     /// Closed by the thread as it ends.
     ended: Mutex<std::sync::mpsc::Receiver<()>>,
+    /// File system ids by device number, so that marking an object costs
+    /// no `fstatfs` once its file system has been seen.
+    fsids: Mutex<HashMap<u64, [i32; 2]>>,
 }
 
 /// How long dropping a [`SourceWatcher`] waits for its thread. A
@@ -266,16 +269,22 @@ impl SourceWatcher {
             shared,
             thread: Some(thread),
             ended: Mutex::new(ended),
+            fsids: Mutex::new(HashMap::new()),
         })
     }
 
     /// Watches the directory of the `O_PATH` descriptor `dir`, node
-    /// `nodeid`; nothing if it is watched already.
-    pub(crate) fn watch(&self, nodeid: u64, dir: BorrowedFd<'_>) -> io::Result<()> {
+    /// `nodeid`, whose identity is `id`; nothing if it is watched already.
+    pub(crate) fn watch(
+        &self,
+        nodeid: u64,
+        dir: BorrowedFd<'_>,
+        id: ObjectId<'_>,
+    ) -> io::Result<()> {
         if self.shared.dirs().by_node.contains_key(&nodeid) {
             return Ok(());
         }
-        let fid = fid_of(dir)?;
+        let fid = self.fid_of(dir, id)?;
         sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_ADD, MASK, dir)?;
         self.shared.dirs().insert(nodeid, fid);
         Ok(())
@@ -304,17 +313,27 @@ impl SourceWatcher {
     }
 
     /// Watches the regular file of the `O_PATH` descriptor `file`, node
-    /// `nodeid`, for changes of its data and attributes; nothing if it is
-    /// watched already. The caller reads the attributes it answers with
-    /// after this: a change after the mark is reported.
-    pub(crate) fn watch_file(&self, nodeid: u64, file: BorrowedFd<'_>) -> io::Result<()> {
+    /// `nodeid`, whose identity is `id`, for changes of its data and
+    /// attributes; nothing if it is watched already. The caller reads the
+    /// attributes it answers with after this: a change after the mark is
+    /// reported.
+    pub(crate) fn watch_file(
+        &self,
+        nodeid: u64,
+        file: BorrowedFd<'_>,
+        id: ObjectId<'_>,
+    ) -> io::Result<()> {
         if !self.watches_files {
             return Err(sys::errno(libc::EOPNOTSUPP));
         }
         let known = self.shared.files().by_node.contains_key(&nodeid);
         // A file marked before may have had FAN_MODIFY taken off its mark
         // (`modify_events`): adding the whole mask again restores it.
-        let fid = if known { None } else { Some(fid_of(file)?) };
+        let fid = if known {
+            None
+        } else {
+            Some(self.fid_of(file, id)?)
+        };
         let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
         sys::fanotify_mark_path(
             self.group.as_fd(),
@@ -410,16 +429,51 @@ impl Drop for SourceWatcher {
     }
 }
 
-/// The fanotify id of the directory of `fd`.
-fn fid_of(fd: BorrowedFd<'_>) -> io::Result<Fid> {
-    let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
-        .or_else(|_| sys::name_to_handle_fd(fd))?;
-    let fsid = sys::fsid(fd)?;
-    Ok(Fid {
-        fsid,
-        kind: handle.kind,
-        bytes: handle.bytes,
-    })
+/// What the passthrough knows of an object it asks the watcher to mark,
+/// so that naming it the way fanotify does costs no system call where
+/// the answer is at hand.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ObjectId<'a> {
+    /// The device number of its file system (`st_dev`).
+    pub(crate) dev: u64,
+    /// The file handle the passthrough holds it by, if it does: one that
+    /// `name_to_handle_at` made without flags. On a file system that can
+    /// make such handles the kernel encodes an fanotify id
+    /// (`AT_HANDLE_FID`) the same way (both go through the file system's
+    /// `encode_fh`), so it serves as the object's fanotify id.
+    pub(crate) handle: Option<&'a sys::FileHandle>,
+}
+
+impl SourceWatcher {
+    /// The fanotify id of the object of `fd`, identified by `id`.
+    fn fid_of(&self, fd: BorrowedFd<'_>, id: ObjectId<'_>) -> io::Result<Fid> {
+        let (kind, bytes) = match id.handle {
+            Some(handle) => (handle.kind, handle.bytes.clone()),
+            None => {
+                let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
+                    .or_else(|_| sys::name_to_handle_fd(fd))?;
+                (handle.kind, handle.bytes)
+            }
+        };
+        let known = self
+            .fsids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id.dev)
+            .copied();
+        let fsid = match known {
+            Some(fsid) => fsid,
+            None => {
+                let fsid = sys::fsid(fd)?;
+                self.fsids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.dev, fsid);
+                fsid
+            }
+        };
+        Ok(Fid { fsid, kind, bytes })
+    }
 }
 
 /// Reads events until stopped, passing changes on to the kernel.
@@ -640,6 +694,28 @@ fn parse_dfid_name(rec: &[u8]) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`ObjectId::handle`]'s premise: where a file has a plain file
+    /// handle, its fanotify id (`AT_HANDLE_FID`) is the same handle.
+    #[test]
+    fn a_plain_file_handle_is_the_fanotify_id() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        for path in [dir.path().join("f"), dir.path().to_path_buf()] {
+            let file = std::fs::File::open(&path).unwrap();
+            let Ok((plain, _)) = sys::name_to_handle_fd(file.as_fd()) else {
+                eprintln!("SKIPPED: {} has no file handle here", path.display());
+                return;
+            };
+            let (fid, _) = sys::name_to_handle_fd_flags(file.as_fd(), libc::AT_HANDLE_FID)
+                .expect("AT_HANDLE_FID where a plain handle exists");
+            assert_eq!(
+                (plain.kind, &plain.bytes),
+                (fid.kind, &fid.bytes),
+                "{path:?}"
+            );
+        }
+    }
 
     /// One event as the kernel lays it out: metadata, then a DFID_NAME
     /// record, padded to 8 bytes.

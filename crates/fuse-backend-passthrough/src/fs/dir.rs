@@ -88,7 +88,7 @@ impl PassthroughFs {
                 };
                 return Ok(out.add(&entry, e.off, e.dtype as u32, e.name));
             }
-            match self.lookup_in(&parent, e.cname) {
+            match self.lookup_listed(&parent, e.cname, e.ino) {
                 Ok(found) => {
                     if out.add(&found.entry, e.off, e.dtype as u32, e.name) {
                         found.hand_over();

@@ -307,7 +307,7 @@ impl PassthroughFs {
             return self.entry_timeout;
         }
         match self.mark_in_watch(epoch, parent, &parent.watched, |w, fd| {
-            w.watch(parent.nodeid, fd)
+            w.watch(parent.nodeid, fd, parent.watch_id())
         }) {
             Ok(true) => crate::WATCHED_ENTRY_TIMEOUT,
             Ok(false) => self.entry_timeout,
@@ -363,7 +363,7 @@ impl PassthroughFs {
         }
         // (A watch that can't watch files refuses with EOPNOTSUPP.)
         match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, fd| {
-            w.watch_file(inode.nodeid, fd)
+            w.watch_file(inode.nodeid, fd, inode.watch_id())
         }) {
             Ok(true) => crate::WATCHED_ATTR_TIMEOUT,
             Ok(false) => self.attr_timeout,
