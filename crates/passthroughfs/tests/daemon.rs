@@ -301,7 +301,21 @@ fn exits_when_unmounted_from_outside() {
     let d = dirs();
     let daemon = Daemon::start(&d.src, &d.mnt, &["--cache", "never", "--no-readdirplus"]);
     assert_eq!(std::fs::read_dir(&d.mnt).unwrap().count(), 0);
-    fuse_transport_dev::unmount_path(&d.mnt, false).unwrap();
+    // EBUSY while another test's fork (these tests spawn daemons in
+    // parallel) still holds a copy of the directory's descriptor, until
+    // that child execs and close-on-exec drops it: try again.
+    let mut last = None;
+    let unmounted = wait_until(
+        Duration::from_secs(60),
+        || match fuse_transport_dev::unmount_path(&d.mnt, false) {
+            Ok(()) => true,
+            Err(e) => {
+                last = Some(e.to_string());
+                false
+            }
+        },
+    );
+    assert!(unmounted, "umount kept failing: {last:?}");
     let out = daemon.wait();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
