@@ -6,7 +6,9 @@
 //!
 //! Goes to the background once the mount is usable, unless `-f` (or `-d`):
 //! the command's exit status says whether the mount came up, and the
-//! background daemon logs to syslog. Started under mount(8)'s helper name
+//! background daemon logs to syslog (or to `--log-file`). A log line that
+//! can't be written (standard error a closed pipe, a full disk) is lost;
+//! the mount is not. Started under mount(8)'s helper name
 //! (`mount.fuse.passthroughfs`) it takes mount(8)'s helper arguments
 //! ([`passthroughfs::mount_helper`]); `-o` takes the mount options of
 //! fstab lines and `mount.fuse3` ([`passthroughfs::options`]). With
