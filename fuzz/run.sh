@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "fuzz/run.sh: installing cargo-fuzz (from crates.io)" >&2
+    echo "fuzz/run.sh: installing cargo-fuzz (from the crate registry)" >&2
     cargo install --locked cargo-fuzz
 fi
 

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 mod abi_check;
 mod bench;
 mod man;
+#[cfg(test)]
+mod registry_host;
 mod test;
 mod text;
 mod userns;

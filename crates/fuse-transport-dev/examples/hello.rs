@@ -167,10 +167,28 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// What `--help` prints.
+pub const HELP: &str = "\
+usage: hello MOUNTPOINT
+
+Mounts a read-only file system with one file, hello.txt, at MOUNTPOINT
+and serves it in the foreground until Ctrl-C (SIGINT), SIGTERM or SIGHUP,
+or until it is unmounted (umount MOUNTPOINT as root, fusermount3 -u
+MOUNTPOINT otherwise).
+
+A signal that the process was started with ignored stays ignored: started
+from a script as `hello MOUNTPOINT &` (a non-interactive shell starts
+background jobs with SIGINT ignored), Ctrl-C and kill -INT don't stop it;
+use kill (SIGTERM) or umount.";
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let Some(mountpoint) = std::env::args_os().nth(1) else {
-        return Err("usage: hello MOUNTPOINT".into());
+        return Err("usage: hello MOUNTPOINT (hello --help says more)".into());
     };
+    if mountpoint == "--help" || mountpoint == "-h" {
+        println!("{HELP}");
+        return Ok(());
+    }
     let session = mount(Path::new(&mountpoint))?;
     println!("serving {NAME} at {}", mountpoint.to_string_lossy());
     // Until Ctrl-C, SIGTERM or an unmount; unmounts on the way out.

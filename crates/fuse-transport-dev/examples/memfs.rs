@@ -967,10 +967,29 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// What `--help` prints.
+pub const HELP: &str = "\
+usage: memfs MOUNTPOINT
+
+Mounts an in-memory file system (files, directories, links, special
+files, extended attributes) at MOUNTPOINT and serves it in the foreground
+until Ctrl-C (SIGINT), SIGTERM or SIGHUP, or until it is unmounted
+(umount MOUNTPOINT as root, fusermount3 -u MOUNTPOINT otherwise); what it
+held is gone then.
+
+A signal that the process was started with ignored stays ignored: started
+from a script as `memfs MOUNTPOINT &` (a non-interactive shell starts
+background jobs with SIGINT ignored), Ctrl-C and kill -INT don't stop it;
+use kill (SIGTERM) or umount.";
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let Some(mountpoint) = std::env::args_os().nth(1) else {
-        return Err("usage: memfs MOUNTPOINT".into());
+        return Err("usage: memfs MOUNTPOINT (memfs --help says more)".into());
     };
+    if mountpoint == "--help" || mountpoint == "-h" {
+        println!("{HELP}");
+        return Ok(());
+    }
     let mountpoint = Path::new(&mountpoint);
     // The root directory belongs to whoever owns the mountpoint.
     let owner =

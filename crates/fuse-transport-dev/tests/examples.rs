@@ -5,7 +5,8 @@
 //! files, unlink and rmdir) checked call by call, with link counts and
 //! times, and at the end memfs's own count of nodes back to the root once
 //! the kernel forgot everything; and `serve_until_signal` stopping on
-//! SIGTERM. The examples' file systems are compiled in from their files,
+//! SIGTERM, and leaving a SIGINT ignored at start ignored (as the
+//! examples' `--help` says). The examples' file systems are compiled in from their files,
 //! so what is tested is what a reader copies. Needs root (CI runs as
 //! root).
 //!
@@ -32,7 +33,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long the kernel may take to send what a test waits for (FORGETs,
@@ -116,9 +117,15 @@ fn has_handler(signal: libc::c_int) -> bool {
     }
 }
 
+/// The tests that signal this process take turns: `serve_until_signal`
+/// serves one call at a time, and one test's SIGTERM must not stop
+/// another's session.
+static SIGNAL_TESTS: Mutex<()> = Mutex::new(());
+
 #[test]
 fn serve_until_signal_stops_on_sigterm() {
     require_root();
+    let _turn = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let session = hello::mount(dir.path()).unwrap();
     assert!(!has_handler(libc::SIGTERM), "SIGTERM is handled already");
@@ -142,6 +149,79 @@ fn serve_until_signal_stops_on_sigterm() {
     assert!(session.server().is_destroyed());
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
     assert!(!has_handler(libc::SIGTERM), "the handler was not restored");
+    finish(session, dir.path());
+}
+
+/// This process's disposition of `signal`.
+fn disposition(signal: libc::c_int) -> libc::sighandler_t {
+    // SAFETY: a zeroed sigaction is valid; only the old action is read.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        assert_eq!(libc::sigaction(signal, std::ptr::null(), &mut old), 0);
+        old.sa_sigaction
+    }
+}
+
+/// Puts a signal's earlier disposition back on drop.
+struct RestoreSignal(libc::c_int, libc::sighandler_t);
+
+impl Drop for RestoreSignal {
+    fn drop(&mut self) {
+        // SAFETY: puts back the disposition read before (SIG_DFL here).
+        unsafe { libc::signal(self.0, self.1) };
+    }
+}
+
+/// What the examples' `--help` says about a SIGINT ignored at start (a
+/// script's `example MOUNTPOINT &`) holds: `serve_until_signal` leaves it
+/// ignored, so Ctrl-C doesn't stop the example, and SIGTERM still does.
+#[test]
+fn an_ignored_sigint_stays_ignored_as_the_examples_help_says() {
+    for help in [hello::HELP, memfs::HELP] {
+        for want in ["SIGINT", "SIGTERM", "stays ignored", "kill (SIGTERM)"] {
+            assert!(help.contains(want), "{want:?} is not in:\n{help}");
+        }
+        assert!(help.lines().all(|l| l.len() <= 80), "{help}");
+    }
+    require_root();
+    let _turn = SIGNAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let session = hello::mount(dir.path()).unwrap();
+    let mnt = session.mountpoint().to_path_buf();
+    // SAFETY: sets SIGINT's disposition to ignore; restored on drop.
+    let _restore = RestoreSignal(libc::SIGINT, unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN)
+    });
+    let (handled, sigint, read, result) = std::thread::scope(|scope| {
+        let serving = scope.spawn(|| fuse_transport_dev::serve_until_signal(&session));
+        let deadline = Instant::now() + DEADLINE;
+        while !has_handler(libc::SIGTERM) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let handled = has_handler(libc::SIGTERM);
+        let sigint = disposition(libc::SIGINT);
+        let mut read = None;
+        if handled {
+            // SAFETY: kill has no memory-safety preconditions. An ignored
+            // signal is discarded when sent.
+            unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
+            read = Some(fs::read(mnt.join(hello::NAME)));
+            // SAFETY: as above; this one stops the session.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        } else {
+            session.stop(); // or the thread would serve forever
+        }
+        (handled, sigint, read, serving.join().unwrap())
+    });
+    assert!(handled, "serve_until_signal installed no SIGTERM handler");
+    assert_eq!(sigint, libc::SIG_IGN, "SIGINT got a handler");
+    assert_eq!(
+        read.unwrap().unwrap(),
+        hello::CONTENT,
+        "still serving after SIGINT"
+    );
+    result.unwrap();
+    assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
     finish(session, dir.path());
 }
 

@@ -8,8 +8,10 @@
 //!
 //! OUT is the page's path, or a directory to write `passthroughfs.1` into.
 //!
-//! Sections: NAME, SYNOPSIS, DESCRIPTION and OPTIONS as clap_mangen renders
-//! them; SIGNALS from `passthroughfs::cli::SIGNALS_HELP` (the `--help` text
+//! Sections: NAME (one line, [`SUMMARY`]); SYNOPSIS, DESCRIPTION and
+//! OPTIONS as clap_mangen renders them, with the help texts' backtick
+//! quotes (Markdown in `--help`, literal characters in roff) as double
+//! quotes; SIGNALS from `passthroughfs::cli::SIGNALS_HELP` (the `--help` text
 //! after the options, which clap_mangen would reflow into one paragraph
 //! headed EXTRA); ENVIRONMENT (`RUST_LOG`, `NO_COLOR`); SEE ALSO; VERSION.
 
@@ -39,13 +41,48 @@ pub fn run(mut args: impl Iterator<Item = OsString>) -> Result<PathBuf, String> 
         return Err("usage: man OUT (the page's path, or a directory for passthroughfs.1)".into());
     };
     let mut path = PathBuf::from(out);
-    let man = Man::new(Args::command());
+    let man = Man::new(command());
     if path.is_dir() {
         path.push(man.get_filename());
     }
     let page = page(&man).map_err(|e| format!("rendering the page: {e}"))?;
     std::fs::write(&path, page).map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(path)
+}
+
+/// What NAME says after `passthroughfs -`: one line (whatis(1) and
+/// apropos(1) show it), not the DESCRIPTION's paragraph.
+pub const SUMMARY: &str = "serve a directory through FUSE, or to a virtual machine over virtio-fs";
+
+/// The daemon's command as the page shows it: backtick quotes made double
+/// quotes in the about text and every option's help.
+pub fn command() -> clap::Command {
+    let mut cmd = Args::command();
+    if let Some(about) = cmd.get_about().map(|a| quotes(&a.to_string())) {
+        cmd = cmd.about(about);
+    }
+    cmd.mut_args(|mut arg| {
+        if let Some(help) = arg.get_help().map(|h| quotes(&h.to_string())) {
+            arg = arg.help(help);
+        }
+        if let Some(help) = arg.get_long_help().map(|h| quotes(&h.to_string())) {
+            arg = arg.long_help(help);
+        }
+        arg
+    })
+}
+
+/// `text` with each `` `code` `` span quoted as "code".
+fn quotes(text: &str) -> String {
+    text.replace('`', "\"")
+}
+
+/// NAME: the program and [`SUMMARY`], on one line.
+fn name_section(w: &mut dyn Write) -> io::Result<()> {
+    let mut roff = Roff::new();
+    roff.control("SH", ["NAME"]);
+    roff.text([roman(format!("passthroughfs - {SUMMARY}"))]);
+    roff.to_writer(w)
 }
 
 /// The whole page as roff source.
@@ -61,7 +98,7 @@ pub fn page(man: &Man) -> io::Result<Vec<u8>> {
         out.extend_from_slice(buf.strip_prefix(preamble.as_bytes()).unwrap_or(&buf));
         Ok(())
     };
-    part(&|w| man.render_name_section(w))?;
+    part(&|w| name_section(w))?;
     part(&|w| man.render_synopsis_section(w))?;
     part(&|w| description(w))?;
     part(&|w| man.render_options_section(w))?;
@@ -75,7 +112,7 @@ pub fn page(man: &Man) -> io::Result<Vec<u8>> {
 
 /// DESCRIPTION: the command's about text, and how the daemon ends.
 fn description(w: &mut dyn Write) -> io::Result<()> {
-    let about = Args::command()
+    let about = command()
         .get_about()
         .map(|a| a.to_string())
         .unwrap_or_default();
@@ -84,12 +121,11 @@ fn description(w: &mut dyn Write) -> io::Result<()> {
     roff.text([roman(about)]);
     roff.control("PP", []);
     roff.text([
-        roman("Without "),
-        bold("-f"),
+        roman("In the background it logs to syslog (or to the "),
+        bold("--log-file"),
         roman(
-            " it goes to the background once the mount is usable, and its exit status says \
-               whether the mount came up; from then on it logs to syslog. It serves until the \
-               file system is unmounted (",
+            "; with nothing listening on /dev/log it says so when it starts). It serves until \
+               the file system is unmounted (",
         ),
         bold("umount"),
         roman(" "),

@@ -45,6 +45,21 @@ Environment:
   NOTIFY_SOCKET  where to send READY=1 once the mount is usable and
                  STOPPING=1 when unmounting (systemd Type=notify)";
 
+/// What `--auto-unmount` does, said once: `--help`, the man page (made
+/// from the same definition) and the README (checked by a test) say
+/// this.
+pub const AUTO_UNMOUNT_HELP: &str = "Unmount when the daemon dies, even of SIGKILL, so that no \
+    dead mount (ENOTCONN) stays behind. As root a watcher process forked at \
+    mount time does it (it also aborts the connection, and it checks by mount id that the mount \
+    is still this one); as a normal user fusermount3 does, as for libfuse.";
+
+/// The usage line of a mount.
+pub const USAGE: &str = "passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]";
+
+/// The usage line of `--vhost-user`.
+pub const USAGE_VHOST_USER: &str =
+    "passthroughfs --vhost-user SOCKET [OPTIONS] SOURCE (or --shared-dir DIR)";
+
 /// The command line of `passthroughfs` (its `--help` is the `about` below).
 #[derive(Debug, Parser)]
 #[command(
@@ -56,8 +71,7 @@ Environment:
              type run it through mount.fuse3.",
     long_about = None,
     after_help = after_help(),
-    override_usage = "passthroughfs [OPTIONS] SOURCE MOUNTPOINT [-o OPT[,OPT...]]\n       \
-                      passthroughfs --vhost-user SOCKET [OPTIONS] SOURCE (or --shared-dir DIR)"
+    override_usage = format!("{USAGE}\n       {USAGE_VHOST_USER}")
 )]
 pub struct Args {
     /// The directory to serve (with `-o source=DIR`: the mount's name, as
@@ -85,7 +99,7 @@ pub struct Args {
     pub options: Vec<String>,
 
     /// Stay in the foreground (by default the daemon goes to the background
-    /// once the mount is usable, and logs to syslog from then on).
+    /// once the mount is usable, and logs to syslog or the --log-file from then on).
     #[arg(short = 'f', long)]
     pub foreground: bool,
 
@@ -93,6 +107,12 @@ pub struct Args {
     /// implies --foreground.
     #[arg(short = 'd', long)]
     pub debug: bool,
+
+    /// Append the log to this file (created if missing) instead of
+    /// standard error, and in the background instead of syslog; a line
+    /// that can't be written (a full disk) is dropped, never the mount.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
 
     /// One worker thread (libfuse's -s): --threads 1 --max-threads 1.
     #[arg(short = 's', long)]
@@ -140,10 +160,8 @@ pub struct Args {
     #[arg(long, value_name = "BYTES")]
     pub max_read: Option<u32>,
 
-    /// Unmount when the daemon dies, even of SIGKILL (through fusermount3,
-    /// which stays to watch it, as libfuse's auto_unmount does; also as
-    /// root).
-    #[arg(long)]
+    /// See [`AUTO_UNMOUNT_HELP`].
+    #[arg(long, help = AUTO_UNMOUNT_HELP)]
     pub auto_unmount: bool,
 
     /// Serve over FUSE-over-io_uring when the kernel offers it (falls back

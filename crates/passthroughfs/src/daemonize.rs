@@ -4,7 +4,8 @@
 //! mount is usable, 1 with the child's error otherwise), so `mount(8)`, a
 //! script or an fstab line learns whether the mount came up; the child
 //! serves in a session of its own, detached from the terminal, with its
-//! log in syslog.
+//! log in syslog or a `--log-file` (and a warning, while the terminal is
+//! still there, when nothing listens on the syslog socket).
 
 use crate::Failure;
 use std::io::{Read, Write};
@@ -79,13 +80,20 @@ impl Detach {
     /// The mount is usable: tells the parent (which exits 0), then leaves
     /// the terminal behind: the working directory becomes `/` (the
     /// daemon must not keep a directory of another mount busy), the log
-    /// goes to syslog, and standard input, output and error to
-    /// `/dev/null`.
+    /// goes to syslog (unless to a `--log-file`), and standard input,
+    /// output and error to `/dev/null`. Without a `--log-file` and with
+    /// no syslog daemon listening, it says so first, on the standard
+    /// error the command's caller still sees: the log would be lost.
     pub fn ready(&mut self) {
         let Some(mut report) = self.report.take() else {
             return;
         };
-        crate::logging::log_to_syslog();
+        if !crate::logging::logs_to_file() {
+            if !crate::logging::syslog_listens() {
+                crate::logging::say(&no_syslog_warning());
+            }
+            crate::logging::log_to_syslog();
+        }
         self.detached = true;
         let _ = report.write_all(READY);
         drop(report);
@@ -115,9 +123,19 @@ impl Detach {
         } else if self.detached {
             tracing::error!("{message}");
         } else {
-            eprintln!("passthroughfs: error: {message}");
+            crate::logging::say(&format!("passthroughfs: error: {message}"));
         }
     }
+}
+
+/// What a background daemon says when nothing listens on the syslog
+/// socket: its log lines would go nowhere.
+pub fn no_syslog_warning() -> String {
+    format!(
+        "passthroughfs: warning: no syslog daemon listens on {}: the background daemon's log \
+         is lost; --log-file PATH keeps it in a file (or -f keeps it on standard error)",
+        crate::logging::SYSLOG_SOCKET
+    )
 }
 
 /// The parent's side: the exit status for what the child reports.
@@ -128,7 +146,10 @@ fn wait_for_child(mut report: std::fs::File, child: libc::pid_t) -> i32 {
         return 0;
     }
     if let Some(message) = got.strip_prefix(ERROR) {
-        eprintln!("passthroughfs: error: {}", String::from_utf8_lossy(message));
+        crate::logging::say(&format!(
+            "passthroughfs: error: {}",
+            String::from_utf8_lossy(message)
+        ));
         return 1;
     }
     // The child is gone without a word (killed, or it crashed).
@@ -139,6 +160,8 @@ fn wait_for_child(mut report: std::fs::File, child: libc::pid_t) -> i32 {
         _ if libc::WIFSIGNALED(status) => format!("killed by signal {}", libc::WTERMSIG(status)),
         _ => format!("exit status {}", libc::WEXITSTATUS(status)),
     };
-    eprintln!("passthroughfs: error: the daemon ended before the mount was usable ({how})");
+    crate::logging::say(&format!(
+        "passthroughfs: error: the daemon ended before the mount was usable ({how})"
+    ));
     1
 }

@@ -6,7 +6,9 @@
 //!
 //! Goes to the background once the mount is usable, unless `-f` (or `-d`):
 //! the command's exit status says whether the mount came up, and the
-//! background daemon logs to syslog. Started under mount(8)'s helper name
+//! background daemon logs to syslog (or to `--log-file`). A log line that
+//! can't be written (standard error a closed pipe, a full disk) is lost;
+//! the mount is not. Started under mount(8)'s helper name
 //! (`mount.fuse.passthroughfs`) it takes mount(8)'s helper arguments
 //! ([`passthroughfs::mount_helper`]); `-o` takes the mount options of
 //! fstab lines and `mount.fuse3` ([`passthroughfs::options`]). With
@@ -109,13 +111,18 @@ struct Plan {
 impl Plan {
     fn new(mut args: Args, background: bool, supervised: bool) -> Result<Plan, Failure> {
         if args.allow_other && !args.default_permissions {
-            return Err(Failure(
-                "--allow-other needs --default-permissions: the daemon serves every user's \
+            // Named as typed: `-o allow_other` (an fstab line) or the switch.
+            let (allow_other, default_permissions) = if options::named(&args, "allow_other") {
+                ("-o allow_other", "-o default_permissions")
+            } else {
+                ("--allow-other", "--default-permissions")
+            };
+            return Err(Failure(format!(
+                "{allow_other} needs {default_permissions}: the daemon serves every user's \
                  requests with its own privileges (root's) for lookups, reads and writes, so \
                  without the kernel checking file modes any user could read, change or list \
                  files that the backing directory's permissions deny them"
-                    .into(),
-            ));
+            )));
         }
         if (args.takeover_socket.is_some() || args.take_over.is_some()) && args.uring {
             return Err(Failure(
@@ -700,19 +707,26 @@ fn main() -> ExitCode {
             Err(Failure(msg)) => return usage_error(&msg),
         }
     }
-    let mut args = Args::parse_from(argv.clone());
+    let mut args = match Args::try_parse_from(argv.clone()) {
+        Ok(args) => args,
+        Err(e) => return clap_error(e),
+    };
     args.sloppy = helper.sloppy;
     let skipped = match options::apply(&mut args) {
         Ok(skipped) => skipped,
         Err(Failure(msg)) => return usage_error(&msg),
     };
     if let Err(Failure(msg)) = passthroughfs::virtio::settle_args(&mut args) {
-        // A missing or doubled positional argument: a usage error like
-        // clap's own, with its status.
-        eprintln!("passthroughfs: error: {msg}\n\nFor more information, try '--help'.");
-        return ExitCode::from(2);
+        return missing_arguments(&args, &msg);
     }
     let foreground = args.foreground || args.debug || supervised.is_some();
+    // Opened before the fork, so that a path that can't be opened is the
+    // command's error (and a relative one is the caller's directory's).
+    if let Some(path) = &args.log_file {
+        if let Err(Failure(msg)) = passthroughfs::logging::log_to_file(path) {
+            return usage_error(&msg);
+        }
+    }
     passthroughfs::logging::init_logging_with(
         "info",
         foreground && !to_syslog && passthroughfs::logging::color_wanted(),
@@ -800,6 +814,53 @@ fn absolute_or_as_is(p: &Path) -> PathBuf {
 
 /// An error before the daemon started: said on standard error, status 1.
 fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("passthroughfs: error: {msg}");
+    passthroughfs::logging::say(&format!("passthroughfs: error: {msg}"));
     ExitCode::FAILURE
+}
+
+/// A missing or doubled positional argument (`msg` says which): the usage
+/// line, then the error, with clap's status for usage errors (2). With no
+/// arguments at all, the error names what a mount needs.
+fn missing_arguments(args: &Args, msg: &str) -> ExitCode {
+    use passthroughfs::cli::{USAGE, USAGE_VHOST_USER};
+    let vhost_user = args.virtio.socket.is_some();
+    let nothing = args.source_arg.is_none()
+        && args.mountpoint_arg.is_none()
+        && args.virtio.shared_dir.is_none()
+        && !vhost_user;
+    let msg = if nothing {
+        "SOURCE and MOUNTPOINT are missing"
+    } else {
+        msg
+    };
+    let usage = if vhost_user { USAGE_VHOST_USER } else { USAGE };
+    passthroughfs::logging::say(&format!(
+        "Usage: {usage}\npassthroughfs: error: {msg}\n\nFor more information, try '--help'."
+    ));
+    ExitCode::from(2)
+}
+
+/// What clap refused (an unknown flag, a bad value), with the prefix of
+/// the daemon's other errors and clap's status; `--help` and `--version`
+/// print as clap does. Nothing panics if standard error or output is
+/// closed.
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        // Prints to standard output, ignoring a failure.
+        let _ = e.print();
+        return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+    }
+    let text = if passthroughfs::logging::color_wanted() {
+        e.render().ansi().to_string()
+    } else {
+        e.render().to_string()
+    };
+    passthroughfs::logging::say(&format!("passthroughfs: {}", text.trim_end()));
+    ExitCode::from(e.exit_code().clamp(0, 255) as u8)
 }

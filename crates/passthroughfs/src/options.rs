@@ -135,6 +135,13 @@ const OPTIONS: &[Opt] = &[
         Ok(())
     }),
     flag("debug", "--debug", |a| a.debug = true),
+    value("log_file=", "--log-file PATH", |a, v| {
+        if v.is_empty() {
+            return Err("the path must not be empty".into());
+        }
+        a.log_file = Some(PathBuf::from(v));
+        Ok(())
+    }),
     value("threads=", "--threads N", |a, v| {
         a.threads = number(v)?;
         Ok(())
@@ -422,6 +429,16 @@ pub fn split(options: &str) -> Vec<String> {
     out
 }
 
+/// Whether the `-o` strings of `args` name the option `name` (as a flag,
+/// or `name=VALUE`): for messages that should say `-o NAME` when that is
+/// what was typed.
+pub fn named(args: &Args, name: &str) -> bool {
+    args.options
+        .iter()
+        .flat_map(|s| split(s))
+        .any(|o| o.split_once('=').map_or(o.as_str(), |(n, _)| n) == name)
+}
+
 /// Applies every `-o` string of `args.options` in order. An unknown name
 /// or a bad value fails with the option and the reason, unless
 /// `args.sloppy` (mount(8)'s `-s`): then an unknown name is skipped, and
@@ -551,6 +568,15 @@ mod tests {
         assert_eq!(err("fsname"), "-o fsname: needs a value: fsname=VALUE");
         assert!(err("allow_root").starts_with("-o allow_root: the kernel has no such option"));
         assert!(err("fd=3").contains("set by passthroughfs itself"));
+    }
+
+    #[test]
+    fn named_tells_what_was_typed_with_o() {
+        let a = parse(&["p", "s", "m", "--ro", "-o", "allow_other,cache=auto"]).unwrap();
+        assert!(named(&a, "allow_other"));
+        assert!(named(&a, "cache"));
+        assert!(!named(&a, "ro"), "--ro was a switch");
+        assert!(!named(&a, "allow"));
     }
 
     #[test]

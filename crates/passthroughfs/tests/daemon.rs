@@ -166,6 +166,47 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// What clap refuses carries the prefix of every other error; with
+/// nothing given, the usage line comes first and the error names what a
+/// mount needs (not a vhost-user option).
+#[test]
+fn usage_errors_say_passthroughfs_and_show_the_usage() {
+    for flag in ["-x", "--no-such-flag"] {
+        let o = run(&[flag, "/a", "/b"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "passthroughfs: error: unexpected argument '{flag}' found"
+            )),
+            "{err}"
+        );
+    }
+    let o = run(&[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("Usage: {}", passthroughfs::cli::USAGE).as_str()),
+        "{err}"
+    );
+    assert_eq!(
+        lines.get(1).copied(),
+        Some("passthroughfs: error: SOURCE and MOUNTPOINT are missing"),
+        "{err}"
+    );
+    assert!(!err.contains("--shared-dir"), "{err}");
+    let o = run(&["/tmp"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("Usage: passthroughfs "), "{err}");
+    assert!(
+        err.contains("passthroughfs: error: MOUNTPOINT is missing"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_source_and_mountpoint_fail_with_one_line() {
     let d = dirs();
@@ -206,7 +247,27 @@ fn allow_other_needs_default_permissions() {
     assert_eq!(o.status.code(), Some(1));
     let errs = error_lines(&o);
     assert_eq!(errs.len(), 1, "{}", stderr(&o));
-    assert!(errs[0].contains("--default-permissions"), "{}", errs[0]);
+    assert!(
+        errs[0].starts_with("passthroughfs: error: --allow-other needs --default-permissions"),
+        "{}",
+        errs[0]
+    );
+    assert!(!is_mounted(&d.mnt));
+    // Typed as a mount option (an fstab line): named as one.
+    let o = run(&[
+        d.src.to_str().unwrap(),
+        d.mnt.to_str().unwrap(),
+        "-o",
+        "ro,allow_other",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let errs = error_lines(&o);
+    assert_eq!(errs.len(), 1, "{}", stderr(&o));
+    assert!(
+        errs[0].starts_with("passthroughfs: error: -o allow_other needs -o default_permissions"),
+        "{}",
+        errs[0]
+    );
     assert!(!is_mounted(&d.mnt));
 }
 
@@ -240,7 +301,21 @@ fn exits_when_unmounted_from_outside() {
     let d = dirs();
     let daemon = Daemon::start(&d.src, &d.mnt, &["--cache", "never", "--no-readdirplus"]);
     assert_eq!(std::fs::read_dir(&d.mnt).unwrap().count(), 0);
-    fuse_transport_dev::unmount_path(&d.mnt, false).unwrap();
+    // EBUSY while another test's fork (these tests spawn daemons in
+    // parallel) still holds a copy of the directory's descriptor, until
+    // that child execs and close-on-exec drops it: try again.
+    let mut last = None;
+    let unmounted = wait_until(
+        Duration::from_secs(60),
+        || match fuse_transport_dev::unmount_path(&d.mnt, false) {
+            Ok(()) => true,
+            Err(e) => {
+                last = Some(e.to_string());
+                false
+            }
+        },
+    );
+    assert!(unmounted, "umount kept failing: {last:?}");
     let out = daemon.wait();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

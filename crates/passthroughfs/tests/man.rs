@@ -1,7 +1,9 @@
 //! The man page (`examples/man.rs`, what `cargo xtask man` runs): it is
 //! written where it is asked for, it is roff that man(1) reads, and it has
-//! every part: NAME, SYNOPSIS, the options, SIGNALS (the `--help` text
-//! after the options, word for word) and ENVIRONMENT.
+//! every part: NAME (one line), SYNOPSIS, the options, SIGNALS (the
+//! `--help` text after the options, word for word) and ENVIRONMENT, and no
+//! literal backtick. The README, `--help` and the page say the same about
+//! `--auto-unmount` (`passthroughfs::cli::AUTO_UNMOUNT_HELP`).
 //!
 //! The example runs in this process (its source is a module here), not
 //! through `cargo run`: a nested cargo inside `cargo test --workspace`
@@ -12,7 +14,7 @@
 #[path = "../examples/man.rs"]
 mod man_example;
 
-use passthroughfs::cli::SIGNALS_HELP;
+use passthroughfs::cli::{AUTO_UNMOUNT_HELP, SIGNALS_HELP};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
@@ -114,11 +116,30 @@ fn the_man_page_is_roff_with_every_section() {
         "the signals are their own section"
     );
 
-    let name = section_words(&page, "NAME").join(" ");
-    assert!(
-        name.starts_with("passthroughfs - Serve the directory SOURCE"),
-        "{name}"
+    let name_lines: Vec<&str> = page
+        .lines()
+        .skip_while(|l| *l != ".SH NAME")
+        .skip(1)
+        .take_while(|l| !l.starts_with(".SH"))
+        .collect();
+    assert_eq!(
+        name_lines,
+        [format!(
+            "passthroughfs \\- {}",
+            man_example::SUMMARY.replace('-', "\\-")
+        )],
+        "NAME is one line: {page}"
     );
+    let description = section_words(&page, "DESCRIPTION").join(" ");
+    assert!(
+        description.starts_with("Serve the directory SOURCE"),
+        "{description}"
+    );
+    assert!(
+        description.contains("\"mount -t fuse.passthroughfs SOURCE MOUNTPOINT -o OPTIONS\""),
+        "backtick quotes are double quotes: {description}"
+    );
+    assert!(!page.contains('`'), "a literal backtick:\n{page}");
     let synopsis = section_words(&page, "SYNOPSIS").join(" ");
     assert!(synopsis.starts_with("passthroughfs ["), "{synopsis}");
     assert!(synopsis.contains("SOURCE MOUNTPOINT [-o"), "{synopsis}");
@@ -187,6 +208,49 @@ fn the_man_page_is_roff_with_every_section() {
         .contains("writing"));
 
     render_with_man(&path);
+}
+
+/// The words of `text`, without Markdown's backticks and bold marks.
+fn words(text: &str) -> Vec<String> {
+    text.replace(['`', '*'], "")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `words` holds `run` as consecutive words.
+fn holds(words: &[String], run: &[String]) -> bool {
+    words.windows(run.len()).any(|w| w == run)
+}
+
+#[test]
+fn readme_help_and_man_page_say_the_same_about_auto_unmount() {
+    let want = words(AUTO_UNMOUNT_HELP);
+    assert!(want.len() > 20, "{AUTO_UNMOUNT_HELP}");
+
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let readme =
+        std::fs::read_to_string(&readme).unwrap_or_else(|e| panic!("{}: {e}", readme.display()));
+    assert!(
+        holds(&words(&readme), &want),
+        "the README's auto_unmount paragraph must say, word for word:\n{AUTO_UNMOUNT_HELP}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_passthroughfs"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(holds(&words(&help), &want), "--help:\n{help}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let page = std::fs::read_to_string(run(&[dir.path()]).unwrap()).unwrap();
+    let options = section_words(&page, "OPTIONS");
+    assert!(
+        holds(&options, &want),
+        "the man page's OPTIONS: {options:?}"
+    );
 }
 
 /// `man -l` renders the page, without troff warnings, with the signals in

@@ -337,7 +337,7 @@ pub struct LibfusePeer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FuserPeer {
-    /// The crate's version on crates.io.
+    /// The crate's version in the crate registry.
     pub version: String,
     /// The example's name.
     pub example: String,

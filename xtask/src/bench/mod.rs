@@ -505,7 +505,7 @@ fn build_binaries(
     }
     if wants(&TargetKind::Fuser) {
         println!(
-            "bench: building fuser {}'s {} example (cargo install, from crates.io)",
+            "bench: building fuser {}'s {} example (cargo install, from the crate registry)",
             peers.fuser.version, peers.fuser.example
         );
         bins.fuser = Some(targets::build_fuser(paths, peers));

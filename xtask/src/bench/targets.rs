@@ -373,7 +373,7 @@ pub fn build_libfuse(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// Builds fuser's example from the crates.io package with `cargo install
+/// Builds fuser's example from the crate registry's package with `cargo install
 /// --example` (needs the registry the first time; cached afterwards).
 pub fn build_fuser(paths: &Paths, peers: &Peers) -> Result<PathBuf, String> {
     let v = &peers.fuser.version;

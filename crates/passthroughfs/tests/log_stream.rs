@@ -1,0 +1,456 @@
+//! The daemon survives its log stream: started with standard error a pipe
+//! whose reader is gone (`passthroughfs SRC MNT 2>&1 | head -1`), in the
+//! foreground and in the background, or with its `--log-file` on a full
+//! disk, it mounts, serves and unmounts cleanly (the lines are lost, not
+//! the mount). `--log-file` (and `-o log_file=`) keeps the log in a file in
+//! both modes; a background start with no syslog daemon on `/dev/log` and
+//! no log file says so once on the standard error its caller sees. These
+//! need root (CI runs as root) and fail with the reason otherwise.
+
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
+mod common;
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use common::require_root;
+use daemon::{dirs, BIN};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a daemon may take to come up or go away on a busy machine
+/// (only there so that a hang fails instead of waiting forever).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What `head -1` leaves: the write end of a pipe whose read end is
+/// closed (a write fails with EPIPE).
+fn closed_pipe() -> OwnedFd {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both were just created and are owned here.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+/// Whether `path` is a mountpoint in this thread's mount namespace (a
+/// test below gives its thread one of its own; `/proc/self` would show
+/// the process's).
+fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    let want = path.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|l| l.split(' ').nth(4) == Some(&want))
+}
+
+/// Unmounts (lazily) on drop, if still mounted: a failing test leaves no
+/// mount behind.
+struct MountGuard(std::path::PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = fuse_transport_dev::unmount_path(&self.0, true);
+        }
+    }
+}
+
+/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
+fn wait_until(mut what: impl FnMut() -> bool, why: impl Fn() -> String) {
+    let start = Instant::now();
+    while !what() {
+        assert!(start.elapsed() < PATIENCE, "{}", why());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit (killing it and failing if it doesn't).
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the daemon did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The processes of the daemon binary whose command line names `mnt`.
+fn daemons_at(mnt: &Path) -> Vec<i32> {
+    let mnt = mnt.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let names_mnt = cmdline
+            .split(|&b| b == 0)
+            .any(|a| String::from_utf8_lossy(a).ends_with(&mnt));
+        if exe == Path::new(BIN) && names_mnt {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether process `pid` is gone (or a zombie waiting for its reaper).
+fn gone(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_none_or(|state| state == "Z")
+}
+
+/// Writes a file through the mount and reads it back from the source.
+fn serves(src: &Path, mnt: &Path, name: &str) {
+    let data = format!("written through the mount as {name}");
+    std::fs::write(mnt.join(name), &data).unwrap();
+    assert_eq!(std::fs::read_to_string(src.join(name)).unwrap(), data);
+    assert_eq!(std::fs::read_to_string(mnt.join(name)).unwrap(), data);
+}
+
+/// Unmounts `mnt` with umount(8) and waits for the daemons serving it to
+/// exit; fails if the mount stays.
+fn umount_and_wait(mnt: &Path) {
+    let pids = daemons_at(mnt);
+    assert!(!pids.is_empty(), "no daemon serves {}", mnt.display());
+    let out = Command::new("umount").arg(mnt).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for pid in pids {
+        wait_until(
+            || gone(pid),
+            || format!("daemon {pid} still runs after umount"),
+        );
+    }
+    assert!(!is_mounted(mnt));
+}
+
+/// Runs a command that starts a background daemon, to completion.
+fn output(cmd: &mut Command) -> Output {
+    cmd.env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_foreground_daemon_whose_standard_error_is_closed_serves_and_stops() {
+    require_root();
+    let d = dirs();
+    let _guard = MountGuard(d.mnt.clone());
+    // Every log line fails with EPIPE, from the first; -d adds one per
+    // request.
+    let mut child = Command::new(BIN)
+        .args(["-f", "-d"])
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::from(closed_pipe()))
+        .spawn()
+        .unwrap();
+    wait_until(
+        || is_mounted(&d.mnt) || child.try_wait().unwrap().is_some(),
+        || "the daemon neither mounted nor exited".into(),
+    );
+    assert!(
+        is_mounted(&d.mnt),
+        "the daemon exited without mounting: {:?}",
+        child.try_wait()
+    );
+    serves(&d.src, &d.mnt, "f");
+    // SAFETY: our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_exit(&mut child);
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(!is_mounted(&d.mnt));
+}
+
+#[test]
+fn a_background_start_whose_standard_error_is_closed_serves_and_stops() {
+    require_root();
+    let d = dirs();
+    let _guard = MountGuard(d.mnt.clone());
+    let status = Command::new(BIN)
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::from(closed_pipe()))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "the command says the mount came up");
+    assert!(is_mounted(&d.mnt));
+    serves(&d.src, &d.mnt, "f");
+    umount_and_wait(&d.mnt);
+}
+
+/// The README's own words: `passthroughfs SRC MNT 2>&1 | head -1`.
+#[test]
+fn the_readme_s_pipe_into_head_mounts_serves_and_stops() {
+    require_root();
+    let d = dirs();
+    let _guard = MountGuard(d.mnt.clone());
+    let script = "\"$0\" \"$1\" \"$2\" 2>&1 | head -1";
+    let out = output(
+        Command::new("sh")
+            .args(["-c", script, BIN])
+            .arg(&d.src)
+            .arg(&d.mnt),
+    );
+    // `sh`'s status is head's; the daemon's shows in the mount.
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        1,
+        "head printed the first log line: {}",
+        text(&out.stdout)
+    );
+    assert!(is_mounted(&d.mnt), "{}", text(&out.stdout));
+    serves(&d.src, &d.mnt, "f");
+    umount_and_wait(&d.mnt);
+}
+
+#[test]
+fn the_log_file_keeps_the_log_in_the_foreground_and_the_background() {
+    require_root();
+    let d = dirs();
+    let _guard = MountGuard(d.mnt.clone());
+    // Foreground: nothing on standard error, every line in the file.
+    let fg_log = d.dir.path().join("fg.log");
+    let mut child = Command::new(BIN)
+        .arg("-f")
+        .arg("--log-file")
+        .arg(&fg_log)
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    wait_until(
+        || read(&fg_log).contains("passthroughfs serving") || child.try_wait().unwrap().is_some(),
+        || format!("no serving line in the log file: {}", read(&fg_log)),
+    );
+    serves(&d.src, &d.mnt, "fg");
+    // SAFETY: our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(wait_exit(&mut child).code(), Some(0), "{}", read(&fg_log));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr, "", "the log went to the file");
+    let log = read(&fg_log);
+    assert!(log.contains("unmounted; exiting"), "{log}");
+    assert!(!log.contains('\x1b'), "no colours in a file: {log:?}");
+
+    // Background, named by -o as an fstab line would: the file again
+    // (appended to), before and after the daemon detached, and no word
+    // about syslog on standard error.
+    let bg_log = d.dir.path().join("bg.log");
+    std::fs::write(&bg_log, "an earlier line\n").unwrap();
+    let out = output(
+        Command::new(BIN)
+            .arg(&d.src)
+            .arg(&d.mnt)
+            .arg("-o")
+            .arg(format!("log_file={}", bg_log.display())),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "the log went to the file");
+    serves(&d.src, &d.mnt, "bg");
+    umount_and_wait(&d.mnt);
+    let log = read(&bg_log);
+    assert!(log.starts_with("an earlier line\n"), "appended: {log}");
+    assert!(log.contains("passthroughfs serving"), "{log}");
+    assert!(log.contains("unmounted; exiting"), "after detaching: {log}");
+}
+
+/// A log file on a full disk (`/dev/full` answers every write with
+/// ENOSPC) costs the lines, not the mount.
+#[test]
+fn a_log_file_on_a_full_disk_costs_lines_not_the_mount() {
+    require_root();
+    let d = dirs();
+    let _guard = MountGuard(d.mnt.clone());
+    let mut child = Command::new(BIN)
+        .args(["-f", "-d", "--log-file", "/dev/full"])
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(
+        || is_mounted(&d.mnt) || child.try_wait().unwrap().is_some(),
+        || "the daemon neither mounted nor exited".into(),
+    );
+    assert!(is_mounted(&d.mnt), "exited: {:?}", child.try_wait());
+    serves(&d.src, &d.mnt, "f");
+    // SAFETY: our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(wait_exit(&mut child).code(), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr, "", "nothing falls back to standard error");
+    assert!(!is_mounted(&d.mnt));
+}
+
+/// A `--log-file` that can't be opened is the command's error, before
+/// anything is mounted.
+#[test]
+fn a_log_file_that_cannot_be_opened_is_refused_at_start() {
+    let d = dirs();
+    let path = d.dir.path().join("no/such/dir/log");
+    let out = output(
+        Command::new(BIN)
+            .arg("--log-file")
+            .arg(&path)
+            .arg(&d.src)
+            .arg(&d.mnt),
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("passthroughfs: error: --log-file ") && err.contains("no/such/dir/log"),
+        "{err}"
+    );
+    assert!(!is_mounted(&d.mnt));
+}
+
+/// Runs `f` on a thread of its own whose mount namespace has a `/dev`
+/// holding `null` and `fuse`, and a datagram socket `log` if `syslog`
+/// (so that the machine's /dev and syslog are left alone); `f` gets the
+/// socket.
+fn with_own_dev(
+    dir: &Path,
+    syslog: bool,
+    f: impl FnOnce(Option<std::os::unix::net::UnixDatagram>) + Send + 'static,
+) {
+    let dev = dir.join("dev");
+    std::thread::spawn(move || {
+        // SAFETY: unshare and mount with valid arguments; they change only
+        // this thread's mount namespace (CLONE_NEWNS unshares its fs too).
+        unsafe {
+            assert_eq!(
+                libc::unshare(libc::CLONE_NEWNS),
+                0,
+                "unshare: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null()
+                ),
+                0
+            );
+        }
+        std::fs::create_dir(&dev).unwrap();
+        for (name, major, minor) in [("null", 1, 3), ("fuse", 10, 229)] {
+            let path = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path; a character device node.
+            let rc = unsafe {
+                libc::mknod(
+                    path.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(major, minor),
+                )
+            };
+            assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+        }
+        let socket = syslog.then(|| {
+            let s = std::os::unix::net::UnixDatagram::bind(dev.join("log")).unwrap();
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            s
+        });
+        let src = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated paths; a bind mount of our directory.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                c"/dev".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "bind over /dev: {}", std::io::Error::last_os_error());
+        f(socket);
+    })
+    .join()
+    .unwrap();
+}
+
+/// Without a syslog daemon (no `/dev/log`) the background start says once,
+/// on standard error, that the log will be lost and how to keep it; with
+/// one listening it says nothing of the kind.
+#[test]
+fn a_background_start_without_syslog_says_so_once() {
+    require_root();
+    let d = dirs();
+    let (src, mnt) = (d.src.clone(), d.mnt.clone());
+    with_own_dev(d.dir.path(), false, move |_| {
+        let _guard = MountGuard(mnt.clone());
+        let out = output(Command::new(BIN).arg(&src).arg(&mnt));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let warnings: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("no syslog daemon listens on /dev/log"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "said once: {err}");
+        assert!(warnings[0].contains("--log-file PATH"), "{err}");
+        serves(&src, &mnt, "f");
+        umount_and_wait(&mnt);
+    });
+
+    let d = dirs();
+    let (src, mnt) = (d.src.clone(), d.mnt.clone());
+    with_own_dev(d.dir.path(), true, move |socket| {
+        let _guard = MountGuard(mnt.clone());
+        let out = output(Command::new(BIN).arg(&src).arg(&mnt));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(!err.contains("no syslog daemon"), "{err}");
+        serves(&src, &mnt, "f");
+        umount_and_wait(&mnt);
+        let socket = socket.expect("the log socket");
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = socket
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("no syslog line with \"unmounted\": {e}"));
+            if text(&buf[..n]).contains("unmounted; exiting") {
+                break;
+            }
+        }
+    });
+}
