@@ -248,6 +248,16 @@ pub struct PassthroughConfig {
     /// Which files are opened with zero copy (see [`ZeroCopyPolicy`]).
     /// Default [`ZeroCopyPolicy::Auto`].
     pub zero_copy: ZeroCopyPolicy,
+    /// Ask the kernel to time requests out (`FUSE_REQUEST_TIMEOUT`,
+    /// protocol 7.43, Linux 6.14+) after this many seconds: a request the
+    /// daemon leaves unanswered that long makes the kernel abort the
+    /// connection, so that clients get `ECONNABORTED` (then `ENOTCONN`)
+    /// instead of hanging in uninterruptible sleep behind a stuck daemon.
+    /// The kernel checks every few seconds (at most 15), and may raise the
+    /// value to `/proc/sys/fs/fuse/default_request_timeout` or lower it to
+    /// `max_request_timeout`. `None` (the default): no timeout; a kernel
+    /// without the flag gets none either (said in the log).
+    pub request_timeout: Option<u16>,
 }
 
 impl Default for PassthroughConfig {
@@ -270,6 +280,7 @@ impl Default for PassthroughConfig {
             file_handles: true,
             fd_cache_size: None,
             zero_copy: ZeroCopyPolicy::Auto,
+            request_timeout: None,
         }
     }
 }
@@ -307,6 +318,14 @@ impl PassthroughConfig {
     #[must_use]
     pub fn entry_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.entry_timeout = timeout.into();
+        self
+    }
+
+    /// Sets the request timeout in seconds
+    /// ([`PassthroughConfig::request_timeout`]; `None` or 0: none).
+    #[must_use]
+    pub fn request_timeout(mut self, seconds: impl Into<Option<u16>>) -> Self {
+        self.request_timeout = seconds.into().filter(|&s| s > 0);
         self
     }
 

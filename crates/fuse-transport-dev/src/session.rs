@@ -507,6 +507,14 @@ impl DevSession {
             // Unmounted already: unmounting the path again could take down
             // a mount made there since (seen: xfstests' mount cycles).
             Some(mount) if self.shared.unmounted.load(Ordering::Acquire) => {
+                if mount.aborted_yet_mounted() {
+                    tracing::warn!(
+                        mountpoint = %mount.mountpoint().display(),
+                        "the kernel aborted the connection (a request went unanswered past \
+                         the request timeout, or fusectl's abort): unmounting its dead mount"
+                    );
+                    return mount.unmount();
+                }
                 mount.forget_unmounted();
                 Ok(())
             }
@@ -761,9 +769,17 @@ fn worker_loop(
                 // The connection is gone: unmounted (ENODEV) or aborted.
                 Some(libc::ENODEV) => {
                     shared.unmounted.store(true, Ordering::Release);
+                    // Nobody can answer a lock wait's caller any more:
+                    // end the waits, or a worker blocked in one would
+                    // hold the session (seen after the kernel aborted
+                    // a connection on a request timeout).
+                    shared.server.stop_waits();
                     return Ok(WorkerEnd::Done);
                 }
-                Some(libc::ECONNABORTED) => return Ok(WorkerEnd::Done),
+                Some(libc::ECONNABORTED) => {
+                    shared.server.stop_waits();
+                    return Ok(WorkerEnd::Done);
+                }
                 _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
             },
         };

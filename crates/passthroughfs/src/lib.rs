@@ -220,6 +220,17 @@ pub struct FsArgs {
     /// Largest number of pool threads (default 64).
     #[arg(long, value_name = "N", requires = "thread_pool")]
     pub pool_threads: Option<usize>,
+
+    /// Have the kernel abort the connection when a request stays
+    /// unanswered this many seconds (FUSE_REQUEST_TIMEOUT, Linux 6.14+;
+    /// the kernel checks every few seconds, and its
+    /// /proc/sys/fs/fuse/*_request_timeout limits apply): clients then get
+    /// ECONNABORTED, later ENOTCONN, instead of hanging behind a stuck
+    /// daemon, and the daemon unmounts the dead mount and exits. The kernel
+    /// can't tell a long lock wait (flock, F_SETLKW) from a hung daemon: a
+    /// wait that long ends the connection too. Default: no timeout.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub request_timeout: Option<u16>,
 }
 
 impl FsArgs {
@@ -231,6 +242,7 @@ impl FsArgs {
             .attr_timeout(seconds("attr-timeout", self.attr_timeout)?)
             .entry_timeout(seconds("entry-timeout", self.entry_timeout)?)
             .watch_source(!self.no_watch_source)
+            .request_timeout(self.request_timeout)
             .xattr(!self.no_xattr)
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)

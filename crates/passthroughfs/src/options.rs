@@ -241,6 +241,13 @@ const OPTIONS: &[Opt] = &[
         a.fs.entry_timeout = Some(secs(v)?);
         Ok(())
     }),
+    value("request_timeout=", "--request-timeout SECS", |a, v| {
+        match v.parse::<u16>() {
+            Ok(s) if s > 0 => a.fs.request_timeout = Some(s),
+            _ => return Err(format!("{v:?} is not a number of seconds from 1 to 65535")),
+        }
+        Ok(())
+    }),
     flag("no_watch_source", "--no-watch-source", |a| {
         a.fs.no_watch_source = true
     }),
@@ -521,9 +528,10 @@ mod tests {
             "-o",
             "max_threads=9,io_uring,io_uring_q_depth=4,noexec,nosuid,noauto,x-systemd.automount",
             "-o",
-            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool",
+            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7",
         ])
         .unwrap();
+        assert_eq!(a.fs.request_timeout, Some(7));
         assert!(a.allow_other && a.default_permissions && !a.ro);
         assert_eq!(a.fs.cache, Cache::Always);
         assert!(a.fs.writeback && a.fs.thread_pool);

@@ -767,6 +767,17 @@ impl FileSystem for PassthroughFs {
             want |= InitFlags::NO_OPENDIR_SUPPORT;
         }
         want |= self.passthrough_init(kernel, config);
+        if let Some(seconds) = self.cfg.request_timeout {
+            if kernel.flags.contains(InitFlags::REQUEST_TIMEOUT) {
+                want |= InitFlags::REQUEST_TIMEOUT;
+                config.request_timeout = seconds;
+            } else {
+                tracing::warn!(
+                    "the kernel offers no request timeout (FUSE_REQUEST_TIMEOUT, Linux 6.14+): \
+                     requests are not timed out"
+                );
+            }
+        }
         let agreed = (config.flags | want) & kernel.flags;
         let passthrough =
             agreed.contains(InitFlags::PASSTHROUGH) && !agreed.contains(InitFlags::WRITEBACK_CACHE);

@@ -31,6 +31,7 @@ use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use watcher::UnmountWatcher;
@@ -80,6 +81,10 @@ pub struct Mount {
     auto_unmount: Option<AutoUnmountHelper>,
     /// With `auto_unmount` on a `mount(2)` mount: the watcher process.
     watcher: Option<UnmountWatcher>,
+    /// The mount's id (`STATX_MNT_ID`, as `/proc/self/mountinfo` lists
+    /// it), read when it was made or adopted; `None` if the kernel didn't
+    /// say.
+    mount_id: Option<u64>,
 }
 
 impl Mount {
@@ -178,6 +183,7 @@ impl Mount {
         auto_unmount: Option<AutoUnmountHelper>,
     ) -> Mount {
         tracing::debug!(mountpoint = %mountpoint.display(), %method, "mounted FUSE file system");
+        let mount_id = mount_id_of(&mountpoint);
         Mount {
             fd,
             mountpoint,
@@ -185,6 +191,7 @@ impl Mount {
             mounted: true,
             auto_unmount,
             watcher: None,
+            mount_id,
         }
     }
 
@@ -278,6 +285,7 @@ impl Mount {
     /// one) that hands over its session descriptor `fd` for `mountpoint`:
     /// it unmounts like one made here.
     pub fn adopt(fd: OwnedFd, mountpoint: PathBuf) -> Mount {
+        let mount_id = mount_id_of(&mountpoint);
         Mount {
             fd,
             mountpoint,
@@ -285,7 +293,20 @@ impl Mount {
             mounted: true,
             auto_unmount: None,
             watcher: None,
+            mount_id,
         }
+    }
+
+    /// Whether this mount is still in the mount table though its
+    /// connection has ended (`ENODEV` on the device): the kernel aborted
+    /// the connection (a request past the negotiated request timeout, or
+    /// an abort through fusectl) rather than unmounting it, and left a
+    /// dead mount that answers `ENOTCONN` until it is unmounted.
+    pub(crate) fn aborted_yet_mounted(&self) -> bool {
+        let Some(id) = self.mount_id else {
+            return false;
+        };
+        mountinfo::is_fuse_mount(id, &self.mountpoint).unwrap_or(false)
     }
 
     /// Records that the file system is no longer mounted (the kernel said
@@ -529,4 +550,24 @@ fn unmount_error(path: &Path, err: io::Error) -> MountError {
             source: err,
         }
     }
+}
+
+/// The id of the mount at `path` (`STATX_MNT_ID`), read from the kernel's
+/// cache (`AT_STATX_DONT_SYNC`: its daemon may not have answered INIT
+/// yet, or may be this very thread).
+fn mount_id_of(path: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statx is a valid output buffer.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    (r == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
 }

@@ -15,6 +15,29 @@ pub(super) fn is_mount_point(path: &Path) -> io::Result<bool> {
         .any(|field| unescape_mountinfo(field) == wanted))
 }
 
+/// Whether the mount with id `id` (as `STATX_MNT_ID` gives it) is in this
+/// mount namespace's table, a FUSE mount at `path` (canonical).
+pub(super) fn is_fuse_mount(id: u64, path: &Path) -> io::Result<bool> {
+    let mountinfo = std::fs::read("/proc/self/mountinfo")?;
+    let id = id.to_string();
+    let wanted = path.as_os_str().as_bytes();
+    Ok(mountinfo.split(|&b| b == b'\n').any(|line| {
+        // id parent maj:min root mount-point options [optional...] - fstype ...
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let fstype = fields
+            .iter()
+            .position(|f| *f == b"-")
+            .and_then(|sep| fields.get(sep + 1));
+        let fuse =
+            fstype.is_some_and(|t| *t == b"fuse" || *t == b"fuseblk" || t.starts_with(b"fuse."));
+        fields.first() == Some(&id.as_bytes())
+            && fuse
+            && fields
+                .get(4)
+                .is_some_and(|p| unescape_mountinfo(p) == wanted)
+    }))
+}
+
 /// Undoes the kernel's octal escapes (`\040` for a space) in a mountinfo field.
 fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(field.len());
