@@ -223,12 +223,25 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
+    // The refusal above: the new daemon exits once refused, and the
+    // serving one binds its socket again after that.
+    wait_socket();
     let hung = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     let hello = format!(
         "fuse-takeover-hello {}\n",
         fuse_transport_dev::takeover::TAKEOVER_VERSION
     );
     (&hung).write_all(hello.as_bytes()).unwrap();
+    // The serving daemon removes the socket file once it accepted `hung`;
+    // before that, a second daemon would wait in its listen queue.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sock.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the takeover socket stays while one is under way"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
     assert!(err.contains("takeover socket"), "{err}");
     drop(hung);
