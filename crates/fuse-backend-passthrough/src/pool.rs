@@ -89,6 +89,13 @@ pub struct AsyncPoolStats {
     pub uring_reads: u64,
     /// WRITEs served by io_uring on the serving thread's ring.
     pub uring_writes: u64,
+    /// WRITEs that clear set-user-ID and set-group-ID (`KILL_SUIDGID`,
+    /// with `FUSE_HANDLE_KILLPRIV_V2` agreed): they go to the pool or the
+    /// ring, never inline, like `O_DIRECT` ones. The kernel marks a WRITE
+    /// so when its writer lacks `CAP_FSETID` in the initial user
+    /// namespace: every WRITE of a user other than root, and of root in a
+    /// user namespace.
+    pub kill_suidgid_writes: u64,
 }
 
 /// Counters shared by the pool and its slots.
@@ -105,6 +112,7 @@ pub(crate) struct Counters {
     pub(crate) pool_writes: AtomicU64,
     pub(crate) uring_reads: AtomicU64,
     pub(crate) uring_writes: AtomicU64,
+    pub(crate) kill_suidgid_writes: AtomicU64,
 }
 
 type Job = Box<dyn FnOnce() + Send>;

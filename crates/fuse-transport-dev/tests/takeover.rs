@@ -94,21 +94,61 @@ fn wait_for_rounds(rounds: &AtomicU64, more: u64) {
     }
 }
 
+/// A test's temporary directory with its mountpoint `mnt` in it. Dropped
+/// (a test ends, or panics: a session handed over to nobody leaves a dead
+/// mount), it detaches a mount still on `mnt` before the directory goes,
+/// so that a failing test leaves no mount behind.
+struct TestDir {
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl TestDir {
+    fn new() -> TestDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        TestDir { dir, mnt }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let path = std::ffi::CString::new(self.mnt.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid path; a lazy unmount of our own mount.
+            let r = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+            eprintln!(
+                "detached the mount left on {} ({})",
+                self.mnt.display(),
+                if r == 0 {
+                    "done".to_string()
+                } else {
+                    std::io::Error::last_os_error().to_string()
+                }
+            );
+        }
+    }
+}
+
 /// A passthrough of a fresh `src` mounted at `mnt` (both in the returned
 /// directory) by a session with `config`.
 fn mount_passthrough(
     config: SessionConfig,
 ) -> (
-    tempfile::TempDir,
+    TestDir,
     std::path::PathBuf,
     std::path::PathBuf,
     Arc<PassthroughFs>,
     DevSession,
 ) {
     require_root();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TestDir::new();
     let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
+    let mnt = dir.mnt.clone();
     std::fs::create_dir(&src).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
@@ -362,8 +402,15 @@ fn lock_waits_refuse_the_takeover(session: Arc<dyn Pausable>, dir: &Path) {
     let path = mnt.join("locked");
     std::fs::write(&path, b"x").unwrap();
     let holder = std::fs::File::open(&path).unwrap();
+    // Taken without waiting (SETLK, not SETLKW): a blocking flock is
+    // itself a lock wait to the session, counted until just after its
+    // reply reached us, so the first refused pause below could be this
+    // one's and the waiter's request not yet sent.
     // SAFETY: flock on descriptors we own.
-    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    assert_eq!(
+        unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
     let waiter = {
         let path = path.clone();
         std::thread::spawn(move || {
@@ -431,9 +478,9 @@ fn lock_waits_refuse_the_takeover_of_worker_threads() {
 #[test]
 fn lock_waits_refuse_the_takeover_of_tasks() {
     require_root();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TestDir::new();
     let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
+    let mnt = dir.mnt.clone();
     std::fs::create_dir(&src).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());

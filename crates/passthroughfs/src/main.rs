@@ -30,6 +30,8 @@
 //! their lookup references, open handles, cached descriptors, backing ids)
 //! and goes on. `RUST_LOG` sets the log level (default `info`).
 
+mod takeover_socket;
+
 use clap::Parser;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{Server, Session};
@@ -601,25 +603,6 @@ fn takeover_timeout(args: &Args) -> Result<std::time::Duration, Failure> {
     Ok(std::time::Duration::from_secs(args.takeover_timeout))
 }
 
-/// Binds `path` for takeover requests, replacing a socket file nobody
-/// listens on any more.
-fn bind_takeover_socket(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::net::{UnixListener, UnixStream};
-    match UnixListener::bind(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AddrInUse,
-                    format!("another daemon listens on {}", path.display()),
-                ));
-            }
-            std::fs::remove_file(path)?;
-            UnixListener::bind(path)
-        }
-        r => r,
-    }
-}
-
 /// Serves takeover requests on `path` (`--takeover-socket`): one at a
 /// time; the socket file goes while one is answered (the new daemon may
 /// bind the same path for the next upgrade) and comes back if it failed.
@@ -630,7 +613,7 @@ fn spawn_takeover_listener(
     timeout: std::time::Duration,
 ) -> Result<(), Failure> {
     use fuse_transport_dev::takeover::offer_mount;
-    let mut listener = bind_takeover_socket(&path)
+    let mut listener = takeover_socket::bind(&path)
         .map_err(|e| Failure(format!("--takeover-socket {}: {e}", path.display())))?;
     tracing::info!(socket = %path.display(), "listening for a takeover");
     std::thread::Builder::new()
@@ -657,7 +640,7 @@ fn spawn_takeover_listener(
                 Err(e) => tracing::warn!("takeover failed: {e}"),
             }
             fs.set_notifier(session.notifier());
-            match bind_takeover_socket(&path) {
+            match takeover_socket::bind(&path) {
                 Ok(l) => listener = l,
                 Err(e) => {
                     tracing::error!(

@@ -132,7 +132,15 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
     // The lock taken before the first upgrade is still held.
     assert!(!flock_nb(&held_path), "the lock was lost on the way");
     drop(locked);
-    assert!(flock_nb(&held_path));
+    // The kernel sends the RELEASE that drops the flock after close
+    // returns: wait until the daemon has answered it (and every other
+    // release of the clients and of flock_nb), `held` and `ghost` being
+    // the only handles left.
+    fs_state_with(&daemon, &["handles=2 "], false);
+    assert!(
+        flock_nb(&held_path),
+        "the lock outlived its holder's release"
+    );
     held.seek(SeekFrom::Start(0)).unwrap();
     let mut text = String::new();
     held.read_to_string(&mut text).unwrap();
@@ -223,12 +231,25 @@ fn refused_or_unanswered_takeovers_leave_the_mount_served() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
+    // The refusal above: the new daemon exits once refused, and the
+    // serving one binds its socket again after that.
+    wait_socket();
     let hung = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     let hello = format!(
         "fuse-takeover-hello {}\n",
         fuse_transport_dev::takeover::TAKEOVER_VERSION
     );
     (&hung).write_all(hello.as_bytes()).unwrap();
+    // The serving daemon removes the socket file once it accepted `hung`;
+    // before that, a second daemon would wait in its listen queue.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sock.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the takeover socket stays while one is under way"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let err = failed_takeover(&d.src, &d.mnt, &sock_arg);
     assert!(err.contains("takeover socket"), "{err}");
     drop(hung);

@@ -160,6 +160,7 @@ impl PassthroughFs {
             pool_writes: c.pool_writes.load(Ordering::Relaxed),
             uring_reads: c.uring_reads.load(Ordering::Relaxed),
             uring_writes: c.uring_writes.load(Ordering::Relaxed),
+            kill_suidgid_writes: c.kill_suidgid_writes.load(Ordering::Relaxed),
         }
     }
 
@@ -747,6 +748,12 @@ impl AsyncFileSystem for PassthroughFs {
         }
         let direct = h.flags & libc::O_DIRECT != 0;
         let killpriv = args.kill_suidgid() && self.killpriv_v2();
+        if killpriv {
+            self.asyncs
+                .counters
+                .kill_suidgid_writes
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let kind = RuntimeType::current();
         if let Some(p) = self.pooled() {
             if direct || killpriv || kind.file_io_blocks() {

@@ -318,6 +318,15 @@ impl PassthroughFs {
         if args.fh == 0 {
             return Ok(());
         }
+        if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {
+            // The descriptor may live on while a request still uses it.
+            // Unlocked before the handle leaves the table, so that once
+            // the handle count no longer has it, its flock is gone too (a
+            // client's close returns before the kernel sends this).
+            if let Some(h) = self.handles.get(args.fh) {
+                let _ = sys::flock(h.fd(), libc::LOCK_UN);
+            }
+        }
         let h = self
             .handles
             .remove(args.fh)
@@ -327,10 +336,6 @@ impl PassthroughFs {
         }
         // The last release of a passthrough inode closes its backing id.
         self.pt.release(args.fh);
-        if args.release_flags.contains(ReleaseFlags::FLOCK_UNLOCK) {
-            // The descriptor may live on while a request still uses it.
-            let _ = sys::flock(h.fd(), libc::LOCK_UN);
-        }
         if let Ok(inode) = self.inodes.get(ino) {
             self.release_lock_ctxs(&inode, args.fh);
         }
