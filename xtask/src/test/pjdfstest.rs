@@ -110,7 +110,7 @@ pub(super) fn pjdfstest_memfs(
 ) -> Result<()> {
     run_cmd(
         cargo()
-            .args(["build", "--release", "-p", "fuse-transport-dev"])
+            .args(["build", "--release", "-p", "fusewire-transport-dev"])
             .args(["--example", "memfs"])
             .current_dir(root),
     )?;
@@ -346,7 +346,7 @@ pub(super) struct DaemonMount {
 impl DaemonMount {
     /// Starts `cmd MOUNTPOINT` (its stdout and stderr going to a log in
     /// `log_dir`) and waits until the mount answers.
-    fn start(
+    pub(super) fn start(
         name: &'static str,
         mut cmd: Command,
         mountpoint: &Path,
@@ -439,7 +439,7 @@ impl DaemonMount {
     }
 
     /// Stops the daemon with SIGTERM and checks it unmounted and exited with 0.
-    fn stop(mut self) -> Result<()> {
+    pub(super) fn stop(mut self) -> Result<()> {
         let status = self.terminate();
         let leftover = self.force_unmount();
         match status {
