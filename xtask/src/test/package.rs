@@ -85,10 +85,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let task = match rx.recv() {
         Ok(mounted) => mounted?,
-        // The thread ended without a word: its runtime failed.
-        Err(_) => return Err(serving.join().map_err(|_| "the serving thread panicked")?
-            .err()
-            .map_or_else(|| "the serving thread ended".into(), Into::into)),
+        // The thread ended before mounting: its runtime could not start.
+        Err(_) => {
+            serving.join().map_err(|_| "the serving thread panicked")??;
+            return Err("the serving thread ended before mounting".into());
+        }
     };
     println!("serving {} over {}", task.mountpoint().display(), task.transport());
     fuse_transport_dev::serve_until_signal(&*task)?;
@@ -160,7 +161,13 @@ pub(super) fn step_package(ctx: &mut Ctx) -> Result<Outcome> {
         let krate = target_dir()
             .join("package")
             .join(format!("{}.crate", p.dir_name()));
-        run_cmd(Command::new("tar").arg("-xzf").arg(&krate).arg("-C").arg(&pkgs))?;
+        run_cmd(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&krate)
+                .arg("-C")
+                .arg(&pkgs),
+        )?;
         check_contents(&pkgs.join(p.dir_name()))?;
     }
     let names: Vec<_> = published.iter().map(|p| p.name.as_str()).collect();
@@ -260,7 +267,10 @@ fn published_packages(root: &Path) -> Result<Vec<Published>> {
         // `publish` is null when allowed anywhere, `[]` for `publish = false`.
         .filter(|p| p["publish"].as_array().is_none_or(|a| !a.is_empty()))
         .collect();
-    let names: Vec<&str> = published.iter().filter_map(|p| p["name"].as_str()).collect();
+    let names: Vec<&str> = published
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
     let mut out = Vec::new();
     for p in &published {
         let name = p["name"].as_str().context("package without a name")?;
@@ -271,7 +281,11 @@ fn published_packages(root: &Path) -> Result<Vec<Published>> {
             .with_context(|| format!("{name} has no library"))?;
         let doc_features = p["metadata"]["docs"]["rs"]["features"]
             .as_array()
-            .map(|f| f.iter().filter_map(|f| Some(f.as_str()?.to_string())).collect())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|f| Some(f.as_str()?.to_string()))
+                    .collect()
+            })
             .unwrap_or_default();
         let deps = p["dependencies"]
             .as_array()
@@ -332,15 +346,23 @@ fn patch_section(pkgs_rel: &str, published: &[Published], names: &[&str]) -> Str
          # are not (yet): point them at the unpacked packages.\n\
          [patch.crates-io]\n",
     );
-    for p in published.iter().filter(|p| names.contains(&p.name.as_str())) {
-        let _ = writeln!(s, "{} = {{ path = \"{pkgs_rel}/{}\" }}", p.name, p.dir_name());
+    for p in published
+        .iter()
+        .filter(|p| names.contains(&p.name.as_str()))
+    {
+        let _ = writeln!(
+            s,
+            "{} = {{ path = \"{pkgs_rel}/{}\" }}",
+            p.name,
+            p.dir_name()
+        );
     }
     s
 }
 
-/// `cargo doc` of every unpacked package as docs.rs builds it: a
-/// workspace of the unpacked packages (so `--features` applies to each),
-/// `--cfg docsrs` and `-D warnings`.
+/// `cargo doc` of every unpacked package as docs.rs builds it (its
+/// docs.rs features, `--cfg docsrs`) with `-D warnings`, in a workspace of
+/// the unpacked packages (so `--features` can name each one's).
 fn docs_rs(scratch: &Path, pkgs: &Path, published: &[Published], lock: &str) -> Result<()> {
     let members: Vec<String> = published
         .iter()
@@ -355,18 +377,27 @@ fn docs_rs(scratch: &Path, pkgs: &Path, published: &[Published], lock: &str) -> 
     );
     fs::write(pkgs.join("Cargo.toml"), manifest)?;
     fs::write(pkgs.join("Cargo.lock"), lock)?;
-    for p in published {
-        let mut cmd = cargo();
-        cmd.args(["doc", "--no-deps", "-p", &p.name])
-            .current_dir(pkgs)
-            .env("CARGO_TARGET_DIR", scratch.join("target"))
-            .env("RUSTDOCFLAGS", "--cfg docsrs -D warnings");
-        if !p.doc_features.is_empty() {
-            cmd.arg("--features").arg(p.doc_features.join(","));
-        }
-        run_cmd(&mut cmd)?;
+    // One invocation for all, so the dependencies are compiled once. Each
+    // package gets its docs.rs features; the union adds none to any, as
+    // every feature one package turns on in another (passthroughfs's) is
+    // among that one's docs.rs features.
+    let features: Vec<String> = published
+        .iter()
+        .flat_map(|p| {
+            p.doc_features
+                .iter()
+                .map(move |f| format!("{}/{f}", p.name))
+        })
+        .collect();
+    let mut cmd = cargo();
+    cmd.args(["doc", "--no-deps", "--workspace"])
+        .current_dir(pkgs)
+        .env("CARGO_TARGET_DIR", scratch.join("target"))
+        .env("RUSTDOCFLAGS", "--cfg docsrs -D warnings");
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
     }
-    Ok(())
+    run_cmd(&mut cmd)
 }
 
 /// The consumers: the README's file system, the porting example over
@@ -514,13 +545,25 @@ fn reach<'a>(published: &'a [Published], name: &str, reached: &mut Vec<&'a str>)
     }
 }
 
-/// The first `serving ... over ...` line of a daemon's log.
+/// The first `serving ... over ...` line of a daemon's log. The daemon
+/// prints it once its mount call returned, which may be a moment after
+/// the mount shows: wait for it up to [`DAEMON_TIMEOUT`].
 fn serving_line(log: &Path) -> Result<String> {
-    let text = fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
-    text.lines()
-        .find(|l| l.starts_with("serving "))
-        .map(str::to_string)
-        .with_context(|| format!("{} has no `serving ... over ...` line", log.display()))
+    let deadline = Instant::now() + DAEMON_TIMEOUT;
+    loop {
+        let text = fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+        if let Some(line) = text.lines().find(|l| l.starts_with("serving ")) {
+            return Ok(line.to_string());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{} has no `serving ... over ...` line {} s after the mount",
+                log.display(),
+                DAEMON_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Fails unless `path` holds exactly `want`.

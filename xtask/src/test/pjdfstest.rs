@@ -400,6 +400,12 @@ impl DaemonMount {
                         "{} has f_type {t:#x}, not FUSE ({FUSE_SUPER_MAGIC:#x})",
                         self.mountpoint.display()
                     ),
+                    // A file system without `statfs` (the README's minimal
+                    // one) answers ENOSYS: it answered, and mountinfo says FUSE.
+                    Some(Err(e)) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                        println!("mounted: {} (FUSE, no statfs)", self.mountpoint.display());
+                        return Ok(());
+                    }
                     Some(Err(e)) => {
                         self.print_log();
                         bail!("statfs({}) failed: {e}", self.mountpoint.display());

@@ -1057,8 +1057,14 @@ fn build_checker(run_dir: &Path) -> Result<PathBuf> {
 /// `cargo build -p fusewire-passthroughfs` for the host; the executable.
 fn build_daemon(release: bool) -> Result<PathBuf> {
     let mut cmd = cargo();
-    cmd.args(["build", "-p", "fusewire-passthroughfs", "--bin", "passthroughfs"])
-        .current_dir(crate::workspace_root());
+    cmd.args([
+        "build",
+        "-p",
+        "fusewire-passthroughfs",
+        "--bin",
+        "passthroughfs",
+    ])
+    .current_dir(crate::workspace_root());
     if release {
         cmd.arg("--release");
     }
