@@ -334,14 +334,14 @@ impl Check {
 fn crate_checks(root: &Path) -> anyhow::Result<Vec<Check>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let output = Command::new(cargo)
-        .args(["run", "-q", "-p", "fuse-abi", "--example", "abi-layout"])
+        .args(["run", "-q", "-p", "fusewire-abi", "--example", "abi-layout"])
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()
-        .context("running `cargo run -p fuse-abi --example abi-layout`")?;
+        .context("running `cargo run -p fusewire-abi --example abi-layout`")?;
     if !output.status.success() {
         bail!(
-            "abi-check: `cargo run -p fuse-abi --example abi-layout` failed: {}",
+            "abi-check: `cargo run -p fusewire-abi --example abi-layout` failed: {}",
             output.status
         );
     }

@@ -35,7 +35,14 @@ pub fn run(args: &ManArgs) -> Result<()> {
     let page = dir.join(PAGE);
     run_cmd(
         cargo()
-            .args(["run", "-p", "passthroughfs", "--example", "man", "--"])
+            .args([
+                "run",
+                "-p",
+                "fusewire-passthroughfs",
+                "--example",
+                "man",
+                "--",
+            ])
             .arg(&page)
             .current_dir(crate::workspace_root()),
     )?;

@@ -5,7 +5,7 @@
 //! holds (every access opens the handle again).
 //!
 //! ```text
-//! cargo run --release -p fuse-backend-passthrough --example inode_latency [DIR]
+//! cargo run --release -p fusewire-backend-passthrough --example inode_latency [DIR]
 //! ```
 //!
 //! DIR (default: a new directory under /tmp) decides the backing file

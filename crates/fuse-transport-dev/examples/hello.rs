@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! mkdir -p /tmp/hello
-//! cargo run -p fuse-transport-dev --example hello -- /tmp/hello
+//! cargo run -p fusewire-transport-dev --example hello -- /tmp/hello
 //! cat /tmp/hello/hello.txt        # in another terminal
 //! ```
 //!

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! mkdir -p /tmp/mem
-//! cargo run -p fuse-transport-dev --example memfs -- /tmp/mem
+//! cargo run -p fusewire-transport-dev --example memfs -- /tmp/mem
 //! ```
 //!
 //! It serves until Ctrl-C (or SIGTERM), or until someone unmounts it. The

@@ -3,7 +3,7 @@
 //! that `--help` and the page can't disagree. `cargo xtask man` runs it:
 //!
 //! ```sh
-//! cargo run -p passthroughfs --example man -- OUT
+//! cargo run -p fusewire-passthroughfs --example man -- OUT
 //! ```
 //!
 //! OUT is the page's path, or a directory to write `passthroughfs.1` into.

@@ -26,10 +26,30 @@ const HANG: Duration = Duration::from_secs(300);
 
 #[test]
 fn an_unanswered_request_aborts_the_connection_and_the_daemon_unmounts() {
+    aborted_in(Transport::Dev, &[]);
+}
+
+#[test]
+fn an_unanswered_request_aborts_the_connection_on_tokio() {
+    aborted_in(Transport::Dev, &["--runtime", "tokio"]);
+}
+
+#[test]
+fn an_unanswered_request_aborts_the_connection_over_io_uring() {
+    require_uring();
+    aborted_in(Transport::Uring, &[]);
+}
+
+/// The daemon with `--request-timeout 1` on `transport` with `extra`
+/// arguments: a lock wait past the timeout ends the connection and the
+/// daemon.
+fn aborted_in(transport: Transport, extra: &[&str]) {
     require_root();
     let d = dirs();
     std::fs::write(d.src.join("locked"), b"x").unwrap();
-    let daemon = Daemon::start(&d.src, &d.mnt, Transport::Dev, &["--request-timeout", "1"]);
+    let mut args = vec!["--request-timeout", "1"];
+    args.extend_from_slice(extra);
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, &args);
     let path = d.mnt.join("locked");
     let holder = File::open(&path).unwrap();
     // SAFETY: flock on a descriptor we own.

@@ -38,12 +38,14 @@ use std::time::{Duration, Instant};
 mod abi;
 mod libtest;
 mod mounts;
+mod package;
 mod pjdfstest;
 mod repeat;
 mod setup;
 
 pub(crate) use abi::*;
 pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, TestRun};
+use package::*;
 use pjdfstest::*;
 pub(crate) use setup::*;
 
@@ -53,8 +55,8 @@ pub struct TestArgs {
     /// Skip the setup step (package installs, pjdfstest, io_uring switch).
     #[arg(long)]
     no_setup: bool,
-    /// Skip a step (repeatable): setup, build, abi-check, cargo-test,
-    /// pjdfstest, xfstests, stress, vm, virtiofs, bench.
+    /// Skip a step (repeatable): setup, build, package, abi-check,
+    /// cargo-test, pjdfstest, xfstests, stress, vm, virtiofs, bench.
     #[arg(long, value_name = "STEP")]
     skip: Vec<String>,
     /// Run only these steps (repeatable), in the suite's order.
@@ -101,7 +103,7 @@ pub struct TestArgs {
     #[arg(long)]
     native: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g.
-    /// `cargo xtask test --only cargo-test -- -p fuse-abi -- --nocapture`.
+    /// `cargo xtask test --only cargo-test -- -p fusewire-abi -- --nocapture`.
     #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
     cargo_test_args: Vec<String>,
 }
@@ -135,6 +137,11 @@ const STEPS: &[Step] = &[
         name: "build",
         about: "build the workspace (release binaries, test binaries, the sync-only passthrough, the docs with -D warnings)",
         run: step_build,
+    },
+    Step {
+        name: "package",
+        about: "cargo package; docs of the unpacked packages as docs.rs builds them; outside crates built from the packages alone, mounted and read",
+        run: step_package,
     },
     Step {
         name: "abi-check",
@@ -567,7 +574,7 @@ fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
             .args([
                 "build",
                 "-p",
-                "fuse-backend-passthrough",
+                "fusewire-backend-passthrough",
                 "--no-default-features",
             ])
             .current_dir(&ctx.root),

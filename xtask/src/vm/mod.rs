@@ -82,7 +82,7 @@ use kernel::*;
 #[derive(clap::Args)]
 pub struct VmArgs {
     /// Package whose tests run in the VM (repeatable)
-    /// [default: fuse-transport-uring].
+    /// [default: fusewire-transport-uring].
     #[arg(short = 'p', long = "package", value_name = "NAME")]
     packages: Vec<String>,
     /// Test name filter given to every test executable; '' runs all tests.
@@ -249,7 +249,7 @@ fn parse_block(v: &str) -> Result<usize, String> {
 }
 
 /// The package tested when no `--package` is given.
-const DEFAULT_PACKAGE: &str = "fuse-transport-uring";
+const DEFAULT_PACKAGE: &str = "fusewire-transport-uring";
 
 /// The target the guest's executables are built for (statically linked).
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
@@ -297,9 +297,9 @@ const MEASURE_SCRIPT: &str = include_str!("../../vm-memory.sh");
 /// The measurement's name in the plan and the summary.
 const MEASURE_NAME: &str = "memory-measurement";
 /// What `--measure-memory` builds: the daemon, and the load generator.
-const MEASURE_DAEMON: (&str, &str) = ("passthroughfs", "passthroughfs");
+const MEASURE_DAEMON: (&str, &str) = ("fusewire-passthroughfs", "passthroughfs");
 /// See [`MEASURE_DAEMON`].
-const MEASURE_LOAD: (&str, &str) = ("fuse-transport-uring", "direct_read_load");
+const MEASURE_LOAD: (&str, &str) = ("fusewire-transport-uring", "direct_read_load");
 
 /// Environment variables passed on from the host to the guest's tests.
 const PASSED_ENV: &[&str] = &[

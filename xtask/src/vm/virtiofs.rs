@@ -1,7 +1,7 @@
 //! `cargo xtask test-in-vm --virtiofs`: the guest mounts `-t virtiofs` a
 //! directory that `passthroughfs --vhost-user` serves on the host.
 //!
-//! 1. **build**: the daemon (`cargo build -p passthroughfs`, for the host)
+//! 1. **build**: the daemon (`cargo build -p fusewire-passthroughfs`, for the host)
 //!    and the guest's checker (`xtask/vm-virtiofs.c`, `gcc -static`).
 //! 2. **initramfs**: busybox, the usual `/init` (`xtask/vm-init.sh`), the
 //!    checker, and a plan that mounts `-t virtiofs` and runs it in the
@@ -1054,11 +1054,17 @@ fn build_checker(run_dir: &Path) -> Result<PathBuf> {
     Ok(checker)
 }
 
-/// `cargo build -p passthroughfs` for the host; the executable.
+/// `cargo build -p fusewire-passthroughfs` for the host; the executable.
 fn build_daemon(release: bool) -> Result<PathBuf> {
     let mut cmd = cargo();
-    cmd.args(["build", "-p", "passthroughfs", "--bin", "passthroughfs"])
-        .current_dir(crate::workspace_root());
+    cmd.args([
+        "build",
+        "-p",
+        "fusewire-passthroughfs",
+        "--bin",
+        "passthroughfs",
+    ])
+    .current_dir(crate::workspace_root());
     if release {
         cmd.arg("--release");
     }

@@ -284,7 +284,7 @@ fn ensure_daemon(layout: &Layout) -> Result<()> {
     if std::env::var_os("XTASK_PASSTHROUGHFS").is_none() {
         crate::test::run_cmd(
             crate::test::cargo()
-                .args(["build", "--release", "-p", "passthroughfs"])
+                .args(["build", "--release", "-p", "fusewire-passthroughfs"])
                 .current_dir(&layout.root),
         )?;
     }
