@@ -508,11 +508,6 @@ impl DevSession {
             // a mount made there since (seen: xfstests' mount cycles).
             Some(mount) if self.shared.unmounted.load(Ordering::Acquire) => {
                 if mount.aborted_yet_mounted() {
-                    tracing::warn!(
-                        mountpoint = %mount.mountpoint().display(),
-                        "the kernel aborted the connection (a request went unanswered past \
-                         the request timeout, or fusectl's abort): unmounting its dead mount"
-                    );
                     return mount.unmount();
                 }
                 mount.forget_unmounted();

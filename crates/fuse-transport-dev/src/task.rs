@@ -585,7 +585,22 @@ impl FuseDevTask {
                             .push((request, reply));
                         continue;
                     }
-                    Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
+                    Some(libc::ENODEV | libc::ECONNABORTED) => {
+                        // Nobody can answer a lock wait's caller any
+                        // more: end the waits, or the request tasks
+                        // joined below would never finish.
+                        self.server.stop_waits();
+                        if let Some(mount) = self
+                            .mount
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .as_ref()
+                        {
+                            // Says why the connection ended, if aborted.
+                            mount.aborted_yet_mounted();
+                        }
+                        return Ok(());
+                    }
                     _ => return Err(io::Error::new(e.kind(), format!("reading /dev/fuse: {e}"))),
                 },
             };

@@ -302,7 +302,21 @@ impl Mount {
     /// the connection (a request past the negotiated request timeout, or
     /// an abort through fusectl) rather than unmounting it, and left a
     /// dead mount that answers `ENOTCONN` until it is unmounted.
+    ///
+    /// Says so in the log when it is.
     pub(crate) fn aborted_yet_mounted(&self) -> bool {
+        let aborted = self.still_in_table();
+        if aborted {
+            tracing::warn!(
+                mountpoint = %self.mountpoint.display(),
+                "the kernel aborted the connection (a request went unanswered past the \
+                 request timeout, or fusectl's abort): unmounting its dead mount"
+            );
+        }
+        aborted
+    }
+
+    fn still_in_table(&self) -> bool {
         let Some(id) = self.mount_id else {
             return false;
         };
