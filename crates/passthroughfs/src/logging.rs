@@ -38,12 +38,25 @@ pub fn init_logging_with(default: &str, ansi: bool) {
 /// `passthroughfs[PID]`): the background daemon's standard error is
 /// about to be closed.
 pub fn log_to_syslog() {
+    connect_syslog();
+    TO_SYSLOG.store(true, Ordering::Release);
+}
+
+/// Connects to syslog now (`LOG_NDELAY`) rather than at the first line:
+/// a confined daemon can't reach `/dev/log` later (see
+/// [`crate::sandbox`]).
+pub fn connect_syslog() {
     // The identity must outlive every syslog call: a static string.
     static IDENT: &std::ffi::CStr = c"passthroughfs";
     // SAFETY: IDENT is a static NUL-terminated string; openlog keeps the
     // pointer, which stays valid for the life of the process.
-    unsafe { libc::openlog(IDENT.as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
-    TO_SYSLOG.store(true, Ordering::Release);
+    unsafe {
+        libc::openlog(
+            IDENT.as_ptr(),
+            libc::LOG_PID | libc::LOG_NDELAY,
+            libc::LOG_DAEMON,
+        )
+    };
 }
 
 /// The subscriber's writer: standard error, or a line for syslog.

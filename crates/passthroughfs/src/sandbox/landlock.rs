@@ -1,5 +1,5 @@
 //! A Landlock ruleset: file access limited to SOURCE (and reading
-//! `/proc`, opening `/dev/fuse`), no TCP binds or connects, no signals to processes and no
+//! `/proc`, opening `/dev/fuse` and `/dev/null`), no TCP binds or connects, no signals to processes and no
 //! connections to abstract sockets outside the sandbox. It holds under
 //! `--sandbox none` too.
 
@@ -18,9 +18,9 @@ const ABI_USED: ABI = ABI::V6;
 pub struct Rules {
     source: PathFd,
     proc: PathFd,
-    /// `/dev/fuse`, which serving threads open to clone their session's
-    /// descriptor.
-    fuse: Option<PathFd>,
+    /// `/dev/fuse` (serving threads open it to clone their session's
+    /// descriptor) and `/dev/null` (the background daemon's streams).
+    devices: Vec<PathFd>,
 }
 
 impl Rules {
@@ -32,7 +32,10 @@ impl Rules {
         Ok(Rules {
             source: open(source)?,
             proc: open(Path::new("/proc"))?,
-            fuse: PathFd::new("/dev/fuse").ok(),
+            devices: ["/dev/fuse", "/dev/null"]
+                .into_iter()
+                .filter_map(|p| PathFd::new(p).ok())
+                .collect(),
         })
     }
 }
@@ -72,7 +75,8 @@ pub fn restrict(rules: Rules, file_handles: bool) -> Result<&'static str, Failur
         .map_err(fail)?
         .add_rules(
             rules
-                .fuse
+                .devices
+                .into_iter()
                 .filter(|_| !(file_rights() & handled).is_empty())
                 .map(|fd| Ok(PathBeneath::new(fd, file_rights() & handled))),
         )

@@ -151,6 +151,11 @@ pub fn confine(c: &Confinement) -> Result<Confined, Failure> {
         }
         _ => None,
     };
+    // What the daemon reaches by path after serving starts: connected now.
+    if !c.is_none() {
+        crate::notify::connect_early();
+        crate::logging::connect_syslog();
+    }
     let mut unmounter = unmounter;
     match confine_steps(c, rules, &mut summary) {
         Ok(inside) => source = inside.unwrap_or(source),
@@ -216,23 +221,88 @@ fn confine_steps(
     Ok(source)
 }
 
-/// `--sandbox` when not given.
-pub const DEFAULT_SANDBOX: SandboxMode = SandboxMode::None;
-/// `--seccomp` when not given.
-pub const DEFAULT_SECCOMP: SeccompMode = SeccompMode::None;
-/// `--landlock` when not given.
-pub const DEFAULT_LANDLOCK: LandlockMode = LandlockMode::Off;
+/// The serving modes, as far as their default confinement goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServingMode {
+    /// A new mount over /dev/fuse (any `--runtime`).
+    Dev,
+    /// A new mount over io_uring (`--uring`).
+    Uring,
+    /// `--takeover-socket` or `--take-over`.
+    Takeover,
+    /// `--supervise` (the serving process; the supervisor is not confined).
+    Supervised,
+    /// `--vhost-user`.
+    VhostUser,
+}
+
+/// The defaults per serving mode: `(sandbox, landlock, seccomp)`, the
+/// strongest under which that mode's suites pass (docs/security.md).
+/// `--sandbox namespace` needs root in the initial user namespace; where
+/// it is the default and that is missing, the default falls back to
+/// `none` with a warning.
+pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompMode) {
+    match mode {
+        ServingMode::Dev => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::Uring => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::VhostUser => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+    }
+}
+
+/// Whether this process can build the namespace sandbox: root with
+/// `CAP_SYS_ADMIN` in the initial user namespace (in another, mounting a
+/// `/proc` is refused).
+fn can_enter_namespaces() -> bool {
+    let initial = std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| {
+            let f: Vec<&str> = m.split_whitespace().collect();
+            f == ["0", "0", "4294967295"]
+        })
+        .unwrap_or(false);
+    initial
+        && caps::has_cap(
+            None,
+            caps::CapSet::Effective,
+            caps::Capability::CAP_SYS_ADMIN,
+        )
+        .unwrap_or(false)
+}
 
 impl Confinement {
     /// The confinement `args` ask for (the defaults where not given),
     /// checked against the serving mode: what can't be confined that way
     /// is refused with the reason, before anything is mounted.
     pub fn from_args(args: &crate::cli::Args, source: &std::path::Path) -> Result<Self, Failure> {
-        let sandbox = args.sandbox.unwrap_or(DEFAULT_SANDBOX);
-        let seccomp = args.seccomp.unwrap_or(DEFAULT_SECCOMP);
-        let landlock = args.landlock.unwrap_or(DEFAULT_LANDLOCK);
         let vhost_user = args.virtio.socket.is_some();
         let takeover = args.takeover_socket.is_some() || args.take_over.is_some();
+        let mode = if vhost_user {
+            ServingMode::VhostUser
+        } else if takeover {
+            ServingMode::Takeover
+        } else if args.supervise {
+            ServingMode::Supervised
+        } else if args.uring {
+            ServingMode::Uring
+        } else {
+            ServingMode::Dev
+        };
+        let (default_sandbox, default_landlock, default_seccomp) = defaults(mode);
+        let sandbox = match args.sandbox {
+            Some(s) => s,
+            None if default_sandbox == SandboxMode::Namespace && !can_enter_namespaces() => {
+                tracing::warn!(
+                    "not confined to namespaces (the default --sandbox namespace needs root \
+                     with CAP_SYS_ADMIN in the initial user namespace); Landlock and seccomp \
+                     still apply; --sandbox none says so without this warning"
+                );
+                SandboxMode::None
+            }
+            None => default_sandbox,
+        };
+        let seccomp = args.seccomp.unwrap_or(default_seccomp);
+        let landlock = args.landlock.unwrap_or(default_landlock);
         if sandbox == SandboxMode::Chroot {
             namespace::chroot(source)?;
         }

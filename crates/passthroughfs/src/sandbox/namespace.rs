@@ -51,8 +51,8 @@ fn mount(
 
 /// Enters new mount, network and IPC namespaces and makes the root a
 /// read-only tmpfs holding SOURCE (a recursive bind, at
-/// [`SOURCE_INSIDE`]), a `/proc` of the daemon's PID namespace and
-/// `/dev/fuse`; the old root is detached. Returns SOURCE's path inside.
+/// [`SOURCE_INSIDE`]), a `/proc` of the daemon's PID namespace,
+/// `/dev/fuse` and `/dev/null`; the old root is detached. Returns SOURCE's path inside.
 ///
 /// No new PID namespace: the passthrough reads the callers' supplementary
 /// groups from `/proc/<tid>/status` (thread ids the kernel gives in each
@@ -107,18 +107,18 @@ pub fn enter(source: &Path) -> Result<PathBuf, Failure> {
             .map_err(|e| Failure(format!("--sandbox namespace: creating /{dir}: {e}")))?;
     }
     // /dev/fuse: serving threads clone their session's descriptor by
-    // opening it (a bind of the node keeps its own mount's flags).
-    let fuse_at = root.join("dev/fuse");
-    std::fs::File::create(&fuse_at)
-        .map_err(|e| Failure(format!("--sandbox namespace: creating /dev/fuse: {e}")))?;
-    mount(
-        Some(c"/dev/fuse"),
-        &cstr(&fuse_at)?,
-        None,
-        libc::MS_BIND,
-        None,
-    )
-    .map_err(step("binding /dev/fuse into the new root", "CAP_SYS_ADMIN"))?;
+    // opening it; /dev/null: the background daemon's standard streams (a
+    // bind of a node keeps its own mount's flags).
+    for node in ["fuse", "null"] {
+        let at = root.join("dev").join(node);
+        std::fs::File::create(&at)
+            .map_err(|e| Failure(format!("--sandbox namespace: creating /dev/{node}: {e}")))?;
+        let host = cstr(&Path::new("/dev").join(node))?;
+        mount(Some(&host), &cstr(&at)?, None, libc::MS_BIND, None).map_err(step(
+            "binding a /dev node into the new root",
+            "CAP_SYS_ADMIN",
+        ))?;
+    }
     let at = cstr(&root.join("source"))?;
     // SAFETY: a valid descriptor and paths; the result is checked.
     check(unsafe {

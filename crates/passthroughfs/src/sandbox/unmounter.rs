@@ -75,9 +75,23 @@ impl Unmounter {
                 std::ptr::null(),
             ]
         });
+        let args = arg_area();
+        // Its standard streams: not the daemon's (a background daemon's
+        // starter waits for them to close, and the tests count the
+        // processes that hold them).
+        // SAFETY: a static NUL-terminated path.
+        let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if null < 0 {
+            return Err(Failure(format!(
+                "the unmounter: opening /dev/null: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: a new descriptor of ours.
+        let null = unsafe { OwnedFd::from_raw_fd(null) };
         let (req_r, req_w) = pipe()?;
         let (ans_r, ans_w) = pipe()?;
-        let (keep_a, keep_b) = (req_r.as_raw_fd(), ans_w.as_raw_fd());
+        let (keep_a, keep_b, null_fd) = (req_r.as_raw_fd(), ans_w.as_raw_fd(), null.as_raw_fd());
         // SAFETY: the child runs only async-signal-safe system calls on
         // data prepared above, then _exit.
         let pid = unsafe { libc::fork() };
@@ -93,6 +107,8 @@ impl Unmounter {
                 child(
                     keep_a,
                     keep_b,
+                    null_fd,
+                    args,
                     path.as_ptr(),
                     argv.as_ref().map(|a| a.as_ptr()),
                 )
@@ -142,6 +158,23 @@ impl Unmounter {
     }
 }
 
+/// Where this process's command line is in its memory (`arg_start`,
+/// `arg_end` of `/proc/self/stat`), for the helper to write its own name
+/// over: `/proc/PID/cmdline` then tells it from the daemon.
+fn arg_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command's name (which may hold spaces): state is
+    // field 3, arg_start field 48.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let start = fields.get(48 - 3)?.parse().ok()?;
+    let end = fields.get(49 - 3)?.parse().ok()?;
+    (end > start).then_some((start, end))
+}
+
+/// The helper's command line and thread name.
+const NAME: &[u8] = b"passthroughfs-unmounter\0";
+
 /// The helper: keeps only its two pipe ends, ignores the signals that
 /// stop the daemon (a Ctrl-C reaches the whole process group: the daemon
 /// then asks for the unmount), and waits.
@@ -152,11 +185,24 @@ impl Unmounter {
 unsafe fn child(
     req: i32,
     ans: i32,
+    null: i32,
+    args: Option<(usize, usize)>,
     path: *const libc::c_char,
     argv: Option<*const *const libc::c_char>,
 ) -> ! {
-    // SAFETY: plain system calls on our own descriptors and data.
+    // SAFETY: plain system calls on our own descriptors and data; the
+    // command line area is this process's own (a copy after fork).
     unsafe {
+        if let Some((start, end)) = args {
+            let area = std::slice::from_raw_parts_mut(start as *mut u8, end - start);
+            area.fill(0);
+            let n = NAME.len().min(area.len());
+            area[..n].copy_from_slice(&NAME[..n]);
+        }
+        libc::prctl(libc::PR_SET_NAME, NAME.as_ptr());
+        for fd in 0..3 {
+            libc::dup2(null, fd);
+        }
         // Holding the daemon's /dev/fuse descriptor would keep a dead
         // daemon's connection alive (clients would hang instead of getting
         // ENOTCONN): everything else is closed.
