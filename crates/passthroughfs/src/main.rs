@@ -267,8 +267,9 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         mut confinement,
     } = plan;
     passthroughfs::raise_nofile_limit();
-    let fs = PassthroughFs::new(&source, fs_config).map_err(|e| Failure(e.to_string()))?;
-    let fs = Arc::new(fs);
+    // Blocked before the mount: a stop asked for once it exists unmounts.
+    let signals = block_signals();
+    let restart_signal = supervised.is_some().then(block_restart_signal);
     // A new mount is made here, and the daemon confined, before any
     // thread starts (namespaces, capabilities and Landlock apply to the
     // calling thread only); a connection taken over or supervised comes
@@ -288,6 +289,10 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     if let (Some(m), Some(u)) = (&mut mount, confined.unmounter) {
         m.unmount_through(u.into_unmount_fn());
     }
+    // SOURCE opened where the sandbox has it: inodes reopened by file
+    // handle then resolve under its mount (see sandbox::landlock).
+    let fs = PassthroughFs::new(&confined.source, fs_config).map_err(|e| Failure(e.to_string()))?;
+    let fs = Arc::new(fs);
     let mut take_mount = move || {
         mount
             .take()
@@ -298,8 +303,6 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         tracing::warn!("not running as root: files are created with the daemon's owner");
     }
 
-    let signals = block_signals();
-    let restart_signal = supervised.is_some().then(block_restart_signal);
     let runtime = args.runtime.async_type();
     let server = match runtime {
         None => Server::new(fs.clone()),

@@ -6,8 +6,9 @@
 //!
 //! - Unconfined (`--sandbox none --seccomp none --landlock off`) every
 //!   attempt succeeds, with its effect seen from outside: the test is real.
-//! - `--sandbox namespace --landlock on`, and Landlock alone: each attempt
-//!   is refused, logged, without effect; the daemon serves on, the data
+//! - `--sandbox namespace --landlock on` (the file read through
+//!   `/proc/1/root`, which leads out of the namespace), and Landlock alone:
+//!   each attempt is refused, logged, without effect; the daemon serves on, the data
 //!   is intact, and it unmounts at SIGTERM.
 //! - `--seccomp kill`: a forbidden call ends the daemon (status 159) with
 //!   a line naming the call; a program it starts dies of SIGSYS at its
@@ -132,7 +133,16 @@ fn setup() -> (Dirs, Vec<u8>) {
 }
 
 fn start(d: &Dirs, t: &Targets, args: &[&str]) -> Daemon {
-    Daemon::start_with(&d.src, &d.mnt, Transport::Dev, args, |cmd| t.env(cmd))
+    Daemon::start_with(&d.src, &d.mnt, Transport::Dev, args, |cmd| {
+        t.env(cmd);
+        // In a mount namespace of its own the host's files are still one
+        // link away: /proc/1/root (init's root) leads to them.
+        if args.contains(&"namespace") {
+            let mut through_proc = PathBuf::from("/proc/1/root");
+            through_proc.push(t.secret.strip_prefix("/").unwrap());
+            cmd.env("PASSTHROUGHFS_ESCAPE_OPEN", through_proc);
+        }
+    })
 }
 
 /// SIGTERM: it exits 0, the mount is gone, and no ERROR was logged.
@@ -215,12 +225,12 @@ fn namespace_and_landlock_deny_every_attempt() {
         "none",
     ]);
     for (what, e) in errors {
-        // The file and the program aren't in the new root; Landlock
-        // refuses TCP (before the empty network namespace would) and keeps
-        // signals in.
+        // Landlock refuses the file reached through /proc/1/root and TCP
+        // (before the empty network namespace would) and keeps signals
+        // in; the program isn't in the new root.
         let want = match what.as_str() {
-            "open" | "exec" => libc::ENOENT,
-            "socket" => libc::EACCES,
+            "exec" => libc::ENOENT,
+            "open" | "socket" => libc::EACCES,
             _ => libc::EPERM,
         };
         assert_eq!(e.raw_os_error(), Some(want), "{what}: {e}");
@@ -313,4 +323,73 @@ fn seccomp_kill_ends_a_program_the_daemon_runs() {
         log.contains("attempt=\"exec\"") && log.contains("the attempt was denied"),
         "{log}"
     );
+}
+
+/// Files the backend reopens by file handle (`open_by_handle_at`, once its
+/// descriptor cache, sized from a low open file limit, dropped theirs)
+/// read back and take writes, confined as by default and unconfined:
+/// Landlock checks such files as being at SOURCE's mount root, which
+/// `--sandbox namespace` makes SOURCE itself.
+#[test]
+fn files_reopened_by_handle_read_back_confined_and_unconfined() {
+    use std::os::unix::process::CommandExt;
+    let files = 600;
+    for args in [
+        &[
+            "--sandbox",
+            "namespace",
+            "--landlock",
+            "on",
+            "--seccomp",
+            "kill",
+        ][..],
+        &["--sandbox", "none", "--landlock", "on", "--seccomp", "kill"][..],
+        &[
+            "--sandbox",
+            "none",
+            "--landlock",
+            "off",
+            "--seccomp",
+            "none",
+        ][..],
+    ] {
+        let (d, _) = setup();
+        for i in 0..files {
+            std::fs::write(d.src.join(format!("f{i}")), pattern(512, i)).unwrap();
+        }
+        let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, args, |cmd| {
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    // 192 descriptors cached: most files are reopened.
+                    let rl = libc::rlimit {
+                        rlim_cur: 256,
+                        rlim_max: 256,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        });
+        for round in 0..2 {
+            for i in 0..files {
+                let p = d.mnt.join(format!("f{i}"));
+                let got = std::fs::read(&p).unwrap_or_else(|e| {
+                    panic!("{args:?} round {round} f{i}: {e}: {}", daemon.stderr())
+                });
+                assert_eq!(got, pattern(512, i + round), "{args:?} round {round} f{i}");
+                std::fs::write(&p, pattern(512, i + round + 1)).unwrap();
+            }
+        }
+        stop(daemon, &d.mnt);
+        for i in 0..files {
+            assert_eq!(
+                std::fs::read(d.src.join(format!("f{i}"))).unwrap(),
+                pattern(512, i + 2),
+                "{args:?} f{i} in SOURCE"
+            );
+        }
+    }
 }

@@ -46,17 +46,19 @@ fn file_rights() -> BitFlags<AccessFs> {
 }
 
 /// Restricts this thread (and threads and children it starts later) to
-/// `rules`. With `file_handles` (the backend holds inodes by file handle)
-/// the file-level rights (read, write, truncate, device ioctls) are left
-/// unhandled: Landlock checks a file opened by `open_by_handle_at` as if
-/// it sat at its mount's root (the dentry is disconnected), which is
-/// outside the rule for SOURCE whenever SOURCE is not a mount root, and
-/// would refuse every reopened file. Directory rights (creating, removing,
-/// renaming, listing, executing) stay handled. Returns what applied.
-pub fn restrict(rules: Rules, file_handles: bool) -> Result<&'static str, Failure> {
+/// `rules`. Without `file_rights` the file-level rights (read, write,
+/// truncate, device ioctls) are left unhandled: where the backend holds
+/// inodes by file handle and SOURCE is not the root of the mount it was
+/// opened on (`--sandbox none`), Landlock checks a file opened by
+/// `open_by_handle_at` as if it sat at that mount's root (the dentry is
+/// disconnected), outside the rule for SOURCE, and would refuse every
+/// reopened file. Under `--sandbox namespace` SOURCE is a mount of its own
+/// and the rights are handled. Directory rights (creating, removing,
+/// renaming, listing, executing) are always handled. Returns what applied.
+pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<&'static str, Failure> {
     let fail = |e: landlock::RulesetError| Failure(format!("--landlock on: {e}"));
     let mut handled = AccessFs::from_all(ABI_USED);
-    if file_handles {
+    if !file_rights_too {
         handled &= !file_rights();
     }
     let proc_rights = (AccessFs::from_read(ABI_USED)) & handled;

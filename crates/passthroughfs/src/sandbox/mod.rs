@@ -205,7 +205,10 @@ fn confine_steps(
         summary.push("capabilities");
     }
     if let Some(rules) = rules {
-        summary.push(landlock::restrict(rules, c.file_handles)?);
+        // Inside the namespace SOURCE is a mount's root, so a file reopened
+        // by handle is checked as being at SOURCE (see landlock::restrict).
+        let file_rights = !c.file_handles || c.sandbox == SandboxMode::Namespace;
+        summary.push(landlock::restrict(rules, file_rights)?);
     }
     match c.seccomp {
         SeccompMode::None => {}
@@ -243,10 +246,10 @@ pub enum ServingMode {
 /// `none` with a warning.
 pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompMode) {
     match mode {
-        ServingMode::Dev => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
-        ServingMode::Uring => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
-        ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
-        ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::Dev => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
+        ServingMode::Uring => (SandboxMode::None, LandlockMode::On, SeccompMode::Kill),
+        ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
+        ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
         ServingMode::VhostUser => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
     }
 }
