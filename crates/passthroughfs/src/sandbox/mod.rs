@@ -368,3 +368,78 @@ fn name(mode: SandboxMode) -> &'static str {
         SandboxMode::None => "none",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn confinement(argv: &[&str]) -> Result<Confinement, Failure> {
+        let mut args = crate::cli::Args::try_parse_from(
+            ["passthroughfs"]
+                .iter()
+                .chain(argv)
+                .chain(&["/srv", "/mnt"]),
+        )
+        .map_err(|e| Failure(e.to_string()))?;
+        crate::virtio::settle_args(&mut args)?;
+        Confinement::from_args(&args, std::path::Path::new("/srv"))
+    }
+
+    #[test]
+    fn what_cannot_be_confined_is_refused_with_the_reason() {
+        for (argv, why) in [
+            (&["--sandbox", "chroot"][..], "/proc/self/fd"),
+            (
+                &["--sandbox", "namespace", "--uring"][..],
+                "mountpoint's path",
+            ),
+            (
+                &["--sandbox", "namespace", "--takeover-socket", "/s"][..],
+                "takeover socket",
+            ),
+            (&["--landlock", "on", "--supervise"][..], "supervisor"),
+        ] {
+            let e = confinement(argv).unwrap_err();
+            assert!(e.0.contains(why), "{argv:?}: {}", e.0);
+        }
+    }
+
+    #[test]
+    fn the_defaults_follow_the_serving_mode() {
+        let c = confinement(&["--takeover-socket", "/s"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            defaults(ServingMode::Takeover)
+        );
+        assert!(c.features.takeover && !c.features.uring);
+        let c = confinement(&["--uring"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            defaults(ServingMode::Uring)
+        );
+        assert!(c.features.uring);
+        let c =
+            confinement(&["--sandbox", "none", "--seccomp", "log", "--landlock", "off"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            (SandboxMode::None, LandlockMode::Off, SeccompMode::Log)
+        );
+    }
+
+    #[test]
+    fn the_options_have_o_names() {
+        let mut args = crate::cli::Args::try_parse_from([
+            "passthroughfs",
+            "/srv",
+            "/mnt",
+            "-o",
+            "sandbox=none,seccomp=log,landlock=off",
+        ])
+        .unwrap();
+        crate::options::apply(&mut args).unwrap();
+        assert_eq!(args.sandbox, Some(SandboxMode::None));
+        assert_eq!(args.seccomp, Some(SeccompMode::Log));
+        assert_eq!(args.landlock, Some(LandlockMode::Off));
+    }
+}
