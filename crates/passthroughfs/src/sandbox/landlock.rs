@@ -54,8 +54,9 @@ fn file_rights() -> BitFlags<AccessFs> {
 /// disconnected), outside the rule for SOURCE, and would refuse every
 /// reopened file. Under `--sandbox namespace` SOURCE is a mount of its own
 /// and the rights are handled. Directory rights (creating, removing,
-/// renaming, listing, executing) are always handled. Returns what applied.
-pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<&'static str, Failure> {
+/// renaming, listing, executing) are always handled. Returns what applied,
+/// `None` if the kernel has no Landlock.
+pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<Option<&'static str>, Failure> {
     let fail = |e: landlock::RulesetError| Failure(format!("--landlock on: {e}"));
     let mut handled = AccessFs::from_all(ABI_USED);
     if !file_rights_too {
@@ -86,15 +87,11 @@ pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<&'static str, Fai
         .restrict_self()
         .map_err(fail)?;
     match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok("landlock"),
+        RulesetStatus::FullyEnforced => Ok(Some("landlock")),
         RulesetStatus::PartiallyEnforced => {
             tracing::warn!("Landlock: this kernel enforces only part of the ruleset");
-            Ok("landlock (partly)")
+            Ok(Some("landlock (partly)"))
         }
-        RulesetStatus::NotEnforced => Err(Failure(
-            "--landlock on: this kernel has no Landlock (enabled in the lsm= list); use \
-             --landlock off"
-                .into(),
-        )),
+        RulesetStatus::NotEnforced => Ok(None),
     }
 }

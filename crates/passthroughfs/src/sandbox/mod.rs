@@ -73,6 +73,9 @@ pub struct Confinement {
     pub seccomp: SeccompMode,
     /// `--landlock`.
     pub landlock: LandlockMode,
+    /// `--landlock` was given (not the default): a kernel without
+    /// Landlock is then an error rather than a warning.
+    pub landlock_asked: bool,
     /// The directory served (as the command named it).
     pub source: PathBuf,
     /// The host's mountpoint, for the unmounter (none over vhost-user or
@@ -208,7 +211,20 @@ fn confine_steps(
         // Inside the namespace SOURCE is a mount's root, so a file reopened
         // by handle is checked as being at SOURCE (see landlock::restrict).
         let file_rights = !c.file_handles || c.sandbox == SandboxMode::Namespace;
-        summary.push(landlock::restrict(rules, file_rights)?);
+        match landlock::restrict(rules, file_rights)? {
+            Some(applied) => summary.push(applied),
+            None if c.landlock_asked => {
+                return Err(Failure(
+                    "--landlock on: this kernel has no Landlock (not built in, or not in \
+                     its lsm= list); use --landlock off"
+                        .into(),
+                ))
+            }
+            None => tracing::warn!(
+                "this kernel has no Landlock (not built in, or not in its lsm= list): file \
+                 access is not limited by it (the default --landlock on falls back to off)"
+            ),
+        }
     }
     match c.seccomp {
         SeccompMode::None => {}
@@ -256,7 +272,7 @@ pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompM
 
 /// Whether this process can build the namespace sandbox: root with
 /// `CAP_SYS_ADMIN` in the initial user namespace (in another, mounting a
-/// `/proc` is refused).
+/// `/proc` is refused), and a `/tmp` to build the new root on.
 fn can_enter_namespaces() -> bool {
     let initial = std::fs::read_to_string("/proc/self/uid_map")
         .map(|m| {
@@ -265,6 +281,7 @@ fn can_enter_namespaces() -> bool {
         })
         .unwrap_or(false);
     initial
+        && std::path::Path::new("/tmp").is_dir()
         && caps::has_cap(
             None,
             caps::CapSet::Effective,
@@ -347,6 +364,7 @@ impl Confinement {
             sandbox,
             seccomp,
             landlock,
+            landlock_asked: args.landlock.is_some(),
             source: source.to_path_buf(),
             mountpoint: None,
             fusermount: false,
