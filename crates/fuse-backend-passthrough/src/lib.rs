@@ -119,6 +119,9 @@
 mod config;
 mod crash_table;
 mod creds;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault;
 mod fs;
 mod handle;
 mod inode;

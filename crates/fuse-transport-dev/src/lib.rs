@@ -57,7 +57,9 @@ pub mod task;
 
 pub use backing::DevBackingFiles;
 pub use dev::DevTransaction;
-pub use mount::{is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions};
+pub use mount::{
+    is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions, UnmountFn,
+};
 pub use session::{DevSession, SessionConfig, SessionError};
 pub use signal::serve_until_signal;
 #[cfg(feature = "tokio")]

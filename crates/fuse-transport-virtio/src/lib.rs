@@ -82,6 +82,9 @@ pub struct VirtioServe {
     path: PathBuf,
     config: VirtioConfig,
     listener: Mutex<Listener>,
+    /// The listener's descriptor, for [`VirtioServe::stop`] to shut down
+    /// while a thread holds the listener in `accept`.
+    listener_fd: std::os::fd::RawFd,
     stopped: AtomicBool,
     current: Mutex<Option<ShutdownHandle>>,
 }
@@ -96,10 +99,12 @@ impl VirtioServe {
             path: path.to_owned(),
             source,
         })?;
+        let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
         Ok(Self {
             path: path.to_owned(),
             config,
             listener: Mutex::new(listener),
+            listener_fd,
             stopped: AtomicBool::new(false),
             current: Mutex::new(None),
         })
@@ -188,6 +193,12 @@ impl VirtioServe {
             h.shutdown();
         }
         // Wake a thread blocked in accept: it sees the flag and returns.
+        // Shutting the listening socket down makes accept fail (EINVAL)
+        // where the socket's path can't be reached (a process confined in a
+        // mount namespace of its own); the connect does it elsewhere.
+        // SAFETY: the listener this descriptor belongs to lives as long as
+        // `self`.
+        unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
         if let Ok(s) = UnixStream::connect(&self.path) {
             drop(s);
         }

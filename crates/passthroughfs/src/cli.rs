@@ -249,6 +249,25 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub takeover_timeout: u64,
 
+    /// Confinement once the mount (or the vhost-user socket) is set up:
+    /// `namespace` (new mount, network and IPC namespaces, a root holding
+    /// only SOURCE and /proc, capabilities dropped to those used), or
+    /// `none`; `chroot` is refused (see docs/security.md). Default: none.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub sandbox: Option<crate::sandbox::SandboxMode>,
+
+    /// A seccomp filter of the system calls serving makes: `kill` (a call
+    /// outside it is logged by name and the daemon exits), `log` (the
+    /// kernel logs it and lets it run) or `none`. Default: none.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub seccomp: Option<crate::sandbox::SeccompMode>,
+
+    /// A Landlock ruleset limiting file access to SOURCE (and reading
+    /// /proc), with no TCP and no signals out of the sandbox, under any
+    /// --sandbox: `on` or `off`. Default: off.
+    #[arg(long, value_name = "on|off", value_enum)]
+    pub landlock: Option<crate::sandbox::LandlockMode>,
+
     /// Serving a virtual machine over vhost-user (virtio-fs) instead of
     /// mounting.
     #[command(flatten)]
@@ -296,12 +315,6 @@ pub struct VirtioArgs {
     /// The directory to serve (virtiofsd's name for SOURCE).
     #[arg(long, value_name = "DIR")]
     pub shared_dir: Option<PathBuf>,
-
-    /// Sandboxing (virtiofsd's option): only `none`, which is what this
-    /// daemon does: it doesn't enter namespaces, chroot or install a
-    /// seccomp filter (see docs/virtiofs.md).
-    #[arg(long, value_name = "MODE")]
-    pub sandbox: Option<String>,
 
     /// Serve one VM connection and exit when it ends, as virtiofsd does
     /// (by default the socket waits for the next connection).

@@ -17,6 +17,7 @@ pub mod logging;
 pub mod mount_helper;
 pub mod notify;
 pub mod options;
+pub mod sandbox;
 pub mod virtio;
 
 use fuse_backend_passthrough::{

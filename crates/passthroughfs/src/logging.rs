@@ -81,12 +81,25 @@ pub fn logs_to_file() -> bool {
 /// `passthroughfs[PID]`): the background daemon's standard error is
 /// about to be closed. A `--log-file` stays where the lines go.
 pub fn log_to_syslog() {
+    connect_syslog();
+    TO_SYSLOG.store(true, Ordering::Release);
+}
+
+/// Connects to syslog now (`LOG_NDELAY`) rather than at the first line:
+/// a confined daemon can't reach `/dev/log` later (see
+/// [`crate::sandbox`]).
+pub fn connect_syslog() {
     // The identity must outlive every syslog call: a static string.
     static IDENT: &std::ffi::CStr = c"passthroughfs";
     // SAFETY: IDENT is a static NUL-terminated string; openlog keeps the
     // pointer, which stays valid for the life of the process.
-    unsafe { libc::openlog(IDENT.as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
-    TO_SYSLOG.store(true, Ordering::Release);
+    unsafe {
+        libc::openlog(
+            IDENT.as_ptr(),
+            libc::LOG_PID | libc::LOG_NDELAY,
+            libc::LOG_DAEMON,
+        )
+    };
 }
 
 /// Whether a syslog daemon listens on [`SYSLOG_SOCKET`] (datagram or

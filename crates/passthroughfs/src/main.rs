@@ -108,6 +108,8 @@ struct Plan {
     fs_config: PassthroughConfig,
     session_config: SessionConfig,
     uring: Option<UringConfig>,
+    /// `--sandbox`, `--seccomp`, `--landlock` (docs/security.md).
+    confinement: passthroughfs::sandbox::Confinement,
 }
 
 impl Plan {
@@ -248,6 +250,7 @@ impl Plan {
         }
         let options = options.extra(extra);
         options.validate().map_err(|e| Failure(e.to_string()))?;
+        let confinement = passthroughfs::sandbox::Confinement::from_args(&args, &source)?;
         Ok(Plan {
             args,
             source,
@@ -255,6 +258,7 @@ impl Plan {
             fs_config,
             session_config,
             uring,
+            confinement,
         })
     }
 }
@@ -269,17 +273,45 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         fs_config,
         session_config,
         uring,
+        mut confinement,
     } = plan;
     passthroughfs::raise_nofile_limit();
-    let fs = PassthroughFs::new(&source, fs_config).map_err(|e| Failure(e.to_string()))?;
+    // Blocked before the mount: a stop asked for once it exists unmounts.
+    let signals = block_signals();
+    let restart_signal = supervised.is_some().then(block_restart_signal);
+    // A new mount is made here, and the daemon confined, before any
+    // thread starts (namespaces, capabilities and Landlock apply to the
+    // calling thread only); a connection taken over or supervised comes
+    // with threads and gets the seccomp filter only.
+    let mut mount = match (&args.take_over, &supervised) {
+        (None, None) => Some(
+            fuse_transport_dev::Mount::new(&args.mountpoint, &options)
+                .map_err(|e| Failure(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    if let Some(m) = &mount {
+        confinement.mountpoint = Some(m.mountpoint().to_path_buf());
+        confinement.fusermount = m.method() == fuse_transport_dev::MountMethod::Fusermount;
+    }
+    let confined = passthroughfs::sandbox::confine(&confinement)?;
+    if let (Some(m), Some(u)) = (&mut mount, confined.unmounter) {
+        m.unmount_through(u.into_unmount_fn());
+    }
+    // SOURCE opened where the sandbox has it: inodes reopened by file
+    // handle then resolve under its mount (see sandbox::landlock).
+    let fs = PassthroughFs::new(&confined.source, fs_config).map_err(|e| Failure(e.to_string()))?;
     let fs = Arc::new(fs);
+    let mut take_mount = move || {
+        mount
+            .take()
+            .ok_or_else(|| Failure("the mount was made already".into()))
+    };
     args.fs.apply_thread_pool(&fs, args.runtime)?;
     if !fs.uses_caller_credentials() {
         tracing::warn!("not running as root: files are created with the daemon's owner");
     }
 
-    let signals = block_signals();
-    let restart_signal = supervised.is_some().then(block_restart_signal);
     let runtime = args.runtime.async_type();
     let server = match runtime {
         None => Server::new(fs.clone()),
@@ -293,7 +325,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     let session: Arc<dyn Session> = match (uring, runtime) {
         (Some(config), _) => {
             let uring = Arc::new(
-                UringSession::mount(server, &args.mountpoint, &options, config)
+                UringSession::from_mount(server, take_mount()?, config)
                     .map_err(|e| Failure(e.to_string()))?,
             );
             uring_session = Some(uring.clone());
@@ -322,14 +354,15 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                         .map_err(|e| std::io::Error::other(e.0))
                     })?
                 }
-                None => passthroughfs::start_tasks(
-                    kind,
-                    args.threads,
-                    server,
-                    &args.mountpoint,
-                    &options,
-                    TaskConfig::default(),
-                )?,
+                None => {
+                    let mount = take_mount()?;
+                    passthroughfs::start_tasks_with(
+                        kind,
+                        args.threads,
+                        TaskConfig::default(),
+                        move |config| FuseDevTask::from_mount(server, mount, config),
+                    )?
+                }
             };
             pausable = Some(task.clone());
             task
@@ -356,7 +389,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                     .map_err(|e| std::io::Error::other(e.to_string()))
                 })?,
                 (None, None) => Arc::new(
-                    DevSession::mount(server, &args.mountpoint, &options, session_config)
+                    DevSession::from_mount(server, take_mount()?, session_config)
                         .map_err(|e| Failure(e.to_string()))?,
                 ),
             };
@@ -388,6 +421,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         transport = %session.transport(),
         thread_pool = %if args.fs.thread_pool { "on" } else { "off" },
         background = detach.is_background(),
+        confinement = %confined.summary,
         "passthroughfs serving"
     );
     detach.ready();
@@ -674,6 +708,8 @@ fn tune_malloc() {
 
 fn main() -> ExitCode {
     tune_malloc();
+    #[cfg(feature = "fault-injection")]
+    passthroughfs::sandbox::escape::install();
     // Before any thread: it edits the environment.
     let supervised = match Supervised::from_env() {
         Ok(s) => s,

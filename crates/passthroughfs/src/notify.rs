@@ -22,7 +22,32 @@ pub fn notify(state: &str) {
     }
 }
 
-fn send(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+/// The socket connected by [`connect_early`].
+static CONNECTED: std::sync::OnceLock<UnixDatagram> = std::sync::OnceLock::new();
+
+/// Connects to `NOTIFY_SOCKET` now, for a daemon about to be confined
+/// where the socket's path (or abstract name) can't be reached; a failure
+/// is logged and later sends try the path again.
+pub fn connect_early() {
+    let Some(path) = std::env::var_os(NOTIFY_SOCKET) else {
+        return;
+    };
+    match address(&path).and_then(|addr| {
+        let socket = UnixDatagram::unbound()?;
+        socket.connect_addr(&addr)?;
+        Ok(socket)
+    }) {
+        Ok(socket) => {
+            let _ = CONNECTED.set(socket);
+        }
+        Err(e) => tracing::warn!(
+            socket = %path.to_string_lossy(),
+            "cannot connect to the service manager's socket: {e}"
+        ),
+    }
+}
+
+fn address(path: &std::ffi::OsStr) -> std::io::Result<SocketAddr> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_bytes();
     let addr = match bytes.strip_prefix(b"@") {
@@ -32,6 +57,15 @@ fn send(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
         }
         None => SocketAddr::from_pathname(std::path::Path::new(path))?,
     };
+    Ok(addr)
+}
+
+fn send(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+    if let Some(socket) = CONNECTED.get() {
+        socket.send(state.as_bytes())?;
+        return Ok(());
+    }
+    let addr = address(path)?;
     let socket = UnixDatagram::unbound()?;
     socket.send_to_addr(state.as_bytes(), &addr)?;
     Ok(())

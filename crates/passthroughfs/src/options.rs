@@ -215,6 +215,18 @@ const OPTIONS: &[Opt] = &[
         a.takeover_timeout = number(v)?;
         Ok(())
     }),
+    value("sandbox=", "--sandbox namespace|chroot|none", |a, v| {
+        a.sandbox = Some(choice(v)?);
+        Ok(())
+    }),
+    value("seccomp=", "--seccomp kill|log|none", |a, v| {
+        a.seccomp = Some(choice(v)?);
+        Ok(())
+    }),
+    value("landlock=", "--landlock on|off", |a, v| {
+        a.landlock = Some(choice(v)?);
+        Ok(())
+    }),
     value("zero_copy=", "--zero-copy never|auto|always", |a, v| {
         a.fs.zero_copy = choice::<ZeroCopy>(v)?;
         Ok(())

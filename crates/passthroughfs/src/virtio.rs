@@ -8,14 +8,9 @@
 //! the next connection, until SIGINT, SIGTERM or SIGHUP (with `--once` it
 //! exits, as virtiofsd does).
 //!
-//! Sandboxing: none. virtiofsd by default enters new mount, PID, network
-//! and user namespaces, pivots into the shared directory and installs a
-//! seccomp filter of the system calls it needs, so that a guest that
-//! subverted it reaches little of the host; `--sandbox none` turns that
-//! off. This daemon does none of it and accepts only `--sandbox none`:
-//! run it in a container, a systemd unit with `ProtectSystem=`,
-//! `SystemCallFilter=`, `PrivateNetwork=` and the like, or a mount
-//! namespace of its own, where a guest must not reach the host.
+//! Sandboxing: `--sandbox`, `--seccomp` and `--landlock` as for a mount
+//! ([`crate::sandbox`]), applied once the socket is bound and before the
+//! first connection; docs/security.md compares them with virtiofsd's.
 
 use crate::cli::Args;
 use crate::daemonize::Detach;
@@ -26,24 +21,11 @@ use fuse_transport_virtio::{ServerFactory, VirtioConfig, VirtioRuntime, VirtioSe
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The only `--sandbox` mode there is.
-pub const SANDBOX_NONE: &str = "none";
-
 /// Settles SOURCE and MOUNTPOINT from the positional arguments and
-/// `--shared-dir`, checks `--sandbox`, and checks that what the mode needs
+/// `--shared-dir`, and checks that what the mode needs
 /// was given: SOURCE and MOUNTPOINT to mount, SOURCE alone with
 /// `--vhost-user`.
 pub fn settle_args(args: &mut Args) -> Result<(), Failure> {
-    if let Some(mode) = &args.virtio.sandbox {
-        if mode != SANDBOX_NONE {
-            return Err(Failure(format!(
-                "--sandbox {mode}: only `none` is supported: this daemon doesn't sandbox \
-                 itself (no namespaces, chroot or seccomp filter as virtiofsd's namespace and \
-                 chroot modes); confine it from outside instead (a container, a systemd \
-                 unit's sandboxing), see docs/virtiofs.md"
-            )));
-        }
-    }
     let empty = |p: &Path| p.as_os_str().is_empty();
     let vhost_user = args.virtio.socket.is_some();
     let mut source = args.source_arg.clone();
@@ -142,14 +124,20 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
         .socket
         .clone()
         .ok_or_else(|| Failure("--vhost-user SOCKET is missing".into()))?;
+    let confinement = crate::sandbox::Confinement::from_args(&args, &source)?;
     crate::raise_nofile_limit();
     let signals = block_signals();
+    // The socket first, then confinement (before any thread starts);
+    // each connection's file system opens SOURCE where the sandbox has it.
+    let serve =
+        Arc::new(VirtioServe::bind(&socket, config.clone()).map_err(|e| Failure(e.to_string()))?);
+    let confined = crate::sandbox::confine(&confinement)?;
 
     // The file system of the current session, for SIGUSR1's log.
     let current: Arc<Mutex<Option<Arc<PassthroughFs>>>> = Arc::default();
     args.fs.check_thread_pool(args.runtime)?;
     let factory: Arc<ServerFactory> = {
-        let (source, current, debug) = (source.clone(), current.clone(), args.debug);
+        let (source, current, debug) = (confined.source.clone(), current.clone(), args.debug);
         let (fs_args, runtime) = (args.fs.clone(), args.runtime);
         Arc::new(move || {
             let fs = Arc::new(
@@ -166,8 +154,6 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
             Ok(Arc::new(server.with_request_log(debug)))
         })
     };
-    let serve =
-        Arc::new(VirtioServe::bind(&socket, config.clone()).map_err(|e| Failure(e.to_string()))?);
     tracing::info!(
         source = %source.display(),
         socket = %socket.display(),
@@ -175,6 +161,7 @@ pub fn serve_virtio(args: Args, source: PathBuf, detach: &mut Detach) -> Result<
         request_queues = config.request_queues,
         runtime = ?config.runtime,
         background = detach.is_background(),
+        confinement = %confined.summary,
         "passthroughfs serving virtio-fs over vhost-user"
     );
     detach.ready();
@@ -264,10 +251,12 @@ mod tests {
     }
 
     #[test]
-    fn only_sandbox_none_is_accepted() {
-        for mode in ["namespace", "chroot", ""] {
-            let e = parse(&["--vhost-user", "/s", "--sandbox", mode, "/srv"]).unwrap_err();
-            assert!(e.0.contains("only `none`"), "{mode}: {}", e.0);
+    fn sandbox_modes_parse_with_vhost_user() {
+        use crate::sandbox::SandboxMode;
+        let a = parse(&["--vhost-user", "/s", "--sandbox", "namespace", "/srv"]).unwrap();
+        assert_eq!(a.sandbox, Some(SandboxMode::Namespace));
+        for mode in ["bogus", ""] {
+            assert!(parse(&["--vhost-user", "/s", "--sandbox", mode, "/srv"]).is_err());
         }
     }
 

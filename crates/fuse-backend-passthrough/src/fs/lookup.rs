@@ -126,6 +126,10 @@ impl PassthroughFs {
             return self.lookup_dot(parent, b == b"..");
         }
         check_name(name)?;
+        #[cfg(feature = "fault-injection")]
+        if let Some(e) = crate::fault::on_lookup(name) {
+            return Err(e);
+        }
         // Before the name is read: a change after it is then reported.
         let timeout = self.entry_timeout_in(parent);
         let pfd = parent.file.path_fd()?;

@@ -85,6 +85,21 @@ pub struct Mount {
     /// it), read when it was made or adopted; `None` if the kernel didn't
     /// say.
     mount_id: Option<u64>,
+    /// Set by [`Mount::unmount_through`]: what unmounts instead of this
+    /// process.
+    unmounter: Option<Unmounter>,
+}
+
+/// An unmount done by someone else for this process (see
+/// [`Mount::unmount_through`]).
+pub type UnmountFn = Box<dyn FnMut() -> io::Result<()> + Send>;
+
+struct Unmounter(UnmountFn);
+
+impl std::fmt::Debug for Unmounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Unmounter")
+    }
 }
 
 impl Mount {
@@ -192,6 +207,7 @@ impl Mount {
             auto_unmount,
             watcher: None,
             mount_id,
+            unmounter: None,
         }
     }
 
@@ -221,19 +237,18 @@ impl Mount {
         if !self.mounted {
             return Ok(());
         }
-        let result = match self.method {
-            MountMethod::Syscall => unmount_with_fallback(&self.mountpoint),
-            MountMethod::Fusermount => {
-                run_fusermount_unmount(&self.mountpoint, true).map_err(|err| {
-                    // fusermount3 fails on a path that is no longer mounted.
-                    match is_mount_point(&self.mountpoint) {
-                        Ok(false) => MountError::NotMounted {
-                            path: self.mountpoint.clone(),
-                        },
-                        _ => err,
-                    }
-                })
-            }
+        let result = match self.unmounter.as_mut() {
+            Some(Unmounter(unmount)) => unmount().map_err(|source| match source.raw_os_error() {
+                Some(libc::EINVAL | libc::ENOENT) => MountError::NotMounted {
+                    path: self.mountpoint.clone(),
+                },
+                _ => MountError::Io {
+                    action: "unmount (through the unmounter)",
+                    path: self.mountpoint.clone(),
+                    source,
+                },
+            }),
+            None => self.unmount_here(self.method),
         };
         match result {
             Ok(()) => {}
@@ -252,6 +267,32 @@ impl Mount {
         }
         tracing::debug!(mountpoint = %self.mountpoint.display(), "unmounted FUSE file system");
         Ok(())
+    }
+
+    /// Has `unmount` call `unmount` from now on instead of unmounting
+    /// itself: for a process confined where it can't reach its mountpoint
+    /// (a private mount namespace, Landlock, a seccomp filter without
+    /// `fusermount3`'s exec), which hands the unmount to a helper outside.
+    pub fn unmount_through(&mut self, unmount: UnmountFn) {
+        self.unmounter = Some(Unmounter(unmount));
+    }
+
+    /// This process's own unmount by `method`.
+    fn unmount_here(&self, method: MountMethod) -> Result<(), MountError> {
+        match method {
+            MountMethod::Syscall => unmount_with_fallback(&self.mountpoint),
+            MountMethod::Fusermount => {
+                run_fusermount_unmount(&self.mountpoint, true).map_err(|err| {
+                    // fusermount3 fails on a path that is no longer mounted.
+                    match is_mount_point(&self.mountpoint) {
+                        Ok(false) => MountError::NotMounted {
+                            path: self.mountpoint.clone(),
+                        },
+                        _ => err,
+                    }
+                })
+            }
+        }
     }
 
     /// Whether [`Mount::release`] would give the mount up (no
@@ -294,6 +335,7 @@ impl Mount {
             auto_unmount: None,
             watcher: None,
             mount_id,
+            unmounter: None,
         }
     }
 

@@ -1,0 +1,84 @@
+//! The sandbox escape tests' hook (feature `fault-injection`, test builds
+//! only): a LOOKUP of `.passthroughfs-escape-WHAT` makes the daemon, in
+//! the middle of that request, attempt what a subverted daemon would:
+//!
+//! - `open`: read the file named by `PASSTHROUGHFS_ESCAPE_OPEN`;
+//! - `exec`: run `PASSTHROUGHFS_ESCAPE_EXEC` (a program) with
+//!   `PASSTHROUGHFS_ESCAPE_ARG` as its one argument;
+//! - `socket`: connect to the TCP address `PASSTHROUGHFS_ESCAPE_CONNECT`;
+//! - `kill`: send SIGTERM to the process `PASSTHROUGHFS_ESCAPE_KILL`.
+//!
+//! The lookup then fails with the attempt's error (`EEXIST` if it
+//! succeeded, which a lookup never says otherwise) and the daemon logs
+//! the outcome. A filter that kills the daemon for the attempt ends it
+//! instead (and says which call).
+
+use std::ffi::CStr;
+use std::io;
+
+/// The names' prefix.
+pub const PREFIX: &str = ".passthroughfs-escape-";
+
+/// Installs the hook in the backend.
+pub fn install() {
+    fuse_backend_passthrough::fault::set_lookup_hook(on_lookup);
+}
+
+fn env(name: &str) -> io::Result<String> {
+    std::env::var(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn attempt(what: &str) -> io::Result<()> {
+    match what {
+        "open" => {
+            let data = std::fs::read(env("PASSTHROUGHFS_ESCAPE_OPEN")?)?;
+            tracing::warn!(
+                bytes = data.len(),
+                "escape test: read a file outside SOURCE"
+            );
+            Ok(())
+        }
+        "exec" => {
+            let status = std::process::Command::new(env("PASSTHROUGHFS_ESCAPE_EXEC")?)
+                .arg(env("PASSTHROUGHFS_ESCAPE_ARG")?)
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                // A child the filter ended (it says which call).
+                Err(io::Error::from_raw_os_error(libc::EPERM))
+            }
+        }
+        "socket" => {
+            let addr = env("PASSTHROUGHFS_ESCAPE_CONNECT")?;
+            std::net::TcpStream::connect(addr.as_str()).map(drop)
+        }
+        "kill" => {
+            let pid: libc::pid_t = env("PASSTHROUGHFS_ESCAPE_KILL")?
+                .parse()
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            // SAFETY: plain system call.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    }
+}
+
+fn on_lookup(name: &CStr) -> Option<io::Error> {
+    let name = name.to_str().ok()?;
+    let what = name.strip_prefix(PREFIX)?;
+    Some(match attempt(what) {
+        Ok(()) => {
+            tracing::warn!(attempt = what, "escape test: the attempt succeeded");
+            io::Error::from_raw_os_error(libc::EEXIST)
+        }
+        Err(e) => {
+            tracing::warn!(attempt = what, "escape test: the attempt was denied: {e}");
+            e
+        }
+    })
+}

@@ -1,0 +1,97 @@
+//! A Landlock ruleset: file access limited to SOURCE (and reading
+//! `/proc`, opening `/dev/fuse` and `/dev/null`), no TCP binds or connects, no signals to processes and no
+//! connections to abstract sockets outside the sandbox. It holds under
+//! `--sandbox none` too.
+
+use crate::Failure;
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use std::path::Path;
+
+/// The newest ABI these rules were written for (Linux 6.12: scopes).
+const ABI_USED: ABI = ABI::V6;
+
+/// SOURCE and `/proc`, opened while their host paths still lead to them.
+#[derive(Debug)]
+pub struct Rules {
+    source: PathFd,
+    proc: PathFd,
+    /// `/dev/fuse` (serving threads open it to clone their session's
+    /// descriptor) and `/dev/null` (the background daemon's streams).
+    devices: Vec<PathFd>,
+}
+
+impl Rules {
+    /// Opens SOURCE and `/proc` (before the namespace changes the root).
+    pub fn open(source: &Path) -> Result<Rules, Failure> {
+        let open = |p: &Path| {
+            PathFd::new(p).map_err(|e| Failure(format!("--landlock on: {}: {e}", p.display())))
+        };
+        Ok(Rules {
+            source: open(source)?,
+            proc: open(Path::new("/proc"))?,
+            devices: ["/dev/fuse", "/dev/null"]
+                .into_iter()
+                .filter_map(|p| PathFd::new(p).ok())
+                .collect(),
+        })
+    }
+}
+
+/// The file-level rights: checked on the file opened, not on the path.
+fn file_rights() -> BitFlags<AccessFs> {
+    AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev
+}
+
+/// Restricts this thread (and threads and children it starts later) to
+/// `rules`. Without `file_rights` the file-level rights (read, write,
+/// truncate, device ioctls) are left unhandled: where the backend holds
+/// inodes by file handle and SOURCE is not the root of the mount it was
+/// opened on (`--sandbox none`), Landlock checks a file opened by
+/// `open_by_handle_at` as if it sat at that mount's root (the dentry is
+/// disconnected), outside the rule for SOURCE, and would refuse every
+/// reopened file. Under `--sandbox namespace` SOURCE is a mount of its own
+/// and the rights are handled. Directory rights (creating, removing,
+/// renaming, listing, executing) are always handled. Returns what applied,
+/// `None` if the kernel has no Landlock.
+pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<Option<&'static str>, Failure> {
+    let fail = |e: landlock::RulesetError| Failure(format!("--landlock on: {e}"));
+    let mut handled = AccessFs::from_all(ABI_USED);
+    if !file_rights_too {
+        handled &= !file_rights();
+    }
+    let proc_rights = (AccessFs::from_read(ABI_USED)) & handled;
+    let status = Ruleset::default()
+        .handle_access(handled)
+        .map_err(fail)?
+        .handle_access(AccessNet::from_all(ABI_USED))
+        .map_err(fail)?
+        .scope(Scope::from_all(ABI_USED))
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?
+        .add_rule(PathBeneath::new(rules.source, handled))
+        .map_err(fail)?
+        .add_rule(PathBeneath::new(rules.proc, proc_rights))
+        .map_err(fail)?
+        .add_rules(
+            rules
+                .devices
+                .into_iter()
+                .filter(|_| !(file_rights() & handled).is_empty())
+                .map(|fd| Ok(PathBeneath::new(fd, file_rights() & handled))),
+        )
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(Some("landlock")),
+        RulesetStatus::PartiallyEnforced => {
+            tracing::warn!("Landlock: this kernel enforces only part of the ruleset");
+            Ok(Some("landlock (partly)"))
+        }
+        RulesetStatus::NotEnforced => Ok(None),
+    }
+}

@@ -1,0 +1,463 @@
+//! Confinement of the daemon once its mount (or vhost-user socket) is set
+//! up and before it serves: what a bug in this program or a dependency
+//! could reach is cut down to SOURCE and the system calls serving needs.
+//!
+//! One concern per file, applied by [`confine`] in this order:
+//!
+//! - [`rlimits`]: no core dumps (they would hold served data), the
+//!   descriptor limit set explicitly (always, whatever the mode);
+//! - [`unmounter`]: a small process forked outside the sandbox that
+//!   unmounts the host's mount when the daemon stops (inside its own
+//!   mount namespace the daemon can't see it);
+//! - [`namespace`]: new mount, network and IPC namespaces and a root that
+//!   holds only SOURCE and `/proc` (`--sandbox namespace`);
+//! - [`capabilities`]: every capability but those serving uses dropped;
+//! - [`landlock`]: file access limited to SOURCE (and reading `/proc`),
+//!   no TCP, no signals or abstract sockets outside the sandbox;
+//! - [`seccomp`]: an allow list of system calls (`--seccomp`).
+//!
+//! docs/security.md compares each mode with virtiofsd's sandbox.
+
+pub mod capabilities;
+#[cfg(feature = "fault-injection")]
+pub mod escape;
+pub mod landlock;
+pub mod namespace;
+pub mod rlimits;
+pub mod seccomp;
+pub mod unmounter;
+
+use crate::Failure;
+use std::path::PathBuf;
+
+/// `--sandbox`: where the daemon's view of the file system ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxMode {
+    /// New mount, network and IPC namespaces; the root becomes a read-only
+    /// tmpfs holding SOURCE (at `/source`) and a `/proc`.
+    Namespace,
+    /// `chroot(2)` into SOURCE, no namespaces (for where namespaces are
+    /// refused). Refused by this daemon for now: see [`namespace::chroot`].
+    Chroot,
+    /// No namespace and no change of root.
+    None,
+}
+
+/// `--seccomp`: what a system call outside the allow list does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SeccompMode {
+    /// The daemon logs the call's name and exits (status 159).
+    Kill,
+    /// The kernel logs the call (audit log, `dmesg`) and lets it run.
+    Log,
+    /// No filter.
+    None,
+}
+
+/// `--landlock`: whether a Landlock ruleset limits file access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LandlockMode {
+    /// File access limited to SOURCE and reading `/proc`; refused if the
+    /// kernel lacks Landlock.
+    On,
+    /// No ruleset.
+    Off,
+}
+
+/// What [`confine`] applies, and what serving needs kept.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// `--sandbox`.
+    pub sandbox: SandboxMode,
+    /// `--seccomp`.
+    pub seccomp: SeccompMode,
+    /// `--landlock`.
+    pub landlock: LandlockMode,
+    /// `--landlock` was given (not the default): a kernel without
+    /// Landlock is then an error rather than a warning.
+    pub landlock_asked: bool,
+    /// The directory served (as the command named it).
+    pub source: PathBuf,
+    /// The host's mountpoint, for the unmounter (none over vhost-user or
+    /// when a supervisor owns the mount).
+    pub mountpoint: Option<PathBuf>,
+    /// Whether the mount was made through `fusermount3` (the unmounter
+    /// then runs `fusermount3 -u`).
+    pub fusermount: bool,
+    /// The system calls this mode makes beyond the common ones.
+    pub features: seccomp::Features,
+    /// The backend holds inodes by file handle (`open_by_handle_at`):
+    /// Landlock then leaves file-level rights unhandled (see
+    /// [`landlock::restrict`]).
+    pub file_handles: bool,
+}
+
+/// The daemon once confined: where SOURCE is reached from now on, and the
+/// unmounter to ask at stop.
+#[derive(Debug)]
+pub struct Confined {
+    /// SOURCE's path inside the sandbox (`/source` under `namespace`).
+    pub source: PathBuf,
+    /// The process outside the sandbox that unmounts, if there is one (for
+    /// [`fuse_transport_dev::Mount::unmount_through`]).
+    pub unmounter: Option<unmounter::Unmounter>,
+    /// What was applied, for the start line.
+    pub summary: String,
+}
+
+impl Confinement {
+    /// Whether anything beyond the resource limits is applied.
+    pub fn is_none(&self) -> bool {
+        self.sandbox == SandboxMode::None
+            && self.seccomp == SeccompMode::None
+            && self.landlock == LandlockMode::Off
+    }
+}
+
+/// Number of threads of this process (`/proc/self/task`).
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
+}
+
+/// Confines the daemon (see the module's documentation). Call it after the
+/// mount or socket is set up and before any other thread exists: a new
+/// mount namespace, capability sets and Landlock apply to the calling
+/// thread only (the seccomp filter is synchronized to every thread).
+pub fn confine(c: &Confinement) -> Result<Confined, Failure> {
+    rlimits::apply()?;
+    let mut summary = Vec::new();
+    let mut source = c.source.clone();
+    let thread_bound = c.sandbox != SandboxMode::None || c.landlock == LandlockMode::On;
+    if thread_bound {
+        let n = thread_count();
+        if n > 1 {
+            return Err(Failure(format!(
+                "cannot confine: {n} threads run already (--sandbox and --landlock apply to \
+                 the calling thread only); this mode needs --sandbox none --landlock off"
+            )));
+        }
+    }
+    // Landlock needs the paths as the host names them: opened first.
+    let rules = match c.landlock {
+        LandlockMode::On => Some(landlock::Rules::open(&c.source)?),
+        LandlockMode::Off => None,
+    };
+    // Confined, the daemon can't unmount: in its own namespace it doesn't
+    // see the mount, Landlock refuses unmounts, the filter refuses
+    // fusermount3's exec.
+    let needs_unmounter = c.sandbox != SandboxMode::None
+        || c.landlock == LandlockMode::On
+        || (c.seccomp != SeccompMode::None && c.fusermount);
+    let unmounter = match &c.mountpoint {
+        Some(mountpoint) if needs_unmounter => {
+            Some(unmounter::Unmounter::spawn(mountpoint, c.fusermount)?)
+        }
+        _ => None,
+    };
+    // What the daemon reaches by path after serving starts: connected now.
+    if !c.is_none() {
+        crate::notify::connect_early();
+        crate::logging::connect_syslog();
+    }
+    let mut unmounter = unmounter;
+    match confine_steps(c, rules, &mut summary) {
+        Ok(inside) => source = inside.unwrap_or(source),
+        Err(e) => {
+            // The mount is out of this process's reach now.
+            if let Some(u) = unmounter.as_mut() {
+                if let Err(ue) = u.unmount() {
+                    tracing::warn!("unmounting after the failed confinement: {ue}");
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(Confined {
+        source,
+        unmounter,
+        summary: if summary.is_empty() {
+            "none".into()
+        } else {
+            summary.join(", ")
+        },
+    })
+}
+
+/// The steps after the unmounter started; SOURCE's new path if the root
+/// changed.
+fn confine_steps(
+    c: &Confinement,
+    rules: Option<landlock::Rules>,
+    summary: &mut Vec<&'static str>,
+) -> Result<Option<PathBuf>, Failure> {
+    let mut source = None;
+    match c.sandbox {
+        SandboxMode::Namespace => {
+            source = Some(namespace::enter(&c.source)?);
+            summary.push("namespace");
+        }
+        SandboxMode::Chroot => {
+            namespace::chroot(&c.source)?;
+            source = Some(PathBuf::from("/"));
+            summary.push("chroot");
+        }
+        SandboxMode::None => {}
+    }
+    if c.sandbox != SandboxMode::None {
+        capabilities::drop_unused()?;
+        summary.push("capabilities");
+    }
+    if let Some(rules) = rules {
+        // Inside the namespace SOURCE is a mount's root, so a file reopened
+        // by handle is checked as being at SOURCE (see landlock::restrict).
+        let file_rights = !c.file_handles || c.sandbox == SandboxMode::Namespace;
+        match landlock::restrict(rules, file_rights)? {
+            Some(applied) => summary.push(applied),
+            None if c.landlock_asked => {
+                return Err(Failure(
+                    "--landlock on: this kernel has no Landlock (not built in, or not in \
+                     its lsm= list); use --landlock off"
+                        .into(),
+                ))
+            }
+            None => tracing::warn!(
+                "this kernel has no Landlock (not built in, or not in its lsm= list): file \
+                 access is not limited by it (the default --landlock on falls back to off)"
+            ),
+        }
+    }
+    match c.seccomp {
+        SeccompMode::None => {}
+        mode => {
+            seccomp::install(mode, c.features)?;
+            summary.push(if mode == SeccompMode::Kill {
+                "seccomp kill"
+            } else {
+                "seccomp log"
+            });
+        }
+    }
+    Ok(source)
+}
+
+/// The serving modes, as far as their default confinement goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServingMode {
+    /// A new mount over /dev/fuse (any `--runtime`).
+    Dev,
+    /// A new mount over io_uring (`--uring`).
+    Uring,
+    /// `--takeover-socket` or `--take-over`.
+    Takeover,
+    /// `--supervise` (the serving process; the supervisor is not confined).
+    Supervised,
+    /// `--vhost-user`.
+    VhostUser,
+}
+
+/// The defaults per serving mode: `(sandbox, landlock, seccomp)`, the
+/// strongest under which that mode's suites pass (docs/security.md).
+/// `--sandbox namespace` needs root in the initial user namespace; where
+/// it is the default and that is missing, the default falls back to
+/// `none` with a warning.
+pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompMode) {
+    match mode {
+        ServingMode::Dev => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
+        ServingMode::Uring => (SandboxMode::None, LandlockMode::On, SeccompMode::Kill),
+        ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
+        ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
+        ServingMode::VhostUser => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+    }
+}
+
+/// Whether this process can build the namespace sandbox: root with
+/// `CAP_SYS_ADMIN` in the initial user namespace (in another, mounting a
+/// `/proc` is refused), and a `/tmp` to build the new root on.
+fn can_enter_namespaces() -> bool {
+    let initial = std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| {
+            let f: Vec<&str> = m.split_whitespace().collect();
+            f == ["0", "0", "4294967295"]
+        })
+        .unwrap_or(false);
+    initial
+        && std::path::Path::new("/tmp").is_dir()
+        && caps::has_cap(
+            None,
+            caps::CapSet::Effective,
+            caps::Capability::CAP_SYS_ADMIN,
+        )
+        .unwrap_or(false)
+}
+
+impl Confinement {
+    /// The confinement `args` ask for (the defaults where not given),
+    /// checked against the serving mode: what can't be confined that way
+    /// is refused with the reason, before anything is mounted.
+    pub fn from_args(args: &crate::cli::Args, source: &std::path::Path) -> Result<Self, Failure> {
+        let vhost_user = args.virtio.socket.is_some();
+        let takeover = args.takeover_socket.is_some() || args.take_over.is_some();
+        let mode = if vhost_user {
+            ServingMode::VhostUser
+        } else if takeover {
+            ServingMode::Takeover
+        } else if args.supervise {
+            ServingMode::Supervised
+        } else if args.uring {
+            ServingMode::Uring
+        } else {
+            ServingMode::Dev
+        };
+        let (default_sandbox, default_landlock, default_seccomp) = defaults(mode);
+        let sandbox = match args.sandbox {
+            Some(s) => s,
+            None if default_sandbox == SandboxMode::Namespace && !can_enter_namespaces() => {
+                tracing::warn!(
+                    "not confined to namespaces (the default --sandbox namespace needs root \
+                     with CAP_SYS_ADMIN in the initial user namespace); Landlock and seccomp \
+                     still apply; --sandbox none says so without this warning"
+                );
+                SandboxMode::None
+            }
+            None => default_sandbox,
+        };
+        let seccomp = args.seccomp.unwrap_or(default_seccomp);
+        let landlock = args.landlock.unwrap_or(default_landlock);
+        if sandbox == SandboxMode::Chroot {
+            namespace::chroot(source)?;
+        }
+        let refuse = |what: &str, why: &str| {
+            Err(Failure(format!(
+                "--sandbox {} and --landlock {} can't be combined with {what}: {why}; use \
+                 --sandbox none --landlock off there (--seccomp works), see docs/security.md",
+                name(sandbox),
+                if landlock == LandlockMode::On {
+                    "on"
+                } else {
+                    "off"
+                },
+            )))
+        };
+        let thread_bound = sandbox != SandboxMode::None || landlock == LandlockMode::On;
+        if thread_bound && takeover {
+            return refuse(
+                "--takeover-socket or --take-over",
+                "the takeover socket is bound and renamed outside SOURCE while serving, and a \
+                 taken-over connection is served by threads started before confining",
+            );
+        }
+        if thread_bound && args.supervise {
+            return refuse(
+                "--supervise",
+                "the supervised process serves a connection the supervisor hands it, with \
+                 threads started before confining",
+            );
+        }
+        if sandbox == SandboxMode::Namespace && args.uring {
+            return refuse(
+                "--uring",
+                "the io_uring transport stats the mountpoint's path to hand a waiting request \
+                 to the kernel, a path a private mount namespace doesn't have",
+            );
+        }
+        Ok(Confinement {
+            sandbox,
+            seccomp,
+            landlock,
+            landlock_asked: args.landlock.is_some(),
+            source: source.to_path_buf(),
+            mountpoint: None,
+            fusermount: false,
+            features: seccomp::Features {
+                uring: args.uring || args.runtime == crate::Runtime::Uring,
+                vhost_user,
+                takeover,
+            },
+            file_handles: !args.fs.no_file_handles,
+        })
+    }
+}
+
+/// The name of a sandbox mode, as the command line spells it.
+fn name(mode: SandboxMode) -> &'static str {
+    match mode {
+        SandboxMode::Namespace => "namespace",
+        SandboxMode::Chroot => "chroot",
+        SandboxMode::None => "none",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn confinement(argv: &[&str]) -> Result<Confinement, Failure> {
+        let mut args = crate::cli::Args::try_parse_from(
+            ["passthroughfs"]
+                .iter()
+                .chain(argv)
+                .chain(&["/srv", "/mnt"]),
+        )
+        .map_err(|e| Failure(e.to_string()))?;
+        crate::virtio::settle_args(&mut args)?;
+        Confinement::from_args(&args, std::path::Path::new("/srv"))
+    }
+
+    #[test]
+    fn what_cannot_be_confined_is_refused_with_the_reason() {
+        for (argv, why) in [
+            (&["--sandbox", "chroot"][..], "/proc/self/fd"),
+            (
+                &["--sandbox", "namespace", "--uring"][..],
+                "mountpoint's path",
+            ),
+            (
+                &["--sandbox", "namespace", "--takeover-socket", "/s"][..],
+                "takeover socket",
+            ),
+            (&["--landlock", "on", "--supervise"][..], "supervisor"),
+        ] {
+            let e = confinement(argv).unwrap_err();
+            assert!(e.0.contains(why), "{argv:?}: {}", e.0);
+        }
+    }
+
+    #[test]
+    fn the_defaults_follow_the_serving_mode() {
+        let c = confinement(&["--takeover-socket", "/s"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            defaults(ServingMode::Takeover)
+        );
+        assert!(c.features.takeover && !c.features.uring);
+        let c = confinement(&["--uring"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            defaults(ServingMode::Uring)
+        );
+        assert!(c.features.uring);
+        let c =
+            confinement(&["--sandbox", "none", "--seccomp", "log", "--landlock", "off"]).unwrap();
+        assert_eq!(
+            (c.sandbox, c.landlock, c.seccomp),
+            (SandboxMode::None, LandlockMode::Off, SeccompMode::Log)
+        );
+    }
+
+    #[test]
+    fn the_options_have_o_names() {
+        let mut args = crate::cli::Args::try_parse_from([
+            "passthroughfs",
+            "/srv",
+            "/mnt",
+            "-o",
+            "sandbox=none,seccomp=log,landlock=off",
+        ])
+        .unwrap();
+        crate::options::apply(&mut args).unwrap();
+        assert_eq!(args.sandbox, Some(SandboxMode::None));
+        assert_eq!(args.seccomp, Some(SeccompMode::Log));
+        assert_eq!(args.landlock, Some(LandlockMode::Off));
+    }
+}
