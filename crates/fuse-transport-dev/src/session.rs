@@ -506,12 +506,11 @@ impl DevSession {
         match guard.as_mut() {
             // Unmounted already: unmounting the path again could take down
             // a mount made there since (seen: xfstests' mount cycles).
+            // The kernel ended the connection: nothing to unmount unless it
+            // aborted it and left the (dead) mount (see `connection_ended`).
             Some(mount) if self.shared.unmounted.load(Ordering::Acquire) => {
-                if mount.aborted_yet_mounted() {
-                    return mount.unmount();
-                }
-                mount.forget_unmounted();
-                Ok(())
+                mount.connection_ended();
+                mount.unmount()
             }
             Some(mount) => mount.unmount(),
             None => Ok(()),

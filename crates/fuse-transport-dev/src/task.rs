@@ -594,10 +594,11 @@ impl FuseDevTask {
                             .mount
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .as_ref()
+                            .as_mut()
                         {
-                            // Says why the connection ended, if aborted.
-                            mount.aborted_yet_mounted();
+                            // The unmount at the end then touches only a
+                            // mount the kernel aborted, and says so.
+                            mount.connection_ended();
                         }
                         return Ok(());
                     }

@@ -85,6 +85,9 @@ pub struct Mount {
     /// it), read when it was made or adopted; `None` if the kernel didn't
     /// say.
     mount_id: Option<u64>,
+    /// The kernel ended the connection (`ENODEV` on the device): unmounted,
+    /// or aborted with the mount left in place ([`Mount::connection_ended`]).
+    ended: bool,
     /// Set by [`Mount::unmount_through`]: what unmounts instead of this
     /// process.
     unmounter: Option<Unmounter>,
@@ -207,6 +210,7 @@ impl Mount {
             auto_unmount,
             watcher: None,
             mount_id,
+            ended: false,
             unmounter: None,
         }
     }
@@ -237,6 +241,13 @@ impl Mount {
         if !self.mounted {
             return Ok(());
         }
+        if self.ended && self.unmounter.is_none() {
+            if !self.still_in_table() {
+                self.forget_unmounted();
+                return Ok(());
+            }
+            self.aborted_warning();
+        }
         let result = match self.unmounter.as_mut() {
             Some(Unmounter(unmount)) => unmount().map_err(|source| match source.raw_os_error() {
                 Some(libc::EINVAL | libc::ENOENT) => MountError::NotMounted {
@@ -251,6 +262,8 @@ impl Mount {
             None => self.unmount_here(self.method),
         };
         match result {
+            // (The unmounter unmounts only a mount that is still this one.)
+            Ok(()) if self.ended && self.unmounter.is_some() => self.aborted_warning(),
             Ok(()) => {}
             Err(MountError::NotMounted { .. }) => {
                 tracing::debug!(
@@ -270,7 +283,8 @@ impl Mount {
     }
 
     /// Has `unmount` call `unmount` from now on instead of unmounting
-    /// itself: for a process confined where it can't reach its mountpoint
+    /// itself (which must fail with `ENOENT` or `EINVAL` when the path no
+    /// longer holds this mount): for a process confined where it can't reach its mountpoint
     /// (a private mount namespace, Landlock, a seccomp filter without
     /// `fusermount3`'s exec), which hands the unmount to a helper outside.
     pub fn unmount_through(&mut self, unmount: UnmountFn) {
@@ -335,27 +349,29 @@ impl Mount {
             auto_unmount: None,
             watcher: None,
             mount_id,
+            ended: false,
             unmounter: None,
         }
     }
 
-    /// Whether this mount is still in the mount table though its
-    /// connection has ended (`ENODEV` on the device): the kernel aborted
-    /// the connection (a request past the negotiated request timeout, or
-    /// an abort through fusectl) rather than unmounting it, and left a
-    /// dead mount that answers `ENOTCONN` until it is unmounted.
-    ///
-    /// Says so in the log when it is.
-    pub(crate) fn aborted_yet_mounted(&self) -> bool {
-        let aborted = self.still_in_table();
-        if aborted {
-            tracing::warn!(
-                mountpoint = %self.mountpoint.display(),
-                "the kernel aborted the connection (a request went unanswered past the \
-                 request timeout, or fusectl's abort): unmounting its dead mount"
-            );
-        }
-        aborted
+    /// The transport read `ENODEV`: the kernel ended the connection,
+    /// either because the file system was unmounted (by us or from
+    /// outside) or because it aborted the connection (a request past the
+    /// negotiated request timeout, or fusectl's abort) and left a dead
+    /// mount that answers `ENOTCONN`. [`Mount::unmount`] then unmounts
+    /// only a mount that is still this one (by mount id: whatever is
+    /// mounted on the path now may be somebody else's), and says when
+    /// the kernel aborted it.
+    pub(crate) fn connection_ended(&mut self) {
+        self.ended = true;
+    }
+
+    fn aborted_warning(&self) {
+        tracing::warn!(
+            mountpoint = %self.mountpoint.display(),
+            "the kernel aborted the connection (a request went unanswered past the \
+             request timeout, or fusectl's abort): unmounting its dead mount"
+        );
     }
 
     fn still_in_table(&self) -> bool {

@@ -7,7 +7,11 @@
 //! through it) and answers with one byte. If the daemon's end closes
 //! without a request (it exited on its own after an unmount, or died), the
 //! helper exits without touching the mount: a dead mount then stays as
-//! without a sandbox (`--unmount-dead` clears it).
+//! without a sandbox (`--unmount-dead` clears it). It unmounts only the
+//! mount it was made for (by mount id): asked after the file system was
+//! unmounted from outside, it answers `ENOENT` and touches nothing; asked
+//! after the kernel aborted the connection (a request timeout), it clears
+//! the dead mount.
 //!
 //! It is forked from a process that may run other threads, so between
 //! `fork` and `_exit` it makes only system calls on what was prepared
@@ -75,6 +79,9 @@ impl Unmounter {
                 std::ptr::null(),
             ]
         });
+        // The mount the helper may unmount: a request finding another
+        // mount (or none) on the path is answered ENOENT, untouched.
+        let mount_id = mount_id_of(&path);
         let args = arg_area();
         // Its standard streams: not the daemon's (a background daemon's
         // starter waits for them to close, and the tests count the
@@ -110,6 +117,7 @@ impl Unmounter {
                     null_fd,
                     args,
                     path.as_ptr(),
+                    mount_id,
                     argv.as_ref().map(|a| a.as_ptr()),
                 )
             }
@@ -158,6 +166,29 @@ impl Unmounter {
     }
 }
 
+/// The id of the mount on `path` (`STATX_MNT_ID`), from the kernel's cache:
+/// one system call (it is made between fork and exit too), no daemon asked.
+fn mount_id_at(path: *const libc::c_char) -> Option<u64> {
+    // SAFETY: an all-zero statx is a valid output buffer.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path,
+            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    (r == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
+}
+
+/// [`mount_id_at`] of a path held as a `CString`.
+fn mount_id_of(path: &CString) -> Option<u64> {
+    mount_id_at(path.as_ptr())
+}
+
 /// Where this process's command line is in its memory (`arg_start`,
 /// `arg_end` of `/proc/self/stat`), for the helper to write its own name
 /// over: `/proc/PID/cmdline` then tells it from the daemon.
@@ -188,6 +219,7 @@ unsafe fn child(
     null: i32,
     args: Option<(usize, usize)>,
     path: *const libc::c_char,
+    mount_id: Option<u64>,
     argv: Option<*const *const libc::c_char>,
 ) -> ! {
     // SAFETY: plain system calls on our own descriptors and data; the
@@ -232,6 +264,15 @@ unsafe fn child(
                 libc::_exit(0);
             }
             break;
+        }
+        // Only the mount this helper was made for: after an unmount from
+        // outside (the daemon then asks anyway) the path shows another.
+        if let Some(id) = mount_id {
+            if mount_id_at(path) != Some(id) {
+                let answer = libc::ENOENT as u8;
+                libc::write(ans, (&answer as *const u8).cast(), 1);
+                libc::_exit(0);
+            }
         }
         let errno = match argv {
             None => {
