@@ -101,7 +101,12 @@ pub fn page(man: &Man) -> io::Result<Vec<u8>> {
     part(&|w| name_section(w))?;
     part(&|w| man.render_synopsis_section(w))?;
     part(&|w| description(w))?;
-    part(&|w| man.render_options_section(w))?;
+    part(&|w| {
+        // The possible values' help comes from doc comments too.
+        let mut buf = Vec::new();
+        man.render_options_section(&mut buf)?;
+        w.write_all(quotes(&String::from_utf8_lossy(&buf)).as_bytes())
+    })?;
     part(&|w| mount_options().to_writer(w))?;
     part(&|w| signals(SIGNALS_HELP).to_writer(w))?;
     part(&|w| environment().to_writer(w))?;

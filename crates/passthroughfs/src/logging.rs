@@ -89,6 +89,8 @@ pub fn log_to_syslog() {
 /// a confined daemon can't reach `/dev/log` later (see
 /// [`crate::sandbox`]).
 pub fn connect_syslog() {
+    // Whether anything listens, found out while `/dev/log` is in reach.
+    syslog_listens();
     // The identity must outlive every syslog call: a static string.
     static IDENT: &std::ffi::CStr = c"passthroughfs";
     // SAFETY: IDENT is a static NUL-terminated string; openlog keeps the
@@ -105,10 +107,16 @@ pub fn connect_syslog() {
 /// Whether a syslog daemon listens on [`SYSLOG_SOCKET`] (datagram or
 /// stream, as `syslog(3)` tries them); without one, syslog lines are
 /// lost.
+///
+/// Probed once (a confined daemon no longer reaches the socket by path:
+/// [`connect_syslog`] probes before the confinement), then remembered.
 pub fn syslog_listens() -> bool {
     use std::os::unix::net::{UnixDatagram, UnixStream};
-    UnixDatagram::unbound().is_ok_and(|s| s.connect(SYSLOG_SOCKET).is_ok())
-        || UnixStream::connect(SYSLOG_SOCKET).is_ok()
+    static LISTENS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LISTENS.get_or_init(|| {
+        UnixDatagram::unbound().is_ok_and(|s| s.connect(SYSLOG_SOCKET).is_ok())
+            || UnixStream::connect(SYSLOG_SOCKET).is_ok()
+    })
 }
 
 /// Prints `line` (and a newline) on standard error, or nothing if that

@@ -10,7 +10,7 @@
 //! binary and first message.
 //!
 //! The steps run in a mount namespace of the runner's own, and a step that
-//! leaves a FUSE mount behind fails for it (see [`mounts`]).
+//! leaves a FUSE mount behind fails for it (see [`mod@mounts`]).
 //!
 //! `--repeat N` runs the test steps N times, optionally beside a load, and
 //! lists every test that failed in any round (see [`repeat`]).

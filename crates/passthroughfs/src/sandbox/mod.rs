@@ -36,8 +36,10 @@ pub enum SandboxMode {
     /// New mount, network and IPC namespaces; the root becomes a read-only
     /// tmpfs holding SOURCE (at `/source`) and a `/proc`.
     Namespace,
-    /// `chroot(2)` into SOURCE, no namespaces (for where namespaces are
-    /// refused). Refused by this daemon for now: see [`namespace::chroot`].
+    /// chroot(2) into SOURCE, no namespaces (for where namespaces are
+    /// refused). Refused by this daemon for now (its inodes are reached
+    /// through /proc/self/fd paths, which a chroot would resolve inside
+    /// SOURCE, where a client controls the names: docs/security.md).
     Chroot,
     /// No namespace and no change of root.
     None,
