@@ -7,7 +7,8 @@
 //!    checker, and a plan that mounts `-t virtiofs` and runs it in the
 //!    phase the kernel command line names (`xtask.phase=`).
 //! 3. **daemon**: `passthroughfs -f --vhost-user SOCKET --tag vfs
-//!    --sandbox none SHARED`, where SHARED (`target/vm/virtiofs/shared`)
+//!    SHARED`, confined as by default (namespace, Landlock, seccomp
+//!    kill), where SHARED (`target/vm/virtiofs/shared`)
 //!    holds a file the host wrote (`from-host.bin`).
 //! 4. **boot 1 (check)**: qemu with the guest's memory in a shared memfd
 //!    (`memory-backend-memfd,share=on`, which vhost-user needs) and a
@@ -528,7 +529,11 @@ pub(super) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     // virtiofsd serves one VM: both daemons start afresh for each boot.
     let mut start = || -> Result<Vec<Daemon>> {
         let mut ours_cmd = our_daemon(args, &ours, &ours_socket, &ours_dir, "warn");
-        ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
+        // Unconfined, as virtiofsd runs here (`--sandbox none`): the
+        // figures compare the serving paths, not the sandboxes.
+        ours_cmd
+            .args(UNCONFINED)
+            .args(["--cache", &args.bench_cache, "--once"]);
         Ok(vec![
             start_daemon(
                 ours_cmd,
@@ -685,7 +690,11 @@ fn syscall_counts(
             fs::create_dir_all(dir)?;
         }
         let mut ours_cmd = our_daemon(args, ours, &ours_socket, &ours_dir, "warn");
-        ours_cmd.args(["--cache", &args.bench_cache, "--once"]);
+        // Unconfined, as virtiofsd runs here (`--sandbox none`): the
+        // figures compare the serving paths, not the sandboxes.
+        ours_cmd
+            .args(UNCONFINED)
+            .args(["--cache", &args.bench_cache, "--once"]);
         Ok(vec![
             start_daemon(
                 traced("ours", ours_cmd),
@@ -1136,6 +1145,17 @@ fn initramfs(run_dir: &Path, checker: &Path, pjdfstest: Option<&Path>) -> Result
     Ok(initrd)
 }
 
+/// Our daemon's options for no confinement at all (its defaults over
+/// vhost-user confine it: namespace, Landlock, seccomp kill).
+const UNCONFINED: [&str; 6] = [
+    "--sandbox",
+    "none",
+    "--landlock",
+    "off",
+    "--seccomp",
+    "none",
+];
+
 /// `passthroughfs --vhost-user` on `socket`, serving `shared`, with
 /// `--daemon-arg`s, logging at `rust_log`.
 fn our_daemon(args: &VmArgs, exe: &Path, socket: &Path, shared: &Path, rust_log: &str) -> Command {
@@ -1143,7 +1163,7 @@ fn our_daemon(args: &VmArgs, exe: &Path, socket: &Path, shared: &Path, rust_log:
     cmd.arg("-f")
         .arg("--vhost-user")
         .arg(socket)
-        .args(["--tag", TAG, "--sandbox", "none"])
+        .args(["--tag", TAG])
         .args(&args.daemon_arg)
         .arg(shared)
         .env(

@@ -268,7 +268,7 @@ pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompM
         ServingMode::Uring => (SandboxMode::None, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
         ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
-        ServingMode::VhostUser => (SandboxMode::None, LandlockMode::Off, SeccompMode::None),
+        ServingMode::VhostUser => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
     }
 }
 
