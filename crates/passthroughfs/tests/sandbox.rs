@@ -259,23 +259,22 @@ fn landlock_alone_denies_every_attempt() {
     }
 }
 
+/// The filter alone: no namespace, no Landlock.
+const SECCOMP_KILL_ONLY: &[&str] = &[
+    "--sandbox",
+    "none",
+    "--landlock",
+    "off",
+    "--seccomp",
+    "kill",
+];
+
 #[test]
 fn seccomp_kill_ends_the_daemon_at_a_forbidden_call() {
     for (what, call) in [("socket", "socket"), ("kill", "kill")] {
         let (d, data) = setup();
         let mut t = Targets::new(d.dir.path());
-        let daemon = start(
-            &d,
-            &t,
-            &[
-                "--sandbox",
-                "none",
-                "--landlock",
-                "off",
-                "--seccomp",
-                "kill",
-            ],
-        );
+        let daemon = start(&d, &t, SECCOMP_KILL_ONLY);
         let mnt = d.mnt.clone();
         // The request fails once the daemon is gone.
         let e = attempt(&mnt, what);
@@ -296,18 +295,7 @@ fn seccomp_kill_ends_the_daemon_at_a_forbidden_call() {
 fn seccomp_kill_ends_a_program_the_daemon_runs() {
     let (d, data) = setup();
     let mut t = Targets::new(d.dir.path());
-    let daemon = start(
-        &d,
-        &t,
-        &[
-            "--sandbox",
-            "none",
-            "--landlock",
-            "off",
-            "--seccomp",
-            "kill",
-        ],
-    );
+    let daemon = start(&d, &t, SECCOMP_KILL_ONLY);
     let e = attempt(&d.mnt, "exec");
     assert_eq!(
         e.raw_os_error(),
