@@ -13,7 +13,9 @@
 //!
 //! Some tests cannot pass there: creating device nodes is EPERM in any user
 //! namespace, and switching to other uids needs more than one mapped uid. By
-//! convention a test whose name contains `needs_root` needs real root, and
+//! convention a test whose name contains `needs_root` needs real root, one
+//! whose name contains `needs_file_handles` needs `open_by_handle_at`
+//! (`CAP_DAC_READ_SEARCH` in the initial user namespace), and
 //! one whose name starts with `vm_` needs the Linux 7.3 kernel that `cargo
 //! xtask test-in-vm` boots; such tests are listed and counted as skipped with
 //! their reason (`--skip needs_root --skip vm_`), never silently passed.
@@ -82,6 +84,10 @@ const NEEDS_ROOT: &str = "needs_root";
 /// order a test is counted (once, under the first marker it carries).
 const SKIPPED: &[(&str, &str)] = &[
     (NEEDS_ROOT, "needs real root"),
+    (
+        "needs_file_handles",
+        "needs file handles (CAP_DAC_READ_SEARCH in the initial user namespace)",
+    ),
     ("vm_", "needs Linux 7.3, run by cargo xtask test-in-vm"),
 ];
 

@@ -563,6 +563,18 @@ fn supervise(
     cwd: PathBuf,
 ) -> Result<(), Failure> {
     use fuse_transport_dev::supervise::{Supervisor, SupervisorExit};
+    // Each serving process takes the crash table back by file handle:
+    // where there are none (a user namespace, a source without them) every
+    // one would fail, so this is said once, before anything is mounted.
+    let probe = PassthroughFs::new(&plan.source, plan.fs_config.clone())
+        .map_err(|e| Failure(e.to_string()))?;
+    if let Some(why) = probe.file_handle_fallback() {
+        return Err(Failure(format!(
+            "--supervise keeps the nodes by file handle across crashes, and there are none \
+             here: {why}; serve without --supervise"
+        )));
+    }
+    drop(probe);
     let mount = fuse_transport_dev::Mount::new(&plan.args.mountpoint, &plan.options)
         .map_err(|e| Failure(e.to_string()))?;
     let supervisor = Supervisor::new(

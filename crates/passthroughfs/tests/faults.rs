@@ -239,6 +239,30 @@ fn sigterm_under_load_uring() {
     under_load(Transport::Uring, "SIGTERM");
 }
 
+/// `statx(AT_STATX_FORCE_SYNC)`: a stat that always reaches the daemon.
+fn forced_stat(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: zeroed `statx` is a valid out-buffer for statx(2).
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `buf` a writable statx
+    // buffer, both alive for the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_BASIC_STATS,
+            &mut buf,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn sigkill(transport: Transport) {
     require_root();
     let d = dirs();
@@ -268,13 +292,18 @@ fn sigkill(transport: Transport) {
     // The dead mount answers ENOTCONN, never hangs. (While the kernel
     // still tears down a dead daemon's rings, a request may get
     // ECONNABORTED instead; it settles to ENOTCONN within moments.)
+    // The stat forces a GETATTR: a plain one may be answered from the
+    // kernel's attribute cache without asking the daemon, and whether the
+    // attributes are still cached then depends on the environment (in a
+    // user namespace, with kernel passthrough off, the reader's READs
+    // leave them valid).
     let start = Instant::now();
     for what in ["stat", "statfs", "open"] {
         loop {
             let p = d.mnt.join("f");
             let mnt = d.mnt.clone();
             let r = with_timeout(Duration::from_secs(5), move || match what {
-                "stat" => std::fs::metadata(&p).map(drop),
+                "stat" => forced_stat(&p),
                 "statfs" => fuse_transport_dev::is_fuse_mount(&mnt).map(drop),
                 _ => std::fs::File::open(&p).map(drop),
             })

@@ -343,7 +343,7 @@ fn a_log_file_that_cannot_be_opened_is_refused_at_start() {
 }
 
 /// Runs `f` on a thread of its own whose mount namespace has a `/dev`
-/// holding `null` and `fuse`, and a datagram socket `log` if `syslog`
+/// holding `null` and `fuse` (the machine's, bind-mounted), and a datagram socket `log` if `syslog`
 /// (so that the machine's /dev and syslog are left alone); `f` gets the
 /// socket.
 fn with_own_dev(
@@ -374,17 +374,29 @@ fn with_own_dev(
             );
         }
         std::fs::create_dir(&dev).unwrap();
-        for (name, major, minor) in [("null", 1, 3), ("fuse", 10, 229)] {
-            let path = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
-            // SAFETY: a NUL-terminated path; a character device node.
+        // The machine's device nodes, bind-mounted onto empty files: mknod
+        // is refused in a user namespace (`cargo xtask test-in-userns`),
+        // a bind mount is not.
+        for name in ["null", "fuse"] {
+            std::fs::write(dev.join(name), b"").unwrap();
+            let from = std::ffi::CString::new(format!("/dev/{name}")).unwrap();
+            let to = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
+            // SAFETY: NUL-terminated paths; a bind mount of a device node.
             let rc = unsafe {
-                libc::mknod(
-                    path.as_ptr(),
-                    libc::S_IFCHR | 0o666,
-                    libc::makedev(major, minor),
+                libc::mount(
+                    from.as_ptr(),
+                    to.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
                 )
             };
-            assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+            assert_eq!(
+                rc,
+                0,
+                "bind /dev/{name}: {}",
+                std::io::Error::last_os_error()
+            );
         }
         let socket = syslog.then(|| {
             let s = std::os::unix::net::UnixDatagram::bind(dev.join("log")).unwrap();
@@ -392,13 +404,14 @@ fn with_own_dev(
             s
         });
         let src = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
-        // SAFETY: NUL-terminated paths; a bind mount of our directory.
+        // SAFETY: NUL-terminated paths; a bind mount of our directory,
+        // with the device nodes bound inside it (MS_REC).
         let rc = unsafe {
             libc::mount(
                 src.as_ptr(),
                 c"/dev".as_ptr(),
                 std::ptr::null(),
-                libc::MS_BIND,
+                libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),
             )
         };

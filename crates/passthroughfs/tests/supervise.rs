@@ -4,6 +4,13 @@
 //! open files back and has the kernel resend what the dead one held. No
 //! client sees an error, nothing fsynced is lost, files opened before the
 //! first crash stay usable, and every FORGET finds its node.
+//!
+//! The crash table keeps nodes by file handle, which opening needs
+//! `CAP_DAC_READ_SEARCH` in the initial user namespace: tests that
+//! supervise carry `needs_file_handles` in their names and are skipped,
+//! counted, by `cargo xtask test-in-userns`; where there are no file
+//! handles the supervisor refuses before mounting (tested here with a
+//! source whose file system has none).
 
 #[path = "support/daemon.rs"]
 mod daemon;
@@ -69,7 +76,7 @@ fn stop(supervisor: Daemon) -> String {
 }
 
 #[test]
-fn twenty_crashes_under_load_and_no_client_notices() {
+fn twenty_crashes_under_load_and_no_client_notices_needs_file_handles() {
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
     // Held across every crash: an open file, written at offsets and
@@ -133,7 +140,7 @@ fn twenty_crashes_under_load_and_no_client_notices() {
 }
 
 #[test]
-fn twenty_crashes_under_fio_verify_and_a_git_loop() {
+fn twenty_crashes_under_fio_verify_and_a_git_loop_needs_file_handles() {
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
     let load = FioAndGit::start(&d.mnt);
@@ -159,7 +166,7 @@ fn wait_serving(supervisor: &Daemon, n: usize) {
 }
 
 #[test]
-fn ten_planned_restarts_under_load() {
+fn ten_planned_restarts_under_load_needs_file_handles() {
     // SIGUSR2: the serving process finishes what it holds, gives the
     // connection back and exits; the supervisor starts the next (a new
     // build installed at the program's path would be it).
@@ -204,7 +211,7 @@ fn ten_planned_restarts_under_load() {
 }
 
 #[test]
-fn kernel_passthrough_files_survive_crashes() {
+fn kernel_passthrough_files_survive_crashes_needs_file_handles() {
     // Kernel passthrough is on by default (as root): the backing ids
     // belong to the connection; the next process adopts them from the
     // handles in the crash table.
@@ -233,7 +240,7 @@ fn kernel_passthrough_files_survive_crashes() {
 }
 
 #[test]
-fn supervised_daemon_ends_with_the_mount() {
+fn supervised_daemon_ends_with_the_mount_needs_file_handles() {
     // Unmounted from outside: the serving process ends with status 0 and
     // the supervisor with it, without starting another.
     let d = dirs();
@@ -261,4 +268,19 @@ fn supervise_is_refused_where_it_would_lose_requests() {
         let err = daemon::refused_at_start(&d.src, &d.mnt, &args);
         assert!(err.contains(says), "{extra:?}: {err}");
     }
+}
+
+/// Without file handles (procfs has none; nor has a user namespace) every
+/// serving process would fail to take the crash table back: the
+/// supervisor says so once, before mounting, and mounts nothing.
+#[test]
+fn supervise_without_file_handles_is_refused_before_mounting() {
+    let d = dirs();
+    let err = daemon::refused_at_start(Path::new("/proc/sys"), &d.mnt, &["--supervise"]);
+    assert!(
+        err.contains("--supervise keeps the nodes by file handle")
+            && err.contains("serve without --supervise")
+            && !err.contains("serving process"),
+        "{err}"
+    );
 }

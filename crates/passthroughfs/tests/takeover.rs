@@ -293,8 +293,10 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
     assert!(!is_mounted(&d.mnt));
 }
 
+/// Kernel passthrough registers backing files, which the kernel allows
+/// only to `CAP_SYS_ADMIN` in the initial user namespace: real root.
 #[test]
-fn kernel_passthrough_files_survive_upgrades() {
+fn kernel_passthrough_files_survive_upgrades_needs_root() {
     // Kernel passthrough is on by default.
     let (d, sock_arg, mut daemon) = serving_with_socket(&[]);
     std::fs::write(d.mnt.join("f"), b"0123456789").unwrap();

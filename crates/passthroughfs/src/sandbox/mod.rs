@@ -107,6 +107,35 @@ pub struct Confined {
     pub summary: String,
 }
 
+/// A confinement that failed part way, with the unmounter if one started:
+/// the mount may then be out of the daemon's reach (its own mount
+/// namespace hides it, Landlock refuses the unmount), so the caller
+/// unmounts through it ([`fuse_transport_dev::Mount::unmount_through`])
+/// rather than by path.
+#[derive(Debug)]
+pub struct NotConfined {
+    /// What failed.
+    pub failure: Failure,
+    /// The process outside the sandbox that can still unmount.
+    pub unmounter: Option<unmounter::Unmounter>,
+}
+
+impl From<Failure> for NotConfined {
+    /// A failure before the unmounter started: the mount is still in reach.
+    fn from(failure: Failure) -> NotConfined {
+        NotConfined {
+            failure,
+            unmounter: None,
+        }
+    }
+}
+
+impl From<NotConfined> for Failure {
+    fn from(e: NotConfined) -> Failure {
+        e.failure
+    }
+}
+
 impl Confinement {
     /// Whether anything beyond the resource limits is applied.
     pub fn is_none(&self) -> bool {
@@ -125,7 +154,7 @@ fn thread_count() -> usize {
 /// mount or socket is set up and before any other thread exists: a new
 /// mount namespace, capability sets and Landlock apply to the calling
 /// thread only (the seccomp filter is synchronized to every thread).
-pub fn confine(c: &Confinement) -> Result<Confined, Failure> {
+pub fn confine(c: &Confinement) -> Result<Confined, NotConfined> {
     rlimits::apply()?;
     let mut summary = Vec::new();
     let mut source = c.source.clone();
@@ -133,10 +162,10 @@ pub fn confine(c: &Confinement) -> Result<Confined, Failure> {
     if thread_bound {
         let n = thread_count();
         if n > 1 {
-            return Err(Failure(format!(
+            return Err(NotConfined::from(Failure(format!(
                 "cannot confine: {n} threads run already (--sandbox and --landlock apply to \
                  the calling thread only); this mode needs --sandbox none --landlock off"
-            )));
+            ))));
         }
     }
     // Landlock needs the paths as the host names them: opened first.
@@ -161,18 +190,11 @@ pub fn confine(c: &Confinement) -> Result<Confined, Failure> {
         crate::notify::connect_early();
         crate::logging::connect_syslog();
     }
-    let mut unmounter = unmounter;
     match confine_steps(c, rules, &mut summary) {
         Ok(inside) => source = inside.unwrap_or(source),
-        Err(e) => {
-            // The mount is out of this process's reach now.
-            if let Some(u) = unmounter.as_mut() {
-                if let Err(ue) = u.unmount() {
-                    tracing::warn!("unmounting after the failed confinement: {ue}");
-                }
-            }
-            return Err(e);
-        }
+        // The mount may be out of this process's reach now (another mount
+        // namespace, Landlock): the caller unmounts through the unmounter.
+        Err(failure) => return Err(NotConfined { failure, unmounter }),
     }
     Ok(Confined {
         source,
@@ -272,24 +294,37 @@ pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompM
     }
 }
 
-/// Whether this process can build the namespace sandbox: root with
-/// `CAP_SYS_ADMIN` in the initial user namespace (in another, mounting a
-/// `/proc` is refused), and a `/tmp` to build the new root on.
-fn can_enter_namespaces() -> bool {
-    let initial = std::fs::read_to_string("/proc/self/uid_map")
-        .map(|m| {
-            let f: Vec<&str> = m.split_whitespace().collect();
-            f == ["0", "0", "4294967295"]
-        })
-        .unwrap_or(false);
-    initial
-        && std::path::Path::new("/tmp").is_dir()
-        && caps::has_cap(
-            None,
-            caps::CapSet::Effective,
-            caps::Capability::CAP_SYS_ADMIN,
-        )
-        .unwrap_or(false)
+/// Whether this process can build the namespace sandbox around `source`:
+/// tried in a child process (fork, [`namespace::enter`], exit), which
+/// answers for this machine as it is (root on the host; root of a user
+/// namespace that owns its mount namespace; not a container whose
+/// filter refuses `unshare`, nor an unprivileged user).
+fn can_enter_namespaces(source: &std::path::Path) -> bool {
+    // SAFETY: fork in a process with one thread (the sandbox is set up
+    // before any thread starts, see `confine`); the child only runs the
+    // sandbox's steps and `_exit`s.
+    match unsafe { libc::fork() } {
+        -1 => false,
+        0 => {
+            let ok = namespace::enter(source).is_ok();
+            // SAFETY: ends the child without running the parent's exit
+            // handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        pid => {
+            let mut status = 0;
+            loop {
+                // SAFETY: waits for our own child.
+                let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+                if r == pid {
+                    break libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+                }
+                if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                    break false;
+                }
+            }
+        }
+    }
 }
 
 impl Confinement {
@@ -313,11 +348,12 @@ impl Confinement {
         let (default_sandbox, default_landlock, default_seccomp) = defaults(mode);
         let sandbox = match args.sandbox {
             Some(s) => s,
-            None if default_sandbox == SandboxMode::Namespace && !can_enter_namespaces() => {
+            None if default_sandbox == SandboxMode::Namespace && !can_enter_namespaces(source) => {
                 tracing::warn!(
-                    "not confined to namespaces (the default --sandbox namespace needs root \
-                     with CAP_SYS_ADMIN in the initial user namespace); Landlock and seccomp \
-                     still apply; --sandbox none says so without this warning"
+                    "not confined to namespaces (the default --sandbox namespace needs \
+                     CAP_SYS_ADMIN and new mount, network and IPC namespaces, which this \
+                     process can't have); Landlock and seccomp still apply; --sandbox none says \
+                     so without this warning"
                 );
                 SandboxMode::None
             }

@@ -133,6 +133,11 @@ pub fn enter(source: &Path) -> Result<PathBuf, Failure> {
     })
     .map_err(step("attaching SOURCE in the new root", "CAP_SYS_ADMIN"))?;
     let proc_at = cstr(&root.join("proc"))?;
+    // A new instance of this PID namespace's proc. In a user namespace
+    // that doesn't own the PID namespace (a container, `cargo xtask
+    // test-in-userns`) the kernel refuses that, and the host's /proc,
+    // bound with its submounts (the kernel refuses to bind it without
+    // them there), shows the same processes.
     mount(
         Some(c"proc"),
         &proc_at,
@@ -140,6 +145,16 @@ pub fn enter(source: &Path) -> Result<PathBuf, Failure> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )
+    .or_else(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => mount(
+            Some(c"/proc"),
+            &proc_at,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        ),
+        _ => Err(e),
+    })
     .map_err(step("mounting /proc in the new root", "CAP_SYS_ADMIN"))?;
     std::env::set_current_dir(root)
         .map_err(|e| Failure(format!("--sandbox namespace: entering the new root: {e}")))?;
