@@ -480,6 +480,7 @@ mod tests {
     fn filters_skipped_tests_from_list_output() {
         let list = "a::plain: test\nb::mknod_needs_root: test\nsrc/lib.rs - x (line 3): test\n\
                     c::needs_root_chown: test\nvm_pools: test\nd::vm_bufs_needs_root: test\n\
+                    e::crashes_needs_file_handles: test\n\
                     \n3 tests, 0 benchmarks\n";
         let skipped = filter_skipped(list);
         let names: Vec<_> = skipped.iter().map(|(n, _)| n.as_str()).collect();
@@ -489,14 +490,26 @@ mod tests {
                 "b::mknod_needs_root",
                 "c::needs_root_chown",
                 "vm_pools",
-                "d::vm_bufs_needs_root"
+                "d::vm_bufs_needs_root",
+                "e::crashes_needs_file_handles"
             ]
         );
-        assert_eq!(skipped[2].1, SKIPPED[1].1);
-        assert_eq!(skipped[3].1, SKIPPED[0].1, "counted once, as needing root");
+        let reason = |marker: &str| SKIPPED.iter().find(|(m, _)| *m == marker).unwrap().1;
+        assert_eq!(skipped[2].1, reason("vm_"));
+        assert_eq!(
+            skipped[3].1,
+            reason(NEEDS_ROOT),
+            "counted once, as needing root"
+        );
+        assert_eq!(skipped[4].1, reason("needs_file_handles"));
         assert_eq!(
             skip_counts(&skipped),
-            format!("3 {}, 1 {}", SKIPPED[0].1, SKIPPED[1].1)
+            format!(
+                "3 {}, 1 {}, 1 {}",
+                reason(NEEDS_ROOT),
+                reason("needs_file_handles"),
+                reason("vm_")
+            )
         );
     }
 }
