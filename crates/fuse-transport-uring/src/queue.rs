@@ -48,9 +48,9 @@ mod ring;
 mod transaction;
 
 use lock_waits::Kicker;
-pub(crate) use ring::{build_ring, reap, reap_into, register_pool, submit, wait};
+pub use ring::{build_ring, submit};
 use ring::{build_ring_with_cq, register_table, wait_timeout, MAX_CQ_ENTRIES};
-use transaction::write_reply;
+pub(crate) use ring::{reap, reap_into, register_pool, wait};
 
 use crate::cmd;
 use crate::fault::UringFault;
@@ -189,7 +189,7 @@ impl Entry {
 }
 
 /// An io_uring whose SQEs are 128 bytes (`IORING_SETUP_SQE128`).
-pub(crate) type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+pub type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 
 /// Runs a ring thread: setup, handshake, serving, teardown.
 pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -> io::Result<()> {

@@ -47,7 +47,7 @@ pub(crate) fn register_pool(ring: &Ring, region: &Mapping) -> io::Result<()> {
 
 /// Creates a ring with 128-byte SQEs, trying the cheaper task-run modes
 /// first.
-pub(crate) fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
+pub fn build_ring(entries: u32, defer_taskrun: bool) -> io::Result<Ring> {
     build_ring_with_cq(entries, entries.saturating_mul(2), defer_taskrun)
 }
 
@@ -86,7 +86,7 @@ pub(super) fn build_ring_with_cq(entries: u32, cq: u32, defer_taskrun: bool) -> 
 }
 
 /// Submits what is queued (EINTR retried).
-pub(crate) fn submit(ring: &mut Ring) -> io::Result<()> {
+pub fn submit(ring: &mut Ring) -> io::Result<()> {
     loop {
         match ring.submit() {
             Ok(_) => return Ok(()),
