@@ -393,4 +393,57 @@ mod tests {
         assert!(t.get(fh).is_none());
         assert_eq!(t.len(), 0);
     }
+
+    // From the readdir contract tests (tests/readdir_contract.rs), which
+    // use the public API only: this one drives the private directory stream.
+    #[test]
+    fn readdir_stream_keeps_the_entry_its_callback_failed_on() {
+        use crate::test_util::errno;
+        // The callback the READDIR(PLUS) handlers give the stream fails when
+        // a READDIRPLUS lookup fails (an error the backing file system makes,
+        // not one a test can provoke as any user): the handler then answers
+        // with that error if the reply is empty and with the reply otherwise
+        // (see the removal tests above). Here: the stream itself, whose
+        // failed entry must come first in the next call.
+        let base = tempfile::tempdir().unwrap();
+        for i in 0..10 {
+            std::fs::write(base.path().join(format!("f{i}")), b"").unwrap();
+        }
+        let fd: std::os::fd::OwnedFd = std::fs::File::open(base.path()).unwrap().into();
+        let h = Handle::dir(fd, fuse_abi::ROOT_ID, libc::O_RDONLY | libc::O_DIRECTORY);
+        let mut stream = h.dir.as_ref().unwrap().lock().unwrap();
+        let mut full = Vec::new();
+        stream
+            .read(h.fd(), 0, |e| {
+                full.push((e.name.to_vec(), e.off));
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(full.len(), 12);
+        for fail_at in [0, 1, 5, 11] {
+            let start = if fail_at == 0 { 0 } else { full[0].1 };
+            let mut got = Vec::new();
+            let r = stream.read(h.fd(), start, |e| {
+                if got.len() + usize::from(start != 0) == fail_at {
+                    return Err(io::Error::from_raw_os_error(libc::EIO));
+                }
+                got.push((e.name.to_vec(), e.off));
+                Ok(true)
+            });
+            assert_eq!(errno(r), libc::EIO);
+            let resume = got.last().map_or(start, |e| e.1);
+            let mut next = None;
+            stream
+                .read(h.fd(), resume, |e| {
+                    next = Some((e.name.to_vec(), e.off));
+                    Ok(false)
+                })
+                .unwrap();
+            assert_eq!(
+                next.as_ref(),
+                Some(&full[fail_at]),
+                "the failed entry comes next"
+            );
+        }
+    }
 }

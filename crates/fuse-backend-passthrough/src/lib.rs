@@ -129,9 +129,9 @@ mod locks;
 mod passthrough;
 #[cfg(feature = "async")]
 mod pool;
-#[cfg(test)]
-mod readdir_tests;
 mod sys;
+#[cfg(test)]
+mod test_util;
 mod watch;
 
 pub use config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};

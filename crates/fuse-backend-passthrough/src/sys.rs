@@ -97,8 +97,8 @@ impl StackPath {
 }
 
 /// Something holding descriptors the process can do without: the cache of
-/// descriptors of inodes in use (see `inode.rs`), which gives them back
-/// when an open runs out of descriptors.
+/// descriptors of inodes in use (see `inode/fd_cache.rs`), which gives
+/// them back when an open runs out of descriptors.
 pub(crate) trait SpareFds: Send + Sync {
     /// Closes the spare descriptors; returns how many were given back.
     fn give_back(&self) -> usize;

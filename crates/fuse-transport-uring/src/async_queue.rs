@@ -54,7 +54,8 @@
 //! after that is dropped unanswered (the session's `wait` aborts the
 //! connection, which fails it).
 
-use super::{reap_into, submit, write_reply, QueueThread, Ring, DRAIN_TIMEOUT};
+use super::transaction::write_reply;
+use super::{reap_into, submit, QueueThread, Ring, DRAIN_TIMEOUT};
 use crate::zero_copy::FixedRing;
 use async_io::RuntimeType;
 use fuse_abi::uring::UringReqHeader;

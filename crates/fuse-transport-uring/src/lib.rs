@@ -129,8 +129,16 @@ mod session;
 mod sys;
 mod zero_copy;
 
-#[cfg(test)]
-mod owner_change;
+/// Ring primitives for the transport's own kernel probe
+/// (`tests/owner_change.rs`, which drives a connection's rings by hand):
+/// not a supported API.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod probe {
+    pub use crate::cmd::{commit_and_fetch, register};
+    pub use crate::queue::{build_ring, submit, Ring};
+    pub use crate::sys::possible_cpus;
+}
 
 pub use config::{default_threads_per_queue, UringConfig, UringMode, UringRuntime};
 #[cfg(feature = "fault-injection")]

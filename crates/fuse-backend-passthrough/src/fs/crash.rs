@@ -187,7 +187,7 @@ impl PassthroughFs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readdir_tests::{ctx, errno};
+    use crate::test_util::{ctx, errno};
     use crate::PassthroughConfig;
     use fuse_server::recovery::StateArea;
     use fuse_server::SliceReader;

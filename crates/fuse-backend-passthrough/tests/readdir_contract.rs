@@ -2,7 +2,7 @@
 //! READDIR, READDIRPLUS, LSEEK and RELEASEDIR handlers called directly on
 //! a persistent directory handle over a real backing directory. No mount
 //! and no root: these pass as any user (`cargo test -p
-//! fuse-backend-passthrough --lib -- readdir releasedir`).
+//! fusewire-backend-passthrough --test readdir_contract`).
 //!
 //! Replies are collected in a [`DirentBuf`] of the request's size, as the
 //! server does, and read back from its bytes. Pinned here (DESIGN.md,
@@ -26,9 +26,8 @@
 //! - [`PassthroughConfig::no_readdir`] lists nothing, successfully;
 //! - RELEASEDIR ends a handle (`EBADF` after it).
 
-use crate::handle::Handle;
-use crate::{PassthroughConfig, PassthroughFs};
 use fuse_abi::{Attr, Dirent, Direntplus, EntryOut, ROOT_ID};
+use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{
     Context, DirentBuf, Entry, FileSystem, LseekArgs, OpenArgs, ReadArgs, ReleaseArgs,
 };
@@ -42,7 +41,7 @@ use std::path::Path;
 
 const ROOT: u64 = ROOT_ID;
 
-pub(crate) fn ctx() -> Context {
+fn ctx() -> Context {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Context {
@@ -52,14 +51,14 @@ pub(crate) fn ctx() -> Context {
     }
 }
 
-pub(crate) fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     r.expect_err("an error").raw_os_error().expect("an errno")
 }
 
 fn passthrough(dir: &Path, config: PassthroughConfig) -> PassthroughFs {
     // As the daemon does: without file handles (any user but root) every
     // inode READDIRPLUS hands out holds a descriptor, thousands here.
-    crate::raise_nofile_limit().expect("raising the open file limit");
+    fuse_backend_passthrough::raise_nofile_limit().expect("raising the open file limit");
     PassthroughFs::new(dir, config).expect("PassthroughFs::new")
 }
 
@@ -676,10 +675,7 @@ fn readdirplus_error_before_the_first_entry_fails_after_one_ends_the_reply() {
         for i in 0..10 {
             std::fs::write(d.join(format!("f{i}")), b"").unwrap();
         }
-        let config = PassthroughConfig {
-            file_handles,
-            ..PassthroughConfig::default()
-        };
+        let config = PassthroughConfig::default().file_handles(file_handles);
         let fs = passthrough(base.path(), config);
         let sub = lookup(&fs, ROOT, "d");
         let dir = Dir::open(&fs, sub.nodeid);
@@ -711,56 +707,6 @@ fn readdirplus_error_before_the_first_entry_fails_after_one_ends_the_reply() {
         dir.release().unwrap();
         fs.forget(&ctx(), sub.nodeid, 1);
         assert_eq!((fs.lookup_refs(), fs.inode_count()), (0, 1));
-    }
-}
-
-#[test]
-fn readdir_stream_keeps_the_entry_its_callback_failed_on() {
-    // The callback the READDIR(PLUS) handlers give the stream fails when
-    // a READDIRPLUS lookup fails (an error the backing file system makes,
-    // not one a test can provoke as any user): the handler then answers
-    // with that error if the reply is empty and with the reply otherwise
-    // (see the removal tests above). Here: the stream itself, whose
-    // failed entry must come first in the next call.
-    let base = tempfile::tempdir().unwrap();
-    for i in 0..10 {
-        std::fs::write(base.path().join(format!("f{i}")), b"").unwrap();
-    }
-    let fd: std::os::fd::OwnedFd = std::fs::File::open(base.path()).unwrap().into();
-    let h = Handle::dir(fd, ROOT, libc::O_RDONLY | libc::O_DIRECTORY);
-    let mut stream = h.dir.as_ref().unwrap().lock().unwrap();
-    let mut full = Vec::new();
-    stream
-        .read(h.fd(), 0, |e| {
-            full.push((e.name.to_vec(), e.off));
-            Ok(true)
-        })
-        .unwrap();
-    assert_eq!(full.len(), 12);
-    for fail_at in [0, 1, 5, 11] {
-        let start = if fail_at == 0 { 0 } else { full[0].1 };
-        let mut got = Vec::new();
-        let r = stream.read(h.fd(), start, |e| {
-            if got.len() + usize::from(start != 0) == fail_at {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            got.push((e.name.to_vec(), e.off));
-            Ok(true)
-        });
-        assert_eq!(errno(r), libc::EIO);
-        let resume = got.last().map_or(start, |e| e.1);
-        let mut next = None;
-        stream
-            .read(h.fd(), resume, |e| {
-                next = Some((e.name.to_vec(), e.off));
-                Ok(false)
-            })
-            .unwrap();
-        assert_eq!(
-            next.as_ref(),
-            Some(&full[fail_at]),
-            "the failed entry comes next"
-        );
     }
 }
 
@@ -986,10 +932,7 @@ fn readdir_of_size_zero_touches_nothing() {
 fn readdir_with_no_readdir_succeeds_with_no_entries() {
     let base = tempfile::tempdir().unwrap();
     populate(base.path(), 10);
-    let config = PassthroughConfig {
-        no_readdir: true,
-        ..PassthroughConfig::default()
-    };
+    let config = PassthroughConfig::default().no_readdir(true);
     let fs = passthrough(base.path(), config);
     let dir = Dir::open(&fs, ROOT);
     for plus in [false, true] {

@@ -22,12 +22,11 @@
 //! answered nor resent to the new ring. If a kernel changes that, the
 //! assertions fail and say that a takeover over io_uring could be built.
 
-use crate::cmd;
-use crate::queue::{self, Ring};
 use fuse_abi::uring::UringReqHeader;
 use fuse_abi::{InHeader, InitFlags, OutHeader};
 use fuse_server::{FileSystem, Server};
 use fuse_transport_dev::{DevSession, Mount, MountOptions, SessionConfig};
+use fuse_transport_uring::probe::{self, Ring};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -78,13 +77,13 @@ impl Entries {
     /// Registers entry `q` on queue `q` of `ring` (user data `q`).
     fn register_all(&self, ring: &mut Ring) {
         for q in 0..self.iovecs.len() {
-            let sqe = cmd::register(q as u16, &self.iovecs[q], q as u64, None, None);
+            let sqe = probe::register(q as u16, &self.iovecs[q], q as u64, None, None);
             // SAFETY: the iovecs and the buffers they point to live in
             // `self`, which outlives the ring's use of them (the caller
             // keeps it until the ring is closed).
             unsafe { ring.submission().push(&sqe) }.expect("a full submission queue");
         }
-        queue::submit(ring).expect("submitting REGISTER");
+        probe::submit(ring).expect("submitting REGISTER");
     }
 
     /// The request in entry `q`: its unique id and node id.
@@ -108,10 +107,10 @@ impl Entries {
         header.in_out[..size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
         header.ring_ent_in_out.payload_sz = 0;
         let commit_id = header.ring_ent_in_out.commit_id;
-        let sqe = cmd::commit_and_fetch(q as u16, commit_id, q as u64, None);
+        let sqe = probe::commit_and_fetch(q as u16, commit_id, q as u64, None);
         // SAFETY: a commit carries no pointer.
         unsafe { ring.submission().push(&sqe) }.expect("a full submission queue");
-        queue::submit(ring).expect("submitting COMMIT_AND_FETCH");
+        probe::submit(ring).expect("submitting COMMIT_AND_FETCH");
     }
 }
 
@@ -131,7 +130,7 @@ fn completion(ring: &mut Ring, timeout: Duration) -> Option<(usize, i32)> {
 
 /// A ring with the connection's descriptor at fixed slot 0.
 fn ring_on(dev_fd: RawFd) -> Ring {
-    let ring = queue::build_ring(16, false).expect("an io_uring");
+    let ring = probe::build_ring(16, false).expect("an io_uring");
     ring.submitter()
         .register_files(&[dev_fd])
         .expect("registering /dev/fuse");
@@ -188,7 +187,7 @@ enum Step {
 }
 
 fn probe() {
-    let cpus = crate::sys::possible_cpus().expect("possible CPUs").len();
+    let cpus = probe::possible_cpus().expect("possible CPUs").len();
     assert!(
         cpus >= 2,
         "this probe needs 2 CPUs (a request on each of 2 queues); found {cpus}"

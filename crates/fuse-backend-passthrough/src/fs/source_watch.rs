@@ -1,0 +1,269 @@
+//! The source-watch glue: starting the watch of the source directory
+//! (`crate::watch`) once a notifier and the protocol allow it, and the
+//! timeouts, marks and unwatching it decides for inodes (long names in
+//! watched directories, long attributes of watched files without writers).
+//!
+//! Apart from `mod.rs` because it is what the passthrough asks of the
+//! watch and nothing else; the operations only call
+//! [`PassthroughFs::entry_timeout_in`], [`PassthroughFs::attr_timeout_of`]
+//! and the writer and forget hooks here.
+
+use super::*;
+
+impl PassthroughFs {
+    /// Starts the source watch if the configuration wants it, a notifier
+    /// is set, none runs, and the protocol is known (from the notifier, or
+    /// from INIT for a notifier taken before INIT was answered, when
+    /// [`FileSystem::init`] calls this again) and has
+    /// `FUSE_NOTIFY_INC_EPOCH`.
+    pub(super) fn start_watch(&self) {
+        if !self.cfg.source_watch_wanted() {
+            return;
+        }
+        let Some(notifier) = lock(&self.notifier).clone() else {
+            return;
+        };
+        let kernel_minor = self.kernel_minor.load(Ordering::Acquire);
+        let minor = notifier
+            .protocol_minor()
+            .or((kernel_minor != 0).then_some(kernel_minor));
+        let Some(minor) = minor else {
+            // INIT not answered yet: `init` comes back here.
+            return;
+        };
+        if minor < 44 {
+            tracing::info!(
+                minor,
+                "names cached for {:?}: watching the source needs FUSE_NOTIFY_INC_EPOCH \
+                 (protocol 7.44)",
+                self.entry_timeout
+            );
+            return;
+        }
+        let mut slot = lock(&self.watcher);
+        if slot.is_some() {
+            return;
+        }
+        match SourceWatcher::start(Arc::downgrade(&notifier), self.cfg.file_watch_wanted()) {
+            Ok(w) => {
+                let files = w.watches_files();
+                *slot = Some(Arc::new(w));
+                let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
+                self.watch_epoch.store(epoch, Ordering::Release);
+                tracing::info!(
+                    files,
+                    "watching the source for changes behind the mount's back: \
+                     names cached for {:?} in watched directories, attributes of \
+                     watched files for {:?}",
+                    crate::WATCHED_ENTRY_TIMEOUT,
+                    if files {
+                        crate::WATCHED_ATTR_TIMEOUT
+                    } else {
+                        self.attr_timeout
+                    }
+                );
+            }
+            Err(e) => tracing::info!(
+                "names cached for {:?}: the source can't be watched: {e}",
+                self.entry_timeout
+            ),
+        }
+    }
+
+    /// How long a name answered in `parent` may be cached: long if the
+    /// source watch marks `parent` (it is marked here, before the caller
+    /// reads the name, so any later change is reported), else the
+    /// configured entry timeout.
+    pub(super) fn entry_timeout_in(&self, parent: &Inode) -> Duration {
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        if epoch == 0 {
+            return self.entry_timeout;
+        }
+        if parent.watched.load(Ordering::Acquire) == epoch {
+            return crate::WATCHED_ENTRY_TIMEOUT;
+        }
+        if parent.ftype != libc::S_IFDIR {
+            return self.entry_timeout;
+        }
+        match self.mark_in_watch(epoch, parent, &parent.watched, |w, fd| {
+            w.watch(parent.nodeid, fd, parent.watch_id())
+        }) {
+            Ok(true) => crate::WATCHED_ENTRY_TIMEOUT,
+            Ok(false) => self.entry_timeout,
+            Err(e) => {
+                tracing::debug!(nodeid = parent.nodeid, "watching a directory: {e}");
+                self.entry_timeout
+            }
+        }
+    }
+
+    /// Marks `inode` in the running source watch (`watch` given the
+    /// watcher and the inode's `O_PATH` descriptor; as the daemon: marking
+    /// needs read access) and records watch `epoch` in `marked_in` if that
+    /// watch still runs. `Ok(false)`: no watch runs, or another one than
+    /// `epoch` (set up meanwhile).
+    fn mark_in_watch(
+        &self,
+        epoch: u64,
+        inode: &Inode,
+        marked_in: &AtomicU64,
+        watch: impl FnOnce(&SourceWatcher, BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<bool> {
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return Ok(false);
+        };
+        self.creds.root();
+        let fd = inode.file.path_fd()?;
+        watch(&watcher, fd.as_fd())?;
+        if self.watch_epoch.load(Ordering::Acquire) != epoch {
+            return Ok(false);
+        }
+        marked_in.store(epoch, Ordering::Release);
+        Ok(true)
+    }
+
+    /// How long the attributes of `inode` may be cached, as found now: long
+    /// for a regular file the source watch marks (marked here if it isn't
+    /// yet, when `mark`) while the daemon holds no write handle on it,
+    /// else the configured attribute timeout. The caller reads the
+    /// attributes it answers with after this (so a change after the mark
+    /// is reported).
+    pub(super) fn attr_timeout_of(&self, inode: &Inode, mark: bool) -> Duration {
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        if epoch == 0 || !inode.is_reg() || inode.has_writers.load(Ordering::Acquire) {
+            return self.attr_timeout;
+        }
+        let state = inode.attrs_watched.load(Ordering::Acquire);
+        if state == epoch {
+            return crate::WATCHED_ATTR_TIMEOUT;
+        }
+        if !mark || state == epoch | MARK_FAILED {
+            return self.attr_timeout;
+        }
+        // (A watch that can't watch files refuses with EOPNOTSUPP.)
+        match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, fd| {
+            w.watch_file(inode.nodeid, fd, inode.watch_id())
+        }) {
+            Ok(true) => crate::WATCHED_ATTR_TIMEOUT,
+            Ok(false) => self.attr_timeout,
+            Err(e) => {
+                tracing::debug!(nodeid = inode.nodeid, "watching a file: {e}");
+                // Not tried again in this watch.
+                inode
+                    .attrs_watched
+                    .store(epoch | MARK_FAILED, Ordering::Release);
+                self.attr_timeout
+            }
+        }
+    }
+
+    /// How long the attributes of node `ino` may be cached, for a reply to
+    /// a request that found them through an open handle (the inode isn't
+    /// at hand): as [`PassthroughFs::attr_timeout_of`].
+    pub(super) fn attr_timeout_of_node(&self, ino: u64) -> Duration {
+        if self.watch_epoch.load(Ordering::Acquire) == 0 {
+            return self.attr_timeout;
+        }
+        match self.inodes.get(ino) {
+            Ok(inode) => self.attr_timeout_of(&inode, true),
+            Err(_) => self.attr_timeout,
+        }
+    }
+
+    /// The daemon opened a write handle on `inode` (a regular file). Its
+    /// own writes would raise an fanotify event each, which cost a third
+    /// of the buffered write rate (docs/benchmarks.md), so while it holds
+    /// one the file's mark doesn't report writes and its attributes keep
+    /// the configured timeout; once the last one is released, the next
+    /// reply marks it again ([`PassthroughFs::attr_timeout_of`]). If the
+    /// kernel knows the node already (`known`), attributes it cached for
+    /// long are expired, since another process's writes aren't reported
+    /// meanwhile (a reply racing with that is discarded by the kernel,
+    /// whose attribute version the notification bumps).
+    pub(super) fn writer_opened(&self, inode: &Inode, known: bool) {
+        if !inode.is_reg() {
+            return;
+        }
+        let mut writers = lock(&inode.writers);
+        *writers += 1;
+        if *writers > 1 {
+            return;
+        }
+        inode.has_writers.store(true, Ordering::Release);
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        let state = inode.attrs_watched.load(Ordering::Acquire);
+        if epoch == 0 || state & !MARK_FAILED != epoch {
+            return;
+        }
+        inode.attrs_watched.store(0, Ordering::Release);
+        if state == epoch {
+            if let Some(watcher) = lock(&self.watcher).clone() {
+                self.creds.root();
+                if let Ok(fd) = inode.file.path_fd() {
+                    watcher.stop_write_events(inode.nodeid, fd.as_fd());
+                }
+            }
+        }
+        drop(writers);
+        if known && state == epoch {
+            if let Some(notifier) = lock(&self.notifier).clone() {
+                // ENOENT: the kernel dropped the inode meanwhile.
+                let _ = notifier.inval_inode(inode.nodeid, -1, 0);
+            }
+        }
+    }
+
+    /// A write handle of node `nodeid` that [`PassthroughFs::writer_opened`]
+    /// counted was released.
+    pub(super) fn writer_closed(&self, nodeid: u64) {
+        let Ok(inode) = self.inodes.get(nodeid) else {
+            return;
+        };
+        if !inode.is_reg() {
+            return;
+        }
+        let mut writers = lock(&inode.writers);
+        *writers = writers.saturating_sub(1);
+        if *writers == 0 {
+            inode.has_writers.store(false, Ordering::Release);
+        }
+    }
+
+    /// The node `inode` went away: its directory or file is no longer
+    /// watched.
+    pub(super) fn forgotten(&self, inode: Arc<Inode>) {
+        let dir_epoch = inode.watched.load(Ordering::Acquire);
+        if dir_epoch == 0 && !inode.is_reg() {
+            return;
+        }
+        let Some(watcher) = lock(&self.watcher).clone() else {
+            return;
+        };
+        let epoch = self.watch_epoch.load(Ordering::Acquire);
+        // A file stays in the watch's table while a write handle has
+        // taken its long attributes away: ask the table.
+        let dir = dir_epoch == epoch;
+        let file = inode.is_reg() && watcher.watches_file(inode.nodeid);
+        if !dir && !file {
+            return;
+        }
+        self.creds.root();
+        let fd = inode.file.path_fd().ok();
+        let fd = fd.as_ref().map(|fd| fd.as_fd());
+        if dir {
+            watcher.unwatch(inode.nodeid, fd);
+        }
+        if file {
+            watcher.unwatch_file(inode.nodeid, fd);
+        }
+    }
+
+    /// What the source watch did so far ([`PassthroughConfig::watch_source`];
+    /// all zero when it doesn't run).
+    pub fn source_watch_stats(&self) -> SourceWatchStats {
+        lock(&self.watcher)
+            .as_ref()
+            .map(|w| w.stats())
+            .unwrap_or_default()
+    }
+}

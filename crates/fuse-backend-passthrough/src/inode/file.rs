@@ -1,0 +1,304 @@
+//! The inode files: how an inode holds on to its backing file (a file
+//! handle opened on demand through the descriptor cache, or an `O_PATH`
+//! descriptor), and the [`PathFd`] every user reaches it through.
+//!
+//! Apart from `inode.rs` because it is the one place that knows the two
+//! ways (see the module docs there); the store only keeps [`InodeFile`]s.
+
+use super::fd_cache::{CachedFd, FdCache};
+use crate::sys::{self, StackPath};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A descriptor for `*at()` calls on an inode, valid while it lives.
+pub(crate) enum PathFd<'a> {
+    /// The inode's own `O_PATH` descriptor.
+    Borrowed(BorrowedFd<'a>),
+    /// A descriptor from the cache of inodes in use (opened from the
+    /// inode's file handle), kept open while this lives.
+    Shared(Arc<CachedFd>),
+}
+
+impl AsFd for PathFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            PathFd::Borrowed(fd) => *fd,
+            PathFd::Shared(fd) => fd.fd.as_fd(),
+        }
+    }
+}
+
+impl PathFd<'_> {
+    /// `/proc/self/fd/N` of this descriptor: a path that reaches the
+    /// file itself, for path-only calls (xattrs, chmod, truncate, link).
+    pub(crate) fn proc_path(&self) -> StackPath {
+        StackPath::proc_fd(self.as_fd().as_raw_fd())
+    }
+}
+
+/// What inodes held by file handle share: the source's mount (the
+/// `mount_fd` of `open_by_handle_at`) and the descriptor cache.
+struct HandleOpener {
+    mount_fd: OwnedFd,
+    mnt_id: u64,
+    cache: Arc<FdCache>,
+    next_id: AtomicU64,
+}
+
+/// How inodes hold their backing files: by file handle where the backing
+/// file system supports them and the process may open them
+/// (`CAP_DAC_READ_SEARCH`), else by `O_PATH` descriptor.
+pub(crate) struct InodeFiles {
+    opener: Option<Arc<HandleOpener>>,
+    /// Why inodes are held by descriptor (`None`: by file handle).
+    fallback: Option<String>,
+}
+
+impl InodeFiles {
+    /// Decides how inodes of the tree whose root is `root` are held:
+    /// by file handle if `want_handles` and a probe (`name_to_handle_at`
+    /// then `open_by_handle_at` of the root) works, else by descriptor.
+    /// Inodes held by handle keep the descriptors of up to `cache_size`
+    /// inodes in use (rounded up to a multiple of the cache's shard count).
+    pub(crate) fn new(root: BorrowedFd<'_>, want_handles: bool, cache_size: usize) -> Self {
+        if !want_handles {
+            return Self::fds("file handles turned off in the configuration".into());
+        }
+        let probe = || -> io::Result<HandleOpener> {
+            let (handle, mnt_id) = sys::name_to_handle_fd(root)?;
+            // `open_by_handle_at` takes no O_PATH descriptor as mount_fd
+            // (EBADF): the root opened for reading.
+            let mount_fd = sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+            let fd = sys::open_by_handle(mount_fd.as_fd(), &handle, libc::O_PATH)?;
+            drop(fd);
+            let cache = Arc::new(FdCache::new(cache_size));
+            let spare: Arc<dyn sys::SpareFds> = cache.clone();
+            sys::register_spare_fds(Arc::downgrade(&spare));
+            Ok(HandleOpener {
+                mount_fd,
+                mnt_id,
+                cache,
+                next_id: AtomicU64::new(1),
+            })
+        };
+        match probe() {
+            Ok(opener) => Self {
+                opener: Some(Arc::new(opener)),
+                fallback: None,
+            },
+            Err(e) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) => {
+                        "the source's file system does not support file handles".to_owned()
+                    }
+                    Some(libc::EPERM) => "opening file handles needs CAP_DAC_READ_SEARCH \
+                         (in the initial user namespace)"
+                        .to_owned(),
+                    _ => format!("file handles don't work here: {e}"),
+                };
+                Self::fds(why)
+            }
+        }
+    }
+
+    fn fds(why: String) -> Self {
+        Self {
+            opener: None,
+            fallback: Some(why),
+        }
+    }
+
+    /// `None` when inodes are held by file handle, else the reason they
+    /// are held by descriptor.
+    pub(crate) fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// Descriptors held by the cache of inodes in use.
+    pub(crate) fn cached_fds(&self) -> usize {
+        self.opener.as_ref().map_or(0, |o| o.cache.len())
+    }
+
+    /// The most descriptors the cache of inodes in use holds (0 when
+    /// inodes are held by descriptor).
+    pub(crate) fn fd_cache_capacity(&self) -> usize {
+        self.opener.as_ref().map_or(0, |o| o.cache.capacity())
+    }
+
+    /// The way to hold the file of the `O_PATH` descriptor `fd`: its file
+    /// handle (with `fd` kept in the cache, as the inode is about to be
+    /// used) when it is on the source's mount and has one, else `fd`.
+    /// A file held by `handle` (of the source's mount), opened when
+    /// first used; `None` without file handles.
+    pub(crate) fn held_by_handle(&self, handle: sys::FileHandle) -> Option<InodeFile> {
+        let opener = self.opener.as_ref()?;
+        let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
+        Some(InodeFile(Repr::Handle(HandleFile {
+            handle,
+            id,
+            opener: opener.clone(),
+            recent: Mutex::new(std::sync::Weak::new()),
+        })))
+    }
+
+    pub(crate) fn make(&self, fd: OwnedFd) -> InodeFile {
+        let Some(opener) = &self.opener else {
+            return InodeFile(Repr::Fd(fd));
+        };
+        match sys::name_to_handle_fd(fd.as_fd()) {
+            Ok((handle, mnt_id)) if mnt_id == opener.mnt_id => {
+                let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
+                let fd = CachedFd::new(fd);
+                let recent = Mutex::new(Arc::downgrade(&fd));
+                opener.cache.put(id, fd);
+                InodeFile(Repr::Handle(HandleFile {
+                    handle,
+                    id,
+                    opener: opener.clone(),
+                    recent,
+                }))
+            }
+            // Another mount below the source, or a file without a handle.
+            _ => InodeFile(Repr::Fd(fd)),
+        }
+    }
+}
+
+/// An inode held by file handle.
+struct HandleFile {
+    handle: sys::FileHandle,
+    /// Its key in the descriptor cache.
+    id: u64,
+    opener: Arc<HandleOpener>,
+    /// The descriptor the cache last gave it, not kept open by this: a
+    /// request on a hot inode reaches its descriptor here, in the inode's
+    /// own memory, without the cache's lock and table; once the cache has
+    /// closed it (and no request holds it), it is asked again.
+    recent: Mutex<std::sync::Weak<CachedFd>>,
+}
+
+impl HandleFile {
+    fn path_fd(&self) -> io::Result<Arc<CachedFd>> {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = recent.upgrade() {
+            fd.used.store(true, Ordering::Relaxed);
+            return Ok(fd);
+        }
+        if let Some(fd) = self.opener.cache.get(self.id) {
+            *recent = Arc::downgrade(&fd);
+            return Ok(fd);
+        }
+        drop(recent);
+        // A thread acting as a caller lacks CAP_DAC_READ_SEARCH: open as
+        // the daemon (the inode is known already; access checks happen on
+        // what the request then does with the descriptor).
+        let fd = crate::creds::with_fs_caps(|| {
+            sys::open_by_handle(self.opener.mount_fd.as_fd(), &self.handle, libc::O_PATH)
+        })?;
+        let fd = CachedFd::new(fd);
+        self.opener.cache.put(self.id, fd.clone());
+        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&fd);
+        Ok(fd)
+    }
+}
+
+impl Drop for HandleFile {
+    fn drop(&mut self) {
+        self.opener.cache.remove(self.id);
+    }
+}
+
+enum Repr {
+    /// An `O_PATH` descriptor.
+    Fd(OwnedFd),
+    /// A file handle.
+    Handle(HandleFile),
+}
+
+/// How an inode holds its backing file: an `O_PATH` descriptor, or a file
+/// handle (`name_to_handle_at`) opened on demand with `open_by_handle_at`
+/// (and cached while the inode is in use), so that a known inode needs no
+/// open descriptor. See [`InodeFiles`].
+pub(crate) struct InodeFile(Repr);
+
+impl std::fmt::Debug for InodeFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Repr::Fd(fd) => f.debug_tuple("InodeFile::Fd").field(fd).finish(),
+            Repr::Handle(h) => f.debug_tuple("InodeFile::Handle").field(&h.handle).finish(),
+        }
+    }
+}
+
+impl InodeFile {
+    /// Wraps an `O_PATH` descriptor (held as is: the root's).
+    pub(crate) fn from_path_fd(fd: OwnedFd) -> Self {
+        Self(Repr::Fd(fd))
+    }
+
+    /// A descriptor for `*at()` calls and `AT_EMPTY_PATH` calls. For an
+    /// inode held by file handle whose file is gone from the backing file
+    /// system, `ESTALE`.
+    pub(crate) fn path_fd(&self) -> io::Result<PathFd<'_>> {
+        match &self.0 {
+            Repr::Fd(fd) => Ok(PathFd::Borrowed(fd.as_fd())),
+            Repr::Handle(h) => h.path_fd().map(PathFd::Shared),
+        }
+    }
+
+    /// Whether `other`, made for a file with the same [`InodeKey`](super::InodeKey), holds
+    /// the same file as this inode. The key alone doesn't say: a backing
+    /// file system may give a removed file's inode number to a new file
+    /// while the kernel still holds the old node. Two file handles are
+    /// compared (a handle carries the inode's generation); a file held by
+    /// descriptor is alive, and two live files never share a key; a file
+    /// held by handle compared with one held by descriptor is opened to
+    /// see whether it is still alive.
+    pub(crate) fn holds_same_file(&self, other: &InodeFile) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Handle(a), Repr::Handle(b)) => a.handle == b.handle,
+            (Repr::Fd(_), _) => true,
+            (Repr::Handle(_), Repr::Fd(_)) => self.is_alive(),
+        }
+    }
+
+    /// Whether the file still exists on the backing file system (always
+    /// for one held by descriptor; for one held by file handle, whether
+    /// the handle still opens: `ESTALE` once the inode was freed). Errors
+    /// other than `ESTALE` count as alive: they say nothing about identity.
+    pub(crate) fn is_alive(&self) -> bool {
+        match self.path_fd() {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error() != Some(libc::ESTALE),
+        }
+    }
+
+    /// The backing file's generation, where its file handle tells it (0
+    /// otherwise). `ino` is the file's inode number.
+    /// The file handle it is held by (`None`: held by descriptor).
+    pub(crate) fn file_handle(&self) -> Option<&sys::FileHandle> {
+        match &self.0 {
+            Repr::Handle(h) => Some(&h.handle),
+            Repr::Fd(_) => None,
+        }
+    }
+
+    pub(crate) fn generation(&self, ino: u64) -> u64 {
+        match &self.0 {
+            Repr::Handle(h) => h.handle.generation(ino).map_or(0, u64::from),
+            Repr::Fd(_) => 0,
+        }
+    }
+
+    /// Opens the file again with `flags` (never following a symlink in
+    /// the backing tree: the `/proc/self/fd` magic link leads to the file
+    /// itself). `proc_self_fd` is an `O_PATH` descriptor of `/proc/self/fd`.
+    /// Access is checked with the calling thread's credentials.
+    pub(crate) fn reopen(&self, proc_self_fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
+        let pfd = self.path_fd()?;
+        let name = sys::NumName::new(pfd.as_fd().as_raw_fd() as u64);
+        sys::openat(proc_self_fd, name.as_cstr(), flags & !libc::O_NOFOLLOW, 0)
+    }
+}
