@@ -128,6 +128,17 @@ impl Plan {
                  files that the backing directory's permissions deny them"
             )));
         }
+        if args.fs.allow_idmap && !args.default_permissions {
+            let (allow_idmap, default_permissions) = if options::named(&args, "allow_idmap") {
+                ("-o allow_idmap", "-o default_permissions")
+            } else {
+                ("--allow-idmap", "--default-permissions")
+            };
+            return Err(Failure(format!(
+                "{allow_idmap} needs {default_permissions}: the kernel allows idmapped FUSE \
+                 mounts only where it checks permissions itself, and fails INIT otherwise"
+            )));
+        }
         if (args.takeover_socket.is_some() || args.take_over.is_some()) && args.uring {
             return Err(Failure(
                 "--takeover-socket and --take-over work over /dev/fuse only (any --runtime, \
