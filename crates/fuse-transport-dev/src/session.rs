@@ -210,7 +210,8 @@ impl DevSession {
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
         install_wake_handler(config.wake_signal);
-        let (mount, server, master) = mount_answering_init(server, mountpoint, options, &config)?;
+        let (mount, server, master) =
+            mount_answering_init(server, mountpoint, options, &config, true)?;
         Self::serve(server, master, mount, config, false)
     }
 
@@ -605,14 +606,16 @@ impl Drop for DevSession {
 }
 
 /// Mounts with synchronous INIT where the kernel offers it, answering INIT
-/// with `server` (during mount(2), or after it on the old path): the mount,
-/// the server (its backing-file registry installed) and the session
-/// descriptor INIT was answered on.
+/// with `server` during mount(2), or on the old path after it on this
+/// thread if `answer_pending_here` (else the caller does): the mount, the server
+/// (its backing-file registry installed) and the session descriptor the
+/// registry holds (weakly: the caller keeps it).
 pub(crate) fn mount_answering_init(
     server: Server,
     mountpoint: &Path,
     options: &MountOptions,
     config: &SessionConfig,
+    answer_pending_here: bool,
 ) -> Result<(Mount, Arc<Server>, Arc<OwnedFd>), SessionError> {
     let server = Arc::new(server);
     // The descriptor backing files are registered on (the registry holds
@@ -657,7 +660,9 @@ pub(crate) fn mount_answering_init(
             })?,
         InitMode::Pending => {
             let master = keep(mount.dev_fd()).map_err(SessionError::Init)?;
-            serve_init(&server, master.as_fd())?;
+            if answer_pending_here {
+                serve_init(&server, master.as_fd())?;
+            }
             master
         }
     };

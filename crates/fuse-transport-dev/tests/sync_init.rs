@@ -204,3 +204,49 @@ fn a_mount_refused_before_init_returns_its_error() {
     }
     assert!(!mounted(&mnt), "a failed mount was left behind");
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_mount_returns_after_init_was_answered_during_it() {
+    use fuse_transport_dev::{FuseDevTask, TaskConfig};
+    require_root();
+    if !sync_init_or_skip("a_task_mount_returns_after_init_was_answered_during_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(Recording::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async {
+        let task = FuseDevTask::mount(
+            Server::new(fs.clone()),
+            &mnt,
+            &MountOptions::default(),
+            TaskConfig::default(),
+        )
+        .unwrap();
+        // Answered during mount(2), before the task ever ran.
+        assert_eq!(
+            fs.init_thread.lock().unwrap().as_deref(),
+            Some("fuse-sync-init")
+        );
+        let handle = task.handle();
+        let running = tokio::task::spawn_local(task.run());
+        let path = mnt.clone();
+        let len = tokio::task::spawn_blocking(move || {
+            std::fs::metadata(path.join("hello")).map(|m| m.len())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(len, common::CONTENT.len() as u64);
+        handle.stop();
+        running.await.unwrap().unwrap();
+    }));
+    assert!(!mounted(&mnt), "the mount was left behind");
+}
