@@ -189,6 +189,10 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
         !log.contains("offers no idmapped mounts"),
         "this kernel doesn't offer FUSE_ALLOW_IDMAP, which the test needs (Linux 6.12+): {log}"
     );
+    // The kernel allows idmapping once INIT is answered (the flag is read
+    // from the reply), which a daemon on tokio does after mount(2) and
+    // maybe after it says it serves: a request on the mount waits for INIT.
+    std::fs::metadata(&d.mnt).unwrap();
     let userns = Userns::new();
     let tree = idmapped_tree(&d.mnt, &userns.fd())
         .unwrap_or_else(|e| panic!("idmapping the mount: {e}\n{}", daemon.stderr()));
@@ -307,6 +311,8 @@ fn without_allow_idmap_the_kernel_refuses_to_idmap_the_mount() {
     require_root();
     let d = dirs();
     let daemon = Daemon::start(&d.src, &d.mnt, Transport::Dev, &["--default-permissions"]);
+    // INIT answered (see above): the refusal is the flag's absence.
+    std::fs::metadata(&d.mnt).unwrap();
     let userns = Userns::new();
     let err = idmapped_tree(&d.mnt, &userns.fd()).expect_err("an idmapped mount without the flag");
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
