@@ -236,6 +236,29 @@ impl DevSession {
         Self::serve(server, master, mount, config, false)
     }
 
+    /// Serves a mount whose INIT another server answered during mount(2)
+    /// ([`init_during_mount`]), with `negotiated` what it settled
+    /// ([`Server::resume`] refuses a server that would have agreed to
+    /// something else). The session owns the mount (its unmounter, its
+    /// `auto_unmount` watcher) as if it had made it.
+    pub fn from_initialized_mount(
+        server: Server,
+        mount: Mount,
+        negotiated: &fuse_server::Negotiated,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        install_wake_handler(config.wake_signal);
+        let master = Arc::new(
+            mount
+                .dev_fd()
+                .try_clone_to_owned()
+                .map_err(SessionError::Init)?,
+        );
+        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        server.resume(negotiated).map_err(SessionError::Init)?;
+        Self::serve(Arc::new(server), master, mount, config, false)
+    }
+
     /// Serves a connection another session answered INIT on and handed
     /// over (live upgrade, see [`crate::takeover`]): `dev_fd` is its
     /// session descriptor, mounted on `mountpoint`, with `negotiated` what
@@ -603,6 +626,33 @@ impl Drop for DevSession {
             }
         }
     }
+}
+
+/// Mounts `mountpoint` with synchronous INIT where the kernel offers it,
+/// INIT answered during mount(2) by `server`, which is then dropped: for
+/// a program whose serving file system can't exist yet when it mounts (a
+/// daemon that mounts, then confines itself, then opens its source).
+/// `server` stands in for the serving one: built the same way, so that it
+/// answers INIT as that one would. Returns the mount and, if INIT was
+/// answered, what it settled, for the serving server to take up with
+/// [`DevSession::from_initialized_mount`] or
+/// `FuseDevTask::from_initialized_mount`. `None`: a kernel without
+/// synchronous INIT, or a mount through `fusermount3`; INIT then waits on
+/// the mount's descriptor, for [`DevSession::from_mount`] or
+/// `FuseDevTask::from_mount`. An INIT `server` refuses fails the mount
+/// ([`MountError::InitRefused`]). `wake_signal` is as in
+/// [`SessionConfig::wake_signal`]; its do-nothing handler is installed.
+pub fn init_during_mount(
+    server: Server,
+    mountpoint: &Path,
+    options: &MountOptions,
+    wake_signal: i32,
+) -> Result<(Mount, Option<fuse_server::Negotiated>), SessionError> {
+    install_wake_handler(wake_signal);
+    let config = SessionConfig::default().wake_signal(wake_signal);
+    let (mount, server, _master) =
+        mount_answering_init(server, mountpoint, options, &config, false)?;
+    Ok((mount, server.negotiated().copied()))
 }
 
 /// Mounts with synchronous INIT where the kernel offers it, answering INIT

@@ -291,6 +291,25 @@ impl FuseDevTask {
         Ok(Self::owner(server, fd, mount, config))
     }
 
+    /// Serves a mount whose INIT another server answered during mount(2)
+    /// ([`crate::init_during_mount`]), with `negotiated` what it settled
+    /// ([`Server::resume`] refuses a server that would have agreed to
+    /// something else). The task owns the mount as if it had made it.
+    pub fn from_initialized_mount(
+        server: Server,
+        mount: Mount,
+        negotiated: &fuse_server::Negotiated,
+        config: TaskConfig,
+    ) -> Result<Self, SessionError> {
+        let fd = dev::clone_fd(mount.dev_fd())
+            .or_else(|_| mount.dev_fd().try_clone_to_owned())
+            .map_err(SessionError::Init)?;
+        let fd = register(fd)?;
+        use_for_backing_files(&server, &fd);
+        server.resume(negotiated).map_err(SessionError::Init)?;
+        Ok(Self::owner(server, fd, mount, config))
+    }
+
     /// Serves a connection another process answered INIT on and handed
     /// over (live upgrade, see [`crate::takeover`]), paused: the task reads
     /// nothing until [`FuseDevTask::unpause`], and [`FuseDevTask::release`]

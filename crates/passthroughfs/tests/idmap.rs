@@ -190,8 +190,9 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
         "this kernel doesn't offer FUSE_ALLOW_IDMAP, which the test needs (Linux 6.12+): {log}"
     );
     // The kernel allows idmapping once INIT is answered (the flag is read
-    // from the reply), which a daemon on tokio does after mount(2) and
-    // maybe after it says it serves: a request on the mount waits for INIT.
+    // from the reply); without synchronous INIT a daemon on tokio answers
+    // it after mount(2), maybe after it says it serves: a request on the
+    // mount waits for INIT.
     std::fs::metadata(&d.mnt).unwrap();
     let userns = Userns::new();
     let tree = idmapped_tree(&d.mnt, &userns.fd())

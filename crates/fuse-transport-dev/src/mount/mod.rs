@@ -682,12 +682,15 @@ fn mount_syscall_sync(
     }
     let stop = AtomicBool::new(false);
     let tid = AtomicI32::new(0);
+    // The answering thread logs where the calling thread does (a caller
+    // may have set a subscriber for this thread only).
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
     let mounted = std::thread::scope(|scope| {
         let answering = std::thread::Builder::new()
             .name("fuse-sync-init".into())
             .spawn_scoped(scope, || {
                 tid.store(sys::gettid(), Ordering::Release);
-                (init.answer)(fd.as_fd(), &stop)
+                tracing::dispatcher::with_default(&dispatch, || (init.answer)(fd.as_fd(), &stop))
             })
             .map_err(|source| MountError::Io {
                 action: "start the thread that answers INIT",
