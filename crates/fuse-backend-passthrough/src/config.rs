@@ -258,6 +258,17 @@ pub struct PassthroughConfig {
     /// `max_request_timeout`. `None` (the default): no timeout; a kernel
     /// without the flag gets none either (said in the log).
     pub request_timeout: Option<u16>,
+    /// Offer idmapped mounts (`FUSE_ALLOW_IDMAP`, protocol 7.40, Linux
+    /// 6.12+): `mount_setattr(MOUNT_ATTR_IDMAP)` may then map the mount's
+    /// ids into a user namespace, as container runtimes do with volumes.
+    /// Only for a mount with `default_permissions`: the kernel checks
+    /// permissions itself, and fails INIT (a dead mount) if the flag comes
+    /// without it. With the flag agreed the kernel sends the caller's ids
+    /// only in requests that create an inode (mapped through the mount's
+    /// idmapping: the owner the new file gets in SOURCE); the others come
+    /// without ids and are served as the daemon. Default false; a kernel
+    /// without the flag gets nothing (said in the log).
+    pub allow_idmap: bool,
 }
 
 impl Default for PassthroughConfig {
@@ -281,6 +292,7 @@ impl Default for PassthroughConfig {
             fd_cache_size: None,
             zero_copy: ZeroCopyPolicy::Auto,
             request_timeout: None,
+            allow_idmap: false,
         }
     }
 }
@@ -318,6 +330,14 @@ impl PassthroughConfig {
     #[must_use]
     pub fn entry_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.entry_timeout = timeout.into();
+        self
+    }
+
+    /// Sets whether idmapped mounts are offered
+    /// ([`PassthroughConfig::allow_idmap`]; needs `default_permissions`).
+    #[must_use]
+    pub fn allow_idmap(mut self, on: bool) -> Self {
+        self.allow_idmap = on;
         self
     }
 

@@ -73,6 +73,11 @@ thread_local! {
 pub(crate) struct Creds {
     /// Switching is possible and wanted (the process runs as root).
     enabled: bool,
+    /// `FUSE_ALLOW_IDMAP` was agreed: the kernel sends no caller ids
+    /// ([`fuse_abi::INVALID_UIDGID`]) except in requests that create an
+    /// inode, and has checked permissions itself (`default_permissions`,
+    /// which the flag requires).
+    idmap: std::sync::atomic::AtomicBool,
     /// The process's supplementary groups, restored when acting as root.
     root_groups: Vec<u32>,
 }
@@ -117,8 +122,14 @@ impl Creds {
         let root_groups = process_groups().unwrap_or_default();
         Self {
             enabled: wanted && root,
+            idmap: std::sync::atomic::AtomicBool::new(false),
             root_groups,
         }
+    }
+
+    /// Records that `FUSE_ALLOW_IDMAP` was agreed (see [`Creds::caller`]).
+    pub(crate) fn set_idmap(&self, on: bool) {
+        self.idmap.store(on, std::sync::atomic::Ordering::Release);
     }
 
     /// Whether requests run with their callers' credentials.
@@ -127,8 +138,25 @@ impl Creds {
     }
 
     /// Makes the calling thread act as the caller of `ctx` (and gives it
-    /// umask 0). Fails with `EOVERFLOW` for an unmapped caller id.
+    /// umask 0). Fails with `EOVERFLOW` for an unmapped caller id, except
+    /// with `FUSE_ALLOW_IDMAP`: then the kernel sends no caller ids in
+    /// requests that don't create an inode (it can't tell which mount's
+    /// idmapping applies to them) and has checked the caller's permission
+    /// itself (`default_permissions`), so the thread acts as the process.
+    /// Requests that create an inode use [`Creds::creator`].
     pub(crate) fn caller(&self, ctx: &Context) -> io::Result<()> {
+        self.act_as(ctx, false)
+    }
+
+    /// [`Creds::caller`] for a request that creates an inode (MKNOD,
+    /// MKDIR, SYMLINK, CREATE, TMPFILE): its ids are the new inode's owner,
+    /// on an idmapped mount already mapped by the kernel into the file
+    /// system's ids; without them (`EOVERFLOW`) nothing is created.
+    pub(crate) fn creator(&self, ctx: &Context) -> io::Result<()> {
+        self.act_as(ctx, true)
+    }
+
+    fn act_as(&self, ctx: &Context, creating: bool) -> io::Result<()> {
         STATE.with(|s| {
             let mut s = s.borrow_mut();
             if !s.fs_private {
@@ -139,6 +167,10 @@ impl Creds {
                 return Ok(());
             }
             if ctx.uid == fuse_abi::INVALID_UIDGID || ctx.gid == fuse_abi::INVALID_UIDGID {
+                if !creating && self.idmap.load(std::sync::atomic::Ordering::Acquire) {
+                    self.to_root(&mut s);
+                    return Ok(());
+                }
                 return Err(errno(libc::EOVERFLOW));
             }
             if ctx.uid == 0 && ctx.gid == 0 {

@@ -272,7 +272,7 @@ impl Server {
         tracing::info!(
             flags = format_args!("{:#x}", negotiated.flags.bits()),
             max_write = negotiated.max_write,
-            "took over a connection (INIT answered by an earlier server)"
+            "took up a connection whose INIT another server answered (a takeover, or a stand-in during mount(2))"
         );
         Ok(())
     }

@@ -58,9 +58,10 @@ pub mod task;
 pub use backing::DevBackingFiles;
 pub use dev::DevTransaction;
 pub use mount::{
-    is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions, UnmountFn,
+    is_fuse_mount, unmount_path, InitAnswer, InitMode, Mount, MountError, MountMethod,
+    MountOptions, SyncInit, UnmountFn,
 };
-pub use session::{DevSession, SessionConfig, SessionError};
+pub use session::{init_during_mount, DevSession, SessionConfig, SessionError};
 pub use signal::serve_until_signal;
 #[cfg(feature = "tokio")]
 pub use task::{FuseDevSibling, FuseDevTask, TaskConfig, TaskHandle};

@@ -200,6 +200,9 @@ pub struct FuseDevTask {
     counted: AtomicBool,
     /// `run` was called.
     running: AtomicBool,
+    /// With synchronous INIT: the descriptor the backing-file registry was
+    /// set up on (it holds it weakly), kept as long as the task.
+    backing_fd: Option<Arc<OwnedFd>>,
 }
 
 /// A second (third, ...) task for the mount of a [`FuseDevTask`], not yet
@@ -233,21 +236,45 @@ impl FuseDevSibling {
             sibling: true,
             counted: AtomicBool::new(true),
             running: AtomicBool::new(false),
+            backing_fd: None,
         })
     }
 }
 
 impl FuseDevTask {
-    /// Mounts `mountpoint`; the task does INIT when it runs. Must be called
-    /// within a tokio runtime (the fd is registered with its reactor).
+    /// Mounts `mountpoint`. Must be called within a tokio runtime (the fd
+    /// is registered with its reactor).
+    ///
+    /// Where the kernel offers synchronous INIT (`FUSE_DEV_IOC_SYNC_INIT`,
+    /// Linux 6.18), INIT is answered during mount(2), on a thread of its
+    /// own ([`crate::Mount::new_with_sync_init`]): this call blocks until
+    /// then, and an INIT the file system refuses fails it. If mount(2)
+    /// fails first, that thread's blocking read is interrupted with
+    /// [`crate::SessionConfig`]'s default wake signal, whose do-nothing
+    /// handler this installs (as a [`crate::DevSession`] does). Elsewhere
+    /// the task answers INIT when it runs.
     pub fn mount(
         server: Server,
         mountpoint: &Path,
         options: &MountOptions,
         config: TaskConfig,
     ) -> Result<Self, SessionError> {
-        let mount = Mount::new(mountpoint, options)?;
-        Self::from_mount(server, mount, config)
+        let session_config = crate::SessionConfig::default();
+        crate::session::install_wake_handler(session_config.wake_signal);
+        let (mount, server, master) = crate::session::mount_answering_init(
+            server,
+            mountpoint,
+            options,
+            &session_config,
+            false,
+        )?;
+        let fd = dev::clone_fd(master.as_fd())
+            .or_else(|_| master.try_clone())
+            .map_err(SessionError::Init)?;
+        let fd = register(fd)?;
+        let mut task = Self::owner_shared(server, fd, mount, config);
+        task.backing_fd = Some(master);
+        Ok(task)
     }
 
     /// Serves an existing mount.
@@ -261,6 +288,25 @@ impl FuseDevTask {
             .map_err(SessionError::Init)?;
         let fd = register(fd)?;
         use_for_backing_files(&server, &fd);
+        Ok(Self::owner(server, fd, mount, config))
+    }
+
+    /// Serves a mount whose INIT another server answered during mount(2)
+    /// ([`crate::init_during_mount`]), with `negotiated` what it settled
+    /// ([`Server::resume`] refuses a server that would have agreed to
+    /// something else). The task owns the mount as if it had made it.
+    pub fn from_initialized_mount(
+        server: Server,
+        mount: Mount,
+        negotiated: &fuse_server::Negotiated,
+        config: TaskConfig,
+    ) -> Result<Self, SessionError> {
+        let fd = dev::clone_fd(mount.dev_fd())
+            .or_else(|_| mount.dev_fd().try_clone_to_owned())
+            .map_err(SessionError::Init)?;
+        let fd = register(fd)?;
+        use_for_backing_files(&server, &fd);
+        server.resume(negotiated).map_err(SessionError::Init)?;
         Ok(Self::owner(server, fd, mount, config))
     }
 
@@ -299,8 +345,17 @@ impl FuseDevTask {
 
     /// The first task of a mount, reading `fd` (registered).
     fn owner(server: Server, fd: Arc<AsyncFd<OwnedFd>>, mount: Mount, config: TaskConfig) -> Self {
+        Self::owner_shared(Arc::new(server), fd, mount, config)
+    }
+
+    fn owner_shared(
+        server: Arc<Server>,
+        fd: Arc<AsyncFd<OwnedFd>>,
+        mount: Mount,
+        config: TaskConfig,
+    ) -> Self {
         Self {
-            server: Arc::new(server),
+            server,
             mountpoint: mount.mountpoint().to_path_buf(),
             mount: Mutex::new(Some(mount)),
             fd,
@@ -309,6 +364,7 @@ impl FuseDevTask {
             sibling: false,
             counted: AtomicBool::new(true),
             running: AtomicBool::new(false),
+            backing_fd: None,
         }
     }
 

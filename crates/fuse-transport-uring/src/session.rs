@@ -132,9 +132,11 @@ impl UringSession {
         options: &MountOptions,
         config: UringConfig,
     ) -> Result<Self, UringError> {
-        check_config(&config)?;
-        let mount = Mount::new(mountpoint, options)?;
-        Self::from_mount(server, mount, config)
+        // DevSession::mount: synchronous INIT where the kernel offers it
+        // (the rings are set up after INIT either way).
+        Self::start(server, config, |server, dev_config| {
+            DevSession::mount(server, mountpoint, options, dev_config)
+        })
     }
 
     /// Serves an existing mount whose INIT has not been answered yet.
@@ -142,6 +144,18 @@ impl UringSession {
         server: Server,
         mount: Mount,
         config: UringConfig,
+    ) -> Result<Self, UringError> {
+        Self::start(server, config, |server, dev_config| {
+            DevSession::from_mount(server, mount, dev_config)
+        })
+    }
+
+    /// Asks for FUSE over io_uring in INIT, gets the `/dev/fuse` session
+    /// (INIT answered) from `connect`, and starts the rings on it.
+    fn start(
+        server: Server,
+        config: UringConfig,
+        connect: impl FnOnce(Server, SessionConfig) -> Result<DevSession, SessionError>,
     ) -> Result<Self, UringError> {
         check_config(&config)?;
         let mut server = server;
@@ -165,9 +179,8 @@ impl UringSession {
         }
         // Known to serve everything over /dev/fuse: all its workers at once.
         let fallback_threads = config.fallback_threads.max(1);
-        let dev = DevSession::from_mount(
+        let dev = connect(
             server,
-            mount,
             SessionConfig::default()
                 .threads(if want_uring {
                     config.dev_threads.max(1)

@@ -232,6 +232,17 @@ pub struct FsArgs {
     /// wait that long ends the connection too. Default: no timeout.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u16).range(1..))]
     pub request_timeout: Option<u16>,
+
+    /// Let the mount be idmapped (FUSE_ALLOW_IDMAP, Linux 6.12+):
+    /// mount_setattr(MOUNT_ATTR_IDMAP) may then map its ids into a user
+    /// namespace, as container runtimes do with volumes. Needs
+    /// --default-permissions (the kernel checks permissions; it fails INIT
+    /// without it). Files created through an idmapped mount are owned in
+    /// SOURCE by the creator's ids mapped through the mount's idmapping;
+    /// other requests come without caller ids and are served with the
+    /// daemon's.
+    #[arg(long)]
+    pub allow_idmap: bool,
 }
 
 impl FsArgs {
@@ -244,6 +255,7 @@ impl FsArgs {
             .entry_timeout(seconds("entry-timeout", self.entry_timeout)?)
             .watch_source(!self.no_watch_source)
             .request_timeout(self.request_timeout)
+            .allow_idmap(self.allow_idmap)
             .xattr(!self.no_xattr)
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)

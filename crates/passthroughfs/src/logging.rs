@@ -209,6 +209,67 @@ impl Drop for Sink {
     }
 }
 
+/// The current dispatcher, narrowed to one target: events and spans of
+/// other targets are dropped. For a stand-in whose other lines would
+/// repeat what the real thing logs later (the daemon's INIT stand-in keeps
+/// only its `-d` request lines, target `fuse_request`).
+pub fn only_target(target: &'static str) -> tracing::Dispatch {
+    let inner = tracing::dispatcher::get_default(|d| d.clone());
+    tracing::Dispatch::new(OnlyTarget { inner, target })
+}
+
+struct OnlyTarget {
+    inner: tracing::Dispatch,
+    target: &'static str,
+}
+
+impl tracing::Subscriber for OnlyTarget {
+    fn register_callsite(
+        &self,
+        _metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        // Decided per event: the interest of a callsite is shared by every
+        // dispatcher, and this one is short-lived.
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == self.target && self.inner.enabled(metadata)
+    }
+
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        self.inner.new_span(span)
+    }
+
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.inner.record(span, values)
+    }
+
+    fn record_follows_from(&self, span: &tracing::span::Id, follows: &tracing::span::Id) {
+        self.inner.record_follows_from(span, follows)
+    }
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        self.inner.event(event)
+    }
+
+    fn enter(&self, span: &tracing::span::Id) {
+        self.inner.enter(span)
+    }
+
+    fn exit(&self, span: &tracing::span::Id) {
+        self.inner.exit(span)
+    }
+
+    fn clone_span(&self, id: &tracing::span::Id) -> tracing::span::Id {
+        self.inner.clone_span(id)
+    }
+
+    fn try_close(&self, id: tracing::span::Id) -> bool {
+        self.inner.try_close(id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -128,6 +128,17 @@ impl Plan {
                  files that the backing directory's permissions deny them"
             )));
         }
+        if args.fs.allow_idmap && !args.default_permissions {
+            let (allow_idmap, default_permissions) = if options::named(&args, "allow_idmap") {
+                ("-o allow_idmap", "-o default_permissions")
+            } else {
+                ("--allow-idmap", "--default-permissions")
+            };
+            return Err(Failure(format!(
+                "{allow_idmap} needs {default_permissions}: the kernel allows idmapped FUSE \
+                 mounts only where it checks permissions itself, and fails INIT otherwise"
+            )));
+        }
         if (args.takeover_socket.is_some() || args.take_over.is_some()) && args.uring {
             return Err(Failure(
                 "--takeover-socket and --take-over work over /dev/fuse only (any --runtime, \
@@ -283,7 +294,24 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     // thread starts (namespaces, capabilities and Landlock apply to the
     // calling thread only); a connection taken over or supervised comes
     // with threads and gets the seccomp filter only.
+    // What INIT settled, if it was answered during mount(2) (synchronous
+    // INIT, Linux 6.18): by a stand-in of the serving file system, which
+    // can't exist yet (SOURCE is opened inside the sandbox); the serving
+    // one takes it up (`Server::resume`) once confined. Over io_uring the
+    // session asks for the ring in INIT itself: INIT after the mount.
+    let mut negotiated = None;
     let mut mount = match (&args.take_over, &supervised) {
+        (None, None) if uring.is_none() => {
+            let (mount, settled) = mount_answering_init(
+                &args,
+                &source,
+                &fs_config,
+                &options,
+                session_config.wake_signal,
+            )?;
+            negotiated = settled;
+            Some(mount)
+        }
         (None, None) => Some(
             fuse_transport_dev::Mount::new(&args.mountpoint, &options)
                 .map_err(|e| Failure(e.to_string()))?,
@@ -360,7 +388,12 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                         kind,
                         args.threads,
                         TaskConfig::default(),
-                        move |config| FuseDevTask::from_mount(server, mount, config),
+                        move |config| match &negotiated {
+                            Some(n) => {
+                                FuseDevTask::from_initialized_mount(server, mount, n, config)
+                            }
+                            None => FuseDevTask::from_mount(server, mount, config),
+                        },
                     )?
                 }
             };
@@ -389,8 +422,16 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                     .map_err(|e| std::io::Error::other(e.to_string()))
                 })?,
                 (None, None) => Arc::new(
-                    DevSession::from_mount(server, take_mount()?, session_config)
-                        .map_err(|e| Failure(e.to_string()))?,
+                    match &negotiated {
+                        Some(n) => DevSession::from_initialized_mount(
+                            server,
+                            take_mount()?,
+                            n,
+                            session_config,
+                        ),
+                        None => DevSession::from_mount(server, take_mount()?, session_config),
+                    }
+                    .map_err(|e| Failure(e.to_string()))?,
                 ),
             };
             dev_session = Some(session.clone());
@@ -548,6 +589,43 @@ fn pause_quietly(fs: &PassthroughFs, session: &DevSession) -> std::io::Result<()
     session.pause().inspect_err(|_| {
         fs.set_notifier(session.notifier().ok());
     })
+}
+
+/// Mounts with synchronous INIT where the kernel offers it
+/// ([`fuse_transport_dev::init_during_mount`]), INIT answered by a stand-in
+/// of the serving file system: one on SOURCE opened here, unconfined, with
+/// the same configuration and server kind, so that it answers as the
+/// serving one will (which `Server::resume` checks). Quiet but for `-d`'s
+/// request line: the serving file system logs what INIT settled when it
+/// takes it up. Returns what
+/// INIT settled, or `None` where INIT comes after the mount (a kernel
+/// without synchronous INIT, a mount through fusermount3). Every thread it
+/// starts has ended when it returns: the confinement that follows needs a
+/// single-threaded process. `wake_signal` is the sessions' (see
+/// `SessionConfig::wake_signal`).
+fn mount_answering_init(
+    args: &Args,
+    source: &std::path::Path,
+    fs_config: &fuse_backend_passthrough::PassthroughConfig,
+    options: &fuse_transport_dev::MountOptions,
+    wake_signal: i32,
+) -> Result<(fuse_transport_dev::Mount, Option<fuse_server::Negotiated>), Failure> {
+    let quiet = tracing::subscriber::NoSubscriber::default();
+    let stand_in = tracing::subscriber::with_default(quiet, || {
+        PassthroughFs::new(source, fs_config.clone()).map(Arc::new)
+    })
+    .map_err(|e| Failure(e.to_string()))?;
+    let server = match args.runtime.async_type() {
+        None => Server::new(stand_in),
+        Some(_) => Server::new_async(stand_in),
+    }
+    .with_request_log(args.debug);
+    // Only -d's line for INIT (the answering thread logs through this).
+    let mounted = tracing::dispatcher::with_default(
+        &passthroughfs::logging::only_target("fuse_request"),
+        || fuse_transport_dev::init_during_mount(server, &args.mountpoint, options, wake_signal),
+    );
+    mounted.map_err(|e| Failure(e.to_string()))
 }
 
 /// Nodes the crash table of `--supervise` has room for (its memfd is

@@ -260,6 +260,7 @@ const OPTIONS: &[Opt] = &[
         }
         Ok(())
     }),
+    flag("allow_idmap", "--allow-idmap", |a| a.fs.allow_idmap = true),
     flag("no_watch_source", "--no-watch-source", |a| {
         a.fs.no_watch_source = true
     }),

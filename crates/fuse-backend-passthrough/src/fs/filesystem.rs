@@ -55,6 +55,19 @@ impl FileSystem for PassthroughFs {
                 );
             }
         }
+        if self.cfg.allow_idmap {
+            if kernel.flags.contains(InitFlags::ALLOW_IDMAP) {
+                want |= InitFlags::ALLOW_IDMAP;
+            } else {
+                tracing::warn!(
+                    "the kernel offers no idmapped mounts (FUSE_ALLOW_IDMAP, Linux 6.12+): \
+                     mount_setattr(MOUNT_ATTR_IDMAP) on this mount will fail"
+                );
+            }
+        }
+        self.creds.set_idmap(
+            want.contains(InitFlags::ALLOW_IDMAP) && kernel.flags.contains(InitFlags::ALLOW_IDMAP),
+        );
         let agreed = (config.flags | want) & kernel.flags;
         let passthrough =
             agreed.contains(InitFlags::PASSTHROUGH) && !agreed.contains(InitFlags::WRITEBACK_CACHE);

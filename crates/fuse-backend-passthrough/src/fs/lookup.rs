@@ -285,7 +285,7 @@ impl PassthroughFs {
     ) -> io::Result<Entry> {
         check_name(name)?;
         let parent = self.inodes.get(parent)?;
-        self.creds.caller(ctx)?;
+        self.creds.creator(ctx)?;
         let pfd = parent.file.path_fd()?;
         match sys::symlinkat(target, pfd.as_fd(), name) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {}
@@ -303,7 +303,7 @@ impl PassthroughFs {
     ) -> io::Result<Entry> {
         check_name(name)?;
         let parent = self.inodes.get(parent)?;
-        self.creds.caller(ctx)?;
+        self.creds.creator(ctx)?;
         let pfd = parent.file.path_fd()?;
         let made = if args.mode & libc::S_IFMT == libc::S_IFDIR {
             sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777)
@@ -326,7 +326,7 @@ impl PassthroughFs {
     ) -> io::Result<Entry> {
         check_name(name)?;
         let parent = self.inodes.get(parent)?;
-        self.creds.caller(ctx)?;
+        self.creds.creator(ctx)?;
         let pfd = parent.file.path_fd()?;
         match sys::mkdirat(pfd.as_fd(), name, args.mode & 0o7777) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) && resent_after_start() => {}
@@ -411,7 +411,7 @@ impl PassthroughFs {
         check_name(name)?;
         let parent = self.inodes.get(parent)?;
         let timeout = self.entry_timeout_in(&parent);
-        self.creds.caller(ctx)?;
+        self.creds.creator(ctx)?;
         let pfd = parent.file.path_fd()?;
         let (mut flags, _) = self.backing_open_flags(args.flags);
         if self.no_open() {
@@ -442,7 +442,7 @@ impl PassthroughFs {
         args: &CreateArgs,
     ) -> io::Result<(Entry, Opened)> {
         let parent = self.inodes.get(parent)?;
-        self.creds.caller(ctx)?;
+        self.creds.creator(ctx)?;
         let pfd = parent.file.path_fd()?;
         let (flags, _) = self.backing_open_flags(args.flags);
         let mut flags = flags & !(libc::O_TMPFILE | libc::O_DIRECTORY | libc::O_TRUNC);

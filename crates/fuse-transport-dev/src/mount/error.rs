@@ -81,6 +81,21 @@ pub enum MountError {
         /// The underlying error.
         source: io::Error,
     },
+    /// Synchronous INIT: the file system answered the kernel's INIT with
+    /// an error, and mount(2) failed (the kernel reports `ENOTCONN`, not
+    /// the answer's errno, which `source` keeps).
+    #[error(
+        "the file system refused the kernel's INIT for {}: {source} (mount(2) failed: {mount_error})",
+        path.display()
+    )]
+    InitRefused {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The error INIT was answered with.
+        source: io::Error,
+        /// mount(2)'s own error.
+        mount_error: io::Error,
+    },
     /// `fusermount3` is needed but not found in `PATH`.
     #[error(
         "fusermount3 not installed (apt-get install fuse3): it was not found in PATH and is needed to {action} (mountpoint {})",

@@ -8,9 +8,21 @@
 //! (`SCM_RIGHTS`).
 //!
 //! This module does no FUSE protocol handling: the caller serves requests on
-//! [`Mount::dev_fd`]. Right after mounting, the kernel queues a `FUSE_INIT`
-//! request on that descriptor, and every access to the mount (`stat`,
-//! `statfs`, ...) blocks until the daemon has answered it.
+//! [`Mount::dev_fd`]. With [`Mount::new`], right after mounting, the kernel
+//! queues a `FUSE_INIT` request on that descriptor, and every access to the
+//! mount (`stat`, `statfs`, ...) blocks until the daemon has answered it.
+//!
+//! ## Synchronous INIT
+//!
+//! [`Mount::new_with_sync_init`] asks for the kernel's synchronous INIT
+//! (`FUSE_DEV_IOC_SYNC_INIT`, Linux 6.18) before mount(2): the kernel then
+//! sends INIT from inside mount(2), which returns only once INIT is
+//! answered, with the mount usable, or fails with the error INIT was
+//! answered with. Since the calling thread is inside mount(2), the caller's
+//! [`SyncInit::answer`] reads and answers INIT on a thread of its own. A
+//! kernel without the ioctl (`ENOTTY`), and a mount through `fusermount3`
+//! (which opens its own descriptor), take the old path: INIT arrives after
+//! the mount, and the caller answers it as with [`Mount::new`].
 //!
 //! Every descriptor this module creates has `O_CLOEXEC` set.
 
@@ -34,6 +46,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Duration;
 use watcher::UnmountWatcher;
 
 /// `f_type` reported by `statfs(2)` for a FUSE file system.
@@ -99,6 +113,44 @@ pub type UnmountFn = Box<dyn FnMut() -> io::Result<()> + Send>;
 
 struct Unmounter(UnmountFn);
 
+/// How [`Mount::new_with_sync_init`] answers the kernel's INIT while
+/// mount(2) waits for it.
+pub struct SyncInit<'a> {
+    /// Reads requests on the session descriptor and answers them until
+    /// INIT is answered, saying whether INIT was accepted. It runs on a
+    /// thread of its own while the calling thread is in mount(2), and must
+    /// return once its flag is set: then mount(2) failed before the kernel
+    /// sent INIT, and its `read(2)` is interrupted by
+    /// [`SyncInit::wake_signal`] (it sees `EINTR`). An error it returns is
+    /// logged; mount(2)'s own result decides, except that a failed mount
+    /// after [`InitAnswer::Refused`] is [`MountError::InitRefused`].
+    pub answer: &'a (dyn Fn(BorrowedFd<'_>, &AtomicBool) -> io::Result<InitAnswer> + Sync),
+    /// A signal with a do-nothing handler installed without `SA_RESTART`
+    /// and not blocked in the calling thread (the answering thread inherits
+    /// its mask): what interrupts the answering thread's `read(2)`.
+    pub wake_signal: i32,
+}
+
+/// How [`SyncInit::answer`] answered INIT.
+#[derive(Debug)]
+pub enum InitAnswer {
+    /// With the file system's agreement.
+    Accepted,
+    /// With this error.
+    Refused(io::Error),
+}
+
+/// Whether INIT was answered during mount(2) ([`Mount::new_with_sync_init`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitMode {
+    /// Synchronous INIT: answered by [`SyncInit::answer`] before mount(2)
+    /// returned; the mount is usable.
+    Answered,
+    /// The old path (a kernel without `FUSE_DEV_IOC_SYNC_INIT`, or a mount
+    /// through `fusermount3`): INIT waits on the descriptor for the caller.
+    Pending,
+}
+
 impl std::fmt::Debug for Unmounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Unmounter")
@@ -130,6 +182,40 @@ impl Mount {
                         "mount(2) not permitted; falling back to fusermount3"
                     );
                     Self::with_fusermount(target, options, action)
+                }
+                None => Err(err),
+            },
+        }
+    }
+
+    /// [`Mount::new`] with synchronous INIT where the kernel offers it (see
+    /// the module docs): `init` answers INIT while mount(2) runs, so the
+    /// mount returned is usable, and an INIT answered with an error fails
+    /// the mount with that error ([`MountError::Mount`]). Whether the
+    /// kernel offers it is learnt from the ioctl's answer, not from its
+    /// version; where it doesn't (or the mount goes through `fusermount3`),
+    /// the result says [`InitMode::Pending`] and the caller answers INIT
+    /// as after [`Mount::new`].
+    pub fn new_with_sync_init(
+        mountpoint: &Path,
+        options: &MountOptions,
+        init: &SyncInit<'_>,
+    ) -> Result<(Mount, InitMode), MountError> {
+        options.validate()?;
+        let target = Target::prepare(mountpoint)?;
+        match mount_syscall_sync(&target, options, init) {
+            Ok((fd, mode)) => Ok((Mount::syscall_mounted(fd, target.path, options)?, mode)),
+            Err(err) => match err.unprivileged_reason() {
+                Some(action) => {
+                    tracing::debug!(
+                        mountpoint = %target.path.display(),
+                        error = %err,
+                        "mount(2) not permitted; falling back to fusermount3 (INIT after the mount)"
+                    );
+                    Ok((
+                        Self::with_fusermount(target, options, action)?,
+                        InitMode::Pending,
+                    ))
                 }
                 None => Err(err),
             },
@@ -565,11 +651,97 @@ fn device_mode_refusal() -> Option<(u32, u32, u32)> {
 // mount(2)
 
 fn mount_syscall(target: &Target, options: &MountOptions) -> Result<OwnedFd, MountError> {
-    let fd =
-        sys::open_cloexec(DEV_FUSE, libc::O_RDWR).map_err(|source| MountError::OpenDevice {
-            path: target.path.clone(),
-            source,
-        })?;
+    let fd = open_device(target)?;
+    mount_fd(target, options, &fd)?;
+    Ok(fd)
+}
+
+fn open_device(target: &Target) -> Result<OwnedFd, MountError> {
+    sys::open_cloexec(DEV_FUSE, libc::O_RDWR).map_err(|source| MountError::OpenDevice {
+        path: target.path.clone(),
+        source,
+    })
+}
+
+/// mount(2) with synchronous INIT if the kernel takes
+/// `FUSE_DEV_IOC_SYNC_INIT`, else as [`mount_syscall`].
+fn mount_syscall_sync(
+    target: &Target,
+    options: &MountOptions,
+    init: &SyncInit<'_>,
+) -> Result<(OwnedFd, InitMode), MountError> {
+    let fd = open_device(target)?;
+    if let Err(err) = sys::sync_init(fd.as_fd()) {
+        // ENOTTY: a kernel before 6.18. Anything else: take the old path too.
+        tracing::debug!(
+            error = %err,
+            "no synchronous INIT (FUSE_DEV_IOC_SYNC_INIT refused); INIT after the mount"
+        );
+        mount_fd(target, options, &fd)?;
+        return Ok((fd, InitMode::Pending));
+    }
+    let stop = AtomicBool::new(false);
+    let tid = AtomicI32::new(0);
+    // The answering thread logs where the calling thread does (a caller
+    // may have set a subscriber for this thread only).
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+    let mounted = std::thread::scope(|scope| {
+        let answering = std::thread::Builder::new()
+            .name("fuse-sync-init".into())
+            .spawn_scoped(scope, || {
+                tid.store(sys::gettid(), Ordering::Release);
+                tracing::dispatcher::with_default(&dispatch, || (init.answer)(fd.as_fd(), &stop))
+            })
+            .map_err(|source| MountError::Io {
+                action: "start the thread that answers INIT",
+                path: target.path.clone(),
+                source,
+            })?;
+        let mounted = mount_fd(target, options, &fd);
+        if mounted.is_err() {
+            // mount(2) failed before INIT was sent (the answering thread
+            // waits in read(2) for a connection that will never be) or
+            // after INIT was refused (its read then ends with ENODEV):
+            // stop it, interrupting its read until it has returned (a
+            // signal sent just before it enters read(2) is lost, hence
+            // the repeats).
+            stop.store(true, Ordering::Release);
+            while !answering.is_finished() {
+                let id = tid.load(Ordering::Acquire);
+                if id != 0 {
+                    let _ = sys::tgkill(id, init.wake_signal);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let refused = match answering.join() {
+            Ok(Ok(InitAnswer::Accepted)) => None,
+            Ok(Ok(InitAnswer::Refused(err))) => Some(err),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "answering INIT during mount(2)");
+                None
+            }
+            Err(_) => {
+                tracing::error!("the thread answering INIT panicked");
+                None
+            }
+        };
+        match (mounted, refused) {
+            (Err(MountError::Mount { source, .. }), Some(refusal)) => {
+                Err(MountError::InitRefused {
+                    path: target.path.clone(),
+                    source: refusal,
+                    mount_error: source,
+                })
+            }
+            (mounted, _) => mounted,
+        }
+    });
+    mounted?;
+    Ok((fd, InitMode::Answered))
+}
+
+fn mount_fd(target: &Target, options: &MountOptions, fd: &OwnedFd) -> Result<(), MountError> {
     let (flags, data) = options.syscall_options(fd.as_raw_fd(), target.rootmode);
     if data.len() > MAX_MOUNT_DATA {
         return Err(invalid(
@@ -591,8 +763,7 @@ fn mount_syscall(target: &Target, options: &MountOptions) -> Result<OwnedFd, Mou
     let c_source = CString::new(options.source()).map_err(|e| mount_error(e.into()))?;
     let c_fstype = CString::new(fstype.as_str()).map_err(|e| mount_error(e.into()))?;
     let c_data = CString::new(data.as_str()).map_err(|e| mount_error(e.into()))?;
-    sys::mount(&c_source, &target.path, &c_fstype, flags, &c_data).map_err(mount_error)?;
-    Ok(fd)
+    sys::mount(&c_source, &target.path, &c_fstype, flags, &c_data).map_err(mount_error)
 }
 
 /// `umount2` on our own canonical mountpoint: plain first, lazy if busy.

@@ -197,3 +197,26 @@ pub(super) fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
     }
     Ok(fd)
 }
+
+/// `FUSE_DEV_IOC_SYNC_INIT` on a `/dev/fuse` descriptor not yet mounted:
+/// the kernel then sends INIT while mount(2) runs and mount(2) returns
+/// only once it is answered. Kernels before 6.18 refuse it with `ENOTTY`.
+pub(super) fn sync_init(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the ioctl takes no argument.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
+    check(ret).map(drop)
+}
+
+/// This thread's id.
+pub(super) fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Sends `signal` to thread `tid` of this process.
+pub(super) fn tgkill(tid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: tgkill has no memory arguments; `tid` is a thread of this
+    // process that the caller knows is still running.
+    let ret = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, signal) };
+    check(ret as libc::c_int).map(drop)
+}

@@ -1,0 +1,252 @@
+//! Synchronous INIT (`FUSE_DEV_IOC_SYNC_INIT`, Linux 6.18) on the real
+//! kernel: [`DevSession::mount`] answers INIT while mount(2) waits for it,
+//! so the mount it returns is usable at once, and an INIT the file system
+//! refuses fails the mount itself. Needs root (it mounts); on a kernel
+//! without the ioctl each test says SKIPPED with the reason.
+
+mod common;
+
+use common::{require_root, Hello};
+use fuse_server::{FileSystem, InitConfig, KernelInit, Server, Session};
+use fuse_transport_dev::{DevSession, MountError, MountOptions, SessionConfig, SessionError};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Whether this kernel takes `FUSE_DEV_IOC_SYNC_INIT` on a fresh
+/// `/dev/fuse` descriptor; `Err` says why not (for the SKIPPED line).
+fn kernel_offers_sync_init() -> Result<(), String> {
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| format!("/dev/fuse can't be opened: {e}"))?;
+    // SAFETY: the ioctl takes no argument; the descriptor is ours and
+    // closed (never mounted) right after.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the kernel refuses FUSE_DEV_IOC_SYNC_INIT ({}; Linux 6.18+ has it)",
+            io::Error::last_os_error()
+        ))
+    }
+}
+
+/// True if the test may run; prints SKIPPED with the reason otherwise.
+fn sync_init_or_skip(test: &str) -> bool {
+    match kernel_offers_sync_init() {
+        Ok(()) => true,
+        Err(reason) => {
+            eprintln!("SKIPPED {test}: {reason}");
+            false
+        }
+    }
+}
+
+fn mounted(path: &Path) -> bool {
+    let path = path.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path))
+}
+
+/// [`Hello`], recording the name of the thread that answered INIT.
+#[derive(Default)]
+struct Recording {
+    hello: Hello,
+    init_thread: Mutex<Option<String>>,
+}
+
+impl FileSystem for Recording {
+    fn init(&self, _kernel: &KernelInit, _config: &mut InitConfig) -> io::Result<()> {
+        *self.init_thread.lock().unwrap() = Some(
+            std::thread::current()
+                .name()
+                .unwrap_or("(unnamed)")
+                .to_owned(),
+        );
+        Ok(())
+    }
+
+    fn lookup(
+        &self,
+        ctx: &fuse_server::Context,
+        parent: u64,
+        name: &std::ffi::CStr,
+    ) -> io::Result<fuse_server::Entry> {
+        self.hello.lookup(ctx, parent, name)
+    }
+
+    fn getattr(
+        &self,
+        ctx: &fuse_server::Context,
+        ino: u64,
+        fh: Option<u64>,
+    ) -> io::Result<fuse_server::AttrReply> {
+        self.hello.getattr(ctx, ino, fh)
+    }
+}
+
+#[test]
+fn mount_returns_after_init_was_answered_during_it() {
+    require_root();
+    if !sync_init_or_skip("mount_returns_after_init_was_answered_during_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(Recording::default());
+    let session = DevSession::mount(
+        Server::new(fs.clone()),
+        &mnt,
+        &MountOptions::default(),
+        SessionConfig::default(),
+    )
+    .unwrap();
+    // INIT was answered while mount(2) ran, on the thread made for it, not
+    // on this one (which was inside mount(2)); the old path answers it
+    // here, after mount(2).
+    assert_eq!(
+        fs.init_thread.lock().unwrap().as_deref(),
+        Some("fuse-sync-init")
+    );
+    // Usable at once: the root and its file, with no wait for anything.
+    let root = std::fs::metadata(&mnt).unwrap();
+    assert!(root.is_dir());
+    assert_eq!(
+        std::fs::metadata(mnt.join("hello")).unwrap().len(),
+        common::CONTENT.len() as u64
+    );
+    session.stop();
+    session.unmount().unwrap();
+    session.wait().unwrap();
+    assert!(!mounted(&mnt), "the mount was left behind");
+}
+
+/// Refuses INIT with `EACCES`.
+struct Refusing;
+
+impl FileSystem for Refusing {
+    fn init(&self, _kernel: &KernelInit, _config: &mut InitConfig) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EACCES))
+    }
+}
+
+#[test]
+fn an_init_error_fails_the_mount() {
+    require_root();
+    if !sync_init_or_skip("an_init_error_fails_the_mount") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let result = DevSession::mount(
+        Server::new(Arc::new(Refusing)),
+        &mnt,
+        &MountOptions::default(),
+        SessionConfig::default(),
+    );
+    let err = match result {
+        Ok(session) => {
+            session.stop();
+            let _ = session.unmount();
+            panic!("a refused INIT mounted");
+        }
+        Err(err) => err,
+    };
+    // mount(2) itself failed, and the error says why: the errno INIT was
+    // answered with (the kernel's own is ENOTCONN).
+    match &err {
+        SessionError::Mount(MountError::InitRefused { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EACCES), "{err}")
+        }
+        other => panic!("expected mount(2) to fail on the refused INIT, got: {other}"),
+    }
+    assert!(!mounted(&mnt), "a failed mount was left behind");
+    // The mountpoint is an ordinary directory again.
+    assert!(std::fs::metadata(&mnt).unwrap().is_dir());
+}
+
+#[test]
+fn a_mount_refused_before_init_returns_its_error() {
+    require_root();
+    if !sync_init_or_skip("a_mount_refused_before_init_returns_its_error") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    // The kernel refuses an option it doesn't know before it sends INIT:
+    // the thread waiting to answer INIT must be stopped, not left hanging
+    // (this call would never return).
+    let result = DevSession::mount(
+        Server::new(Arc::new(Hello::default())),
+        &mnt,
+        &MountOptions::default().extra(["no_such_fuse_option"]),
+        SessionConfig::default(),
+    );
+    match result {
+        Err(SessionError::Mount(MountError::Mount { source, .. })) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL), "{source}")
+        }
+        Err(other) => panic!("expected mount(2) to fail with EINVAL, got: {other}"),
+        Ok(session) => {
+            session.stop();
+            let _ = session.unmount();
+            panic!("an unknown option mounted");
+        }
+    }
+    assert!(!mounted(&mnt), "a failed mount was left behind");
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_mount_returns_after_init_was_answered_during_it() {
+    use fuse_transport_dev::{FuseDevTask, TaskConfig};
+    require_root();
+    if !sync_init_or_skip("a_task_mount_returns_after_init_was_answered_during_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(Recording::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async {
+        let task = FuseDevTask::mount(
+            Server::new(fs.clone()),
+            &mnt,
+            &MountOptions::default(),
+            TaskConfig::default(),
+        )
+        .unwrap();
+        // Answered during mount(2), before the task ever ran.
+        assert_eq!(
+            fs.init_thread.lock().unwrap().as_deref(),
+            Some("fuse-sync-init")
+        );
+        let handle = task.handle();
+        let running = tokio::task::spawn_local(task.run());
+        let path = mnt.clone();
+        let len = tokio::task::spawn_blocking(move || {
+            std::fs::metadata(path.join("hello")).map(|m| m.len())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(len, common::CONTENT.len() as u64);
+        handle.stop();
+        running.await.unwrap().unwrap();
+    }));
+    assert!(!mounted(&mnt), "the mount was left behind");
+}

@@ -1,0 +1,84 @@
+//! The daemon with synchronous INIT (`FUSE_DEV_IOC_SYNC_INIT`, Linux
+//! 6.18): INIT is answered during mount(2) by a stand-in of the file
+//! system, made before the daemon confines itself, and the confined
+//! serving file system takes up what it settled (`Server::resume`): the
+//! log says so, and the mount serves, on `/dev/fuse` worker threads and on
+//! tokio. Over io_uring INIT still comes after the mount. Needs root; on a
+//! kernel without the ioctl each test says SKIPPED with the reason.
+
+#[path = "../../fuse-backend-passthrough/tests/common/mod.rs"]
+mod common;
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use common::require_root;
+use daemon::*;
+use std::os::fd::AsRawFd;
+
+/// What the serving file system logs when it takes up a connection whose
+/// INIT the stand-in answered.
+const TOOK_UP: &str = "a stand-in during mount(2)";
+
+/// `Err` with the reason if this kernel refuses `FUSE_DEV_IOC_SYNC_INIT`.
+fn kernel_offers_sync_init() -> Result<(), String> {
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| format!("/dev/fuse can't be opened: {e}"))?;
+    // SAFETY: the ioctl takes no argument; the descriptor is closed, never
+    // mounted, right after.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the kernel refuses FUSE_DEV_IOC_SYNC_INIT ({}; Linux 6.18+ has it)",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+fn serves(transport: Transport, extra: &[&str]) -> String {
+    let d = dirs();
+    let daemon = Daemon::start(&d.src, &d.mnt, transport, extra);
+    std::fs::write(d.mnt.join("f"), b"through the mount").unwrap();
+    assert_eq!(
+        std::fs::read(d.src.join("f")).unwrap(),
+        b"through the mount"
+    );
+    let log = daemon.stderr();
+    drop(daemon);
+    assert!(!is_mounted(&d.mnt), "the mount was left behind");
+    log
+}
+
+fn answered_during_mount(test: &str, extra: &[&str]) {
+    require_root();
+    if let Err(reason) = kernel_offers_sync_init() {
+        eprintln!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let log = serves(Transport::Dev, extra);
+    assert!(log.contains(TOOK_UP), "{log}");
+}
+
+#[test]
+fn the_daemon_answers_init_during_mount() {
+    answered_during_mount("the_daemon_answers_init_during_mount", &[]);
+}
+
+#[test]
+fn the_daemon_on_tokio_answers_init_during_mount() {
+    answered_during_mount(
+        "the_daemon_on_tokio_answers_init_during_mount",
+        &["--runtime", "tokio"],
+    );
+}
+
+#[test]
+fn over_io_uring_init_comes_after_the_mount() {
+    require_root();
+    let log = serves(Transport::Uring, &[]);
+    assert!(!log.contains(TOOK_UP), "{log}");
+}
