@@ -53,6 +53,24 @@
 //!   writer closes it (`FAN_CLOSE_WRITE`).
 //! - Directories' attributes keep the attribute timeout (1 s): entries
 //!   made in them change their times and sizes without an event of theirs.
+//! - A privileged daemon (`CAP_SYS_ADMIN` in the initial user namespace)
+//!   watches files by one filesystem-wide mark (`FAN_MARK_FILESYSTEM`)
+//!   per source file system instead of a mark per file, placed when the
+//!   first file there is watched: watching a file is then an entry in
+//!   the table the events are looked up in, no system call, and the
+//!   attributes read before it need no second read unless the watcher
+//!   dropped a change of a file it didn't know meanwhile
+//!   ([`SourceWatcher::changed_since`]). A first listing paid a mark and
+//!   a `statx` per file, a third of its rate (docs/benchmarks.md). The
+//!   group's queue is then unlimited (`FAN_UNLIMITED_QUEUE`): the changes
+//!   of every file of the file system come through it, and an overflow
+//!   would expire every cached name. The daemon's own writes to a watched
+//!   file are kept quiet by an inode ignore mark. The price: every write
+//!   to any file of that file system, by any process, makes an event
+//!   (about 1 µs of system time per 4 KiB `pwrite` here), which the
+//!   watcher reads and drops. Unprivileged, or where the file system
+//!   refuses (a btrfs subvolume: `EXDEV`), files get a mark each as
+//!   before.
 
 use crate::sys;
 use fuse_server::Notifier;

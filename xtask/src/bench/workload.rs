@@ -333,6 +333,32 @@ mod tests {
             names(plan_workloads(&all, &["create", "delete", "read"])),
             vec!["read", "create", "delete"]
         );
+        // A first listing has its own directory: no create before it.
+        let mut first = all.clone();
+        first.push(wl("first-list", Some(FIRST_LIST)));
+        assert_eq!(
+            names(plan_workloads(&first, &["first-list"])),
+            vec!["first-list"]
+        );
+    }
+
+    #[test]
+    fn the_first_listing_directory_is_laid_out_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("first-list-3");
+        assert!(ensure_first_list_dir(&d, 3).unwrap());
+        let mut names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f.0", "f.1", "f.2"]);
+        assert!(!ensure_first_list_dir(&d, 3).unwrap());
+        // A stray file makes it lay the directory out again.
+        std::fs::write(d.join("stray"), b"").unwrap();
+        assert!(ensure_first_list_dir(&d, 3).unwrap());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 3);
+        warm_dir(&d).unwrap();
     }
 
     #[test]
