@@ -72,6 +72,7 @@
 //!   refuses (a btrfs subvolume: `EXDEV`), files get a mark each as
 //!   before.
 
+use crate::inode::IdMap;
 use crate::sys;
 use fuse_server::Notifier;
 use std::collections::HashMap;
@@ -161,7 +162,7 @@ enum Event {
 #[derive(Default)]
 struct Marked {
     by_fid: HashMap<Fid, u64>,
-    by_node: HashMap<u64, Fid>,
+    by_node: IdMap<Fid>,
 }
 
 impl Marked {
@@ -233,10 +234,10 @@ pub(crate) struct SourceWatcher {
     /// By device number: whether one filesystem-wide mark reports the
     /// changes of that file system's files (else each file gets a mark of
     /// its own), once a file there was watched.
-    filesystems: Mutex<HashMap<u64, bool>>,
+    filesystems: Mutex<IdMap<bool>>,
     /// Files watched through a filesystem-wide mark, by node id, and
     /// whether an ignore mark keeps their writes quiet.
-    through_fs: Mutex<HashMap<u64, Quiet>>,
+    through_fs: Mutex<IdMap<Quiet>>,
 }
 
 /// Whether the writes of a file watched through a filesystem-wide mark
@@ -329,8 +330,8 @@ impl SourceWatcher {
             ended: Mutex::new(ended),
             fsids: Mutex::new(HashMap::new()),
             privileged,
-            filesystems: Mutex::new(HashMap::new()),
-            through_fs: Mutex::new(HashMap::new()),
+            filesystems: Mutex::new(IdMap::default()),
+            through_fs: Mutex::new(IdMap::default()),
         })
     }
 
