@@ -25,6 +25,11 @@
 //!   which makes a FUSE kernel ask the daemon (GETATTR) on every call: the
 //!   round trip of one small request (a no-op hint for local file systems).
 //! - [`Kind::Delete`]: `unlinkat` of the N files (count-based).
+//! - [`Kind::FirstList`]: one pass of the readdir-stat loop over a
+//!   directory the file system hasn't been asked about since it was
+//!   mounted (or since its caches were dropped): what `ls -l`, `find`,
+//!   `du` or `git status` pay first. Count-based (one pass, timed whole);
+//!   entries per second. The caller lays the directory out beforehand.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -48,6 +53,9 @@ pub enum Kind {
     StatUncached,
     /// Delete the N files.
     Delete,
+    /// List a directory seen for the first time and stat every entry,
+    /// once.
+    FirstList,
 }
 
 impl Kind {
@@ -60,6 +68,7 @@ impl Kind {
             Kind::Stat => "stat",
             Kind::StatUncached => "stat-uncached",
             Kind::Delete => "delete",
+            Kind::FirstList => "first-list",
         }
     }
 
@@ -385,6 +394,26 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
                 latency: Latency::from_samples(lat),
             })
         }
+        Kind::FirstList => {
+            let mut buf = DentBuf::new();
+            let start = Instant::now();
+            let ops = readdir_pass(&opts.dir, &mut buf, true)?;
+            let elapsed = start.elapsed();
+            if ops != opts.files as u64 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("listed {ops} entries, expected {}", opts.files),
+                ));
+            }
+            Ok(Outcome {
+                kind,
+                ops,
+                elapsed,
+                passes: 1,
+                ramp_ops: 0,
+                latency: None,
+            })
+        }
         Kind::Readdir | Kind::ReaddirStat => {
             let mut buf = DentBuf::new();
             let stat = kind == Kind::ReaddirStat;
@@ -539,6 +568,11 @@ mod tests {
             );
             assert!(r.elapsed >= o.runtime);
         }
+        let first = run(Kind::FirstList, &o).unwrap();
+        assert_eq!((first.ops, first.passes, first.ramp_ops), (100, 1, 0));
+        // A directory that doesn't hold the N files is an error, not a
+        // quick pass.
+        assert!(run(Kind::FirstList, &opts(tmp.path(), 101)).is_err());
         let d = run(Kind::Delete, &o).unwrap();
         assert_eq!(d.ops, 100);
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);

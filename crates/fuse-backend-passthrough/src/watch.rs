@@ -53,7 +53,26 @@
 //!   writer closes it (`FAN_CLOSE_WRITE`).
 //! - Directories' attributes keep the attribute timeout (1 s): entries
 //!   made in them change their times and sizes without an event of theirs.
+//! - A privileged daemon (`CAP_SYS_ADMIN` in the initial user namespace)
+//!   watches files by one filesystem-wide mark (`FAN_MARK_FILESYSTEM`)
+//!   per source file system instead of a mark per file, placed when the
+//!   first file there is watched: watching a file is then an entry in
+//!   the table the events are looked up in, no system call, and the
+//!   attributes read before it need no second read unless the watcher
+//!   dropped a change of a file it didn't know meanwhile
+//!   ([`SourceWatcher::changed_since`]). A first listing paid a mark and
+//!   a `statx` per file, a third of its rate (docs/benchmarks.md). The
+//!   group's queue is then unlimited (`FAN_UNLIMITED_QUEUE`): the changes
+//!   of every file of the file system come through it, and an overflow
+//!   would expire every cached name. The daemon's own writes to a watched
+//!   file are kept quiet by an inode ignore mark. The price: every write
+//!   to any file of that file system, by any process, makes an event
+//!   (about 1 µs of system time per 4 KiB `pwrite` here), which the
+//!   watcher reads and drops. Unprivileged, or where the file system
+//!   refuses (a btrfs subvolume: `EXDEV`), files get a mark each as
+//!   before.
 
+use crate::inode::IdMap;
 use crate::sys;
 use fuse_server::Notifier;
 use std::collections::HashMap;
@@ -114,6 +133,9 @@ pub struct SourceWatchStats {
     pub file_invalidations: u64,
     /// Times the event queue overflowed and every cached name was expired.
     pub overflows: u64,
+    /// File systems whose files are watched by one filesystem-wide mark
+    /// (`FAN_MARK_FILESYSTEM`) rather than a mark per file.
+    pub filesystems_watched: usize,
 }
 
 /// How fanotify names a directory: its file system's id and its file
@@ -140,7 +162,7 @@ enum Event {
 #[derive(Default)]
 struct Marked {
     by_fid: HashMap<Fid, u64>,
-    by_node: HashMap<u64, Fid>,
+    by_node: IdMap<Fid>,
 }
 
 impl Marked {
@@ -171,6 +193,12 @@ struct Shared {
     invalidations: AtomicU64,
     file_invalidations: AtomicU64,
     overflows: AtomicU64,
+    /// File changes of other processes read for a file not in the table
+    /// (then dropped), and overflows: counted while the table is locked
+    /// for the look-up, so that a file entered in the table after its
+    /// attributes were read can tell whether its change went by
+    /// meanwhile ([`SourceWatcher::changed_since`]).
+    missed: AtomicU64,
 }
 
 impl Shared {
@@ -200,6 +228,30 @@ pub(crate) struct SourceWatcher {
     /// File system ids by device number, so that marking an object costs
     /// no `fstatfs` once its file system has been seen.
     fsids: Mutex<HashMap<u64, [i32; 2]>>,
+    /// The group may place filesystem-wide marks (it was made with
+    /// `CAP_SYS_ADMIN`, which they need, and has an unlimited queue).
+    privileged: bool,
+    /// By device number: whether one filesystem-wide mark reports the
+    /// changes of that file system's files (else each file gets a mark of
+    /// its own), once a file there was watched.
+    filesystems: Mutex<IdMap<bool>>,
+    /// Files watched through a filesystem-wide mark, by node id, and
+    /// whether an ignore mark keeps their writes quiet.
+    through_fs: Mutex<IdMap<Quiet>>,
+}
+
+/// Whether the writes of a file watched through a filesystem-wide mark
+/// are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// They are, and have been since it was watched.
+    No,
+    /// An ignore mark keeps them quiet while the daemon writes it
+    /// ([`SourceWatcher::stop_write_events`]).
+    Yes,
+    /// They are again, but weren't for a while: attributes read before
+    /// the ignore mark went may be stale.
+    Lifted,
 }
 
 /// How long dropping a [`SourceWatcher`] waits for its thread. A
@@ -219,17 +271,22 @@ impl SourceWatcher {
     /// as well ([`SourceWatcher::watches_files`] says whether it does).
     pub(crate) fn start(notifier: Weak<Notifier>, files: bool) -> io::Result<Self> {
         let names = libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME;
-        // A mark per file the kernel knows: past the per-user limit
-        // (`fs.fanotify.max_user_marks`) files keep the short timeout, so
-        // a privileged daemon asks for no limit.
+        // A privileged daemon asks for no limits: unprivileged, a mark per
+        // file the kernel knows, past the per-user limit
+        // (`fs.fanotify.max_user_marks`) files keep the short timeout; and
+        // a filesystem-wide mark (which needs the same privilege) reports
+        // the changes of every file there, whose events must not overflow
+        // the queue (that expires every cached name).
         let init = |flags| {
-            sys::fanotify_init(flags | libc::FAN_UNLIMITED_MARKS).or_else(|e| {
-                if e.raw_os_error() == Some(libc::EPERM) {
-                    sys::fanotify_init(flags)
-                } else {
-                    Err(e)
-                }
-            })
+            sys::fanotify_init(flags | libc::FAN_UNLIMITED_MARKS | libc::FAN_UNLIMITED_QUEUE)
+                .map(|g| (g, true))
+                .or_else(|e| {
+                    if e.raw_os_error() == Some(libc::EPERM) {
+                        sys::fanotify_init(flags).map(|g| (g, false))
+                    } else {
+                        Err(e)
+                    }
+                })
         };
         let with_files = files
             .then(|| init(names | libc::FAN_REPORT_FID))
@@ -238,10 +295,11 @@ impl SourceWatcher {
                     .ok()
             });
         let watches_files = with_files.is_some();
-        let group = Arc::new(match with_files {
+        let (group, privileged) = match with_files {
             Some(group) => group,
             None => init(names)?,
-        });
+        };
+        let group = Arc::new(group);
         let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
         let shared = Arc::new(Shared {
@@ -250,6 +308,7 @@ impl SourceWatcher {
             invalidations: AtomicU64::new(0),
             file_invalidations: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
+            missed: AtomicU64::new(0),
         });
         let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
         let thread = {
@@ -270,6 +329,9 @@ impl SourceWatcher {
             thread: Some(thread),
             ended: Mutex::new(ended),
             fsids: Mutex::new(HashMap::new()),
+            privileged,
+            filesystems: Mutex::new(IdMap::default()),
+            through_fs: Mutex::new(IdMap::default()),
         })
     }
 
@@ -317,6 +379,11 @@ impl SourceWatcher {
     /// attributes; nothing if it is watched already. The caller reads the
     /// attributes it answers with after this: a change after the mark is
     /// reported.
+    ///
+    /// Where the file's file system has a filesystem-wide mark (placed
+    /// here on its first file), watching a file is an entry in the table
+    /// that the events are looked up in, no system call: a cold listing
+    /// then pays nothing per file for the watch (docs/benchmarks.md).
     pub(crate) fn watch_file(
         &self,
         nodeid: u64,
@@ -325,6 +392,9 @@ impl SourceWatcher {
     ) -> io::Result<()> {
         if !self.watches_files {
             return Err(sys::errno(libc::EOPNOTSUPP));
+        }
+        if self.filesystem_marked(id.dev, file) {
+            return self.watch_file_through_fs(nodeid, file, id);
         }
         let known = self.shared.files().by_node.contains_key(&nodeid);
         // A file marked before may have had FAN_MODIFY taken off its mark
@@ -347,13 +417,132 @@ impl SourceWatcher {
         Ok(())
     }
 
+    /// Whether a filesystem-wide mark reports the changes of the files of
+    /// the file system of device `dev`, on which `file` is: placed now if
+    /// this is the first file seen there. Refused without `CAP_SYS_ADMIN`
+    /// in the initial user namespace, and for a file system whose objects
+    /// fanotify can't name by one file system id (a btrfs subvolume:
+    /// `EXDEV`): its files then get a mark each.
+    fn filesystem_marked(&self, dev: u64, file: BorrowedFd<'_>) -> bool {
+        if !self.privileged {
+            return false;
+        }
+        let mut filesystems = self.filesystems.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&marked) = filesystems.get(&dev) {
+            return marked;
+        }
+        // Under the lock: the mark is in place before any file of this
+        // file system is answered with the long timeout.
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        let marked = match sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+            FILE_MASK,
+            path.as_cstr(),
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!(
+                    dev,
+                    "source watch: a mark per file (no filesystem-wide mark: {e})"
+                );
+                false
+            }
+        };
+        filesystems.insert(dev, marked);
+        marked
+    }
+
+    /// [`SourceWatcher::watch_file`] of a file whose file system has a
+    /// filesystem-wide mark: recorded in the table, and its writes
+    /// reported again if an ignore mark kept them quiet.
+    fn watch_file_through_fs(
+        &self,
+        nodeid: u64,
+        file: BorrowedFd<'_>,
+        id: ObjectId<'_>,
+    ) -> io::Result<()> {
+        if !self.shared.files().by_node.contains_key(&nodeid) {
+            let fid = self.fid_of(file, id)?;
+            self.shared.files().insert(nodeid, fid);
+        }
+        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+        let quiet = through_fs.entry(nodeid).or_insert(Quiet::No);
+        if *quiet == Quiet::Yes {
+            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+            sys::fanotify_mark_path(
+                self.group.as_fd(),
+                libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+                libc::FAN_MODIFY,
+                path.as_cstr(),
+            )?;
+            *quiet = Quiet::Lifted;
+        }
+        Ok(())
+    }
+
+    /// A count to take before reading the attributes of a file that
+    /// [`SourceWatcher::watch_file`] may then watch for the first time,
+    /// for [`SourceWatcher::changed_since`].
+    pub(crate) fn changes_seen(&self) -> u64 {
+        self.shared.missed.load(Ordering::Acquire)
+    }
+
+    /// Whether the file of node `nodeid`, whose attributes were read after
+    /// [`SourceWatcher::changes_seen`] said `seen` and which
+    /// [`SourceWatcher::watch_file`] watched since, may have changed
+    /// between that read and the watch without it being reported: then
+    /// its attributes must be read again. With a mark of its own (placed
+    /// after the read) it may have; through a filesystem-wide mark (placed
+    /// before the read) its change raised an event, which is either read
+    /// after the file is in the table (and passed on) or was dropped
+    /// before, which this count shows (a change of another file then costs
+    /// a read too), unless an ignore mark kept its writes quiet until
+    /// this watch.
+    pub(crate) fn changed_since(&self, nodeid: u64, seen: u64) -> bool {
+        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+        match through_fs.get_mut(&nodeid) {
+            Some(Quiet::No) => self.shared.missed.load(Ordering::Acquire) != seen,
+            Some(quiet @ Quiet::Lifted) => {
+                // The caller reads again now, after the ignore mark went.
+                *quiet = Quiet::No;
+                true
+            }
+            Some(Quiet::Yes) | None => true,
+        }
+    }
+
     /// Stops the watched file of node `nodeid` (`O_PATH` descriptor
     /// `file`) from reporting writes (`FAN_MODIFY`) while the daemon holds
     /// it open for writing: its own writes would raise an event each
     /// (measured in docs/benchmarks.md). [`SourceWatcher::watch_file`]
-    /// restores it.
+    /// restores it. A file watched through a filesystem-wide mark gets an
+    /// ignore mark for `FAN_MODIFY` (one that a write doesn't clear).
     pub(crate) fn stop_write_events(&self, nodeid: u64, file: BorrowedFd<'_>) {
         if !self.shared.files().by_node.contains_key(&nodeid) {
+            return;
+        }
+        if let Some(quiet) = self
+            .through_fs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&nodeid)
+        {
+            if *quiet == Quiet::Yes {
+                return;
+            }
+            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+            match sys::fanotify_mark_path(
+                self.group.as_fd(),
+                libc::FAN_MARK_ADD
+                    | libc::FAN_MARK_IGNORED_MASK
+                    | libc::FAN_MARK_IGNORED_SURV_MODIFY,
+                libc::FAN_MODIFY,
+                path.as_cstr(),
+            ) {
+                Ok(()) => *quiet = Quiet::Yes,
+                Err(e) => tracing::debug!(nodeid, "quieting a file's write events: {e}"),
+            }
             return;
         }
         let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
@@ -379,9 +568,29 @@ impl SourceWatcher {
         if !self.shared.files().remove(nodeid) {
             return;
         }
+        let through_fs = self
+            .through_fs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&nodeid);
         let Some(file) = file else {
             return;
         };
+        if let Some(quiet) = through_fs {
+            // Only an ignore mark is the file's own (it holds the inode).
+            if quiet == Quiet::Yes {
+                let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+                if let Err(e) = sys::fanotify_mark_path(
+                    self.group.as_fd(),
+                    libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+                    libc::FAN_MODIFY,
+                    path.as_cstr(),
+                ) {
+                    tracing::debug!(nodeid, "removing a file's ignore mark: {e}");
+                }
+            }
+            return;
+        }
         let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
         if let Err(e) = sys::fanotify_mark_path(
             self.group.as_fd(),
@@ -404,6 +613,13 @@ impl SourceWatcher {
             watched_files: self.shared.files().by_node.len(),
             file_invalidations: self.shared.file_invalidations.load(Ordering::Relaxed),
             overflows: self.shared.overflows.load(Ordering::Relaxed),
+            filesystems_watched: self
+                .filesystems
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter(|&&marked| marked)
+                .count(),
         }
     }
 }
@@ -534,6 +750,10 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
             match event {
                 Event::Overflow => {
                     shared.overflows.fetch_add(1, Ordering::Relaxed);
+                    {
+                        let _files = shared.files();
+                        shared.missed.fetch_add(1, Ordering::AcqRel);
+                    }
                     tracing::warn!(
                         "source watch: events lost (queue full); every cached name expires"
                     );
@@ -545,8 +765,13 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                     changed.extend(files.into_iter().map(|node| (node, true)));
                 }
                 Event::Changed { file, data } => {
-                    if let Some(nodeid) = shared.files().by_fid.get(&file).copied() {
-                        *changed.entry(nodeid).or_default() |= data;
+                    let files = shared.files();
+                    match files.by_fid.get(&file).copied() {
+                        Some(nodeid) => *changed.entry(nodeid).or_default() |= data,
+                        // Counted under the table's lock (see `missed`).
+                        None => {
+                            shared.missed.fetch_add(1, Ordering::AcqRel);
+                        }
                     }
                 }
                 Event::Name { dir, name } => {

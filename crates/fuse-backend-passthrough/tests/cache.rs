@@ -439,3 +439,40 @@ fn a_file_written_through_the_mount_still_follows_the_source() {
     let stats = t.fs.source_watch_stats();
     assert!(stats.watched_files >= 1, "{stats:?}");
 }
+
+/// A file first seen in a listing (READDIRPLUS, what `ls -l` sends) is
+/// watched through the filesystem-wide mark a privileged daemon places,
+/// with no mark of its own, and still follows changes made in the source.
+#[test]
+fn files_first_seen_in_a_listing_follow_the_source_needs_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestMount::with(files_watched(), test_options());
+    fs::create_dir(t.s("d")).unwrap();
+    for i in 0..50 {
+        fs::write(t.s(&format!("d/f{i}")), b"x").unwrap();
+    }
+    for entry in fs::read_dir(t.m("d")).unwrap() {
+        entry.unwrap().path().symlink_metadata().unwrap();
+    }
+    assert!(
+        t.count(Opcode::Readdirplus) >= 1,
+        "the listing wasn't a READDIRPLUS"
+    );
+    let stats = t.fs.source_watch_stats();
+    assert!(
+        stats.filesystems_watched >= 1,
+        "no filesystem-wide mark (it needs CAP_SYS_ADMIN in the initial user namespace): {stats:?}"
+    );
+    assert!(stats.watched_files >= 50, "{stats:?}");
+    in_another_process(&t, "printf more >> d/f7 && chmod 600 d/f8");
+    let seen = wait_until(SEEN_WITHIN, || {
+        fs::metadata(t.m("d/f7")).unwrap().len() == 5
+            && fs::metadata(t.m("d/f8")).unwrap().permissions().mode() & 0o777 == 0o600
+    });
+    assert!(
+        seen,
+        "changes in the source not seen within {SEEN_WITHIN:?}"
+    );
+    assert_eq!(read_through(&t, "d/f7"), b"xmore");
+    assert_eq!(t.fs.source_watch_stats().overflows, 0);
+}

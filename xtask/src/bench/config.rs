@@ -60,6 +60,24 @@ impl Workload {
     pub fn is_meta(&self) -> bool {
         self.kind == WorkloadKind::Meta
     }
+
+    /// Whether this is a first listing (`fuse-bench-meta first-list`): it
+    /// runs in its own directory, laid out in the backing directory
+    /// before the mount, not in the shared one that create fills.
+    pub fn is_first_list(&self) -> bool {
+        self.is_meta() && self.meta.as_deref() == Some(FIRST_LIST)
+    }
+}
+
+/// The `fuse-bench-meta` kind of the first-listing workloads.
+pub const FIRST_LIST: &str = "first-list";
+
+impl Workload {
+    /// Whether this workload works in the shared metadata directory (and
+    /// needs create to have filled it).
+    pub fn uses_meta_dir(&self) -> bool {
+        self.is_meta() && !self.is_first_list()
+    }
 }
 
 /// Run length and sizes, as written in the file (sizes as "1G", "128M").

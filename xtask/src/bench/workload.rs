@@ -3,7 +3,7 @@
 //! page cache dropped), and running one under a time limit with what it
 //! measured.
 
-use super::config::{Metric, Settings, Workload, WorkloadKind};
+use super::config::{Metric, Settings, Workload, WorkloadKind, FIRST_LIST};
 use super::stats;
 use super::targets::{self, Binaries, Paths};
 use anyhow::{Context, Result};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub(super) fn plan_workloads(all: &[Workload], selected: &[&str]) -> Vec<(Workload, bool)> {
     let meta_selected = all
         .iter()
-        .any(|w| w.is_meta() && selected.contains(&w.name.as_str()));
+        .any(|w| w.uses_meta_dir() && selected.contains(&w.name.as_str()));
     let create_selected = selected.contains(&"create");
     all.iter()
         .filter_map(|w| {
@@ -34,6 +34,9 @@ pub(super) fn estimate(w: &Workload, s: &Settings) -> f64 {
         (WorkloadKind::Fio, _) if w.drop_caches => s.runtime + 2.5,
         (WorkloadKind::Fio, _) => s.ramp + s.runtime + 0.6,
         (WorkloadKind::Meta, Some("create" | "delete")) => s.nrfiles as f64 / 2500.0 + 0.2,
+        // Warming the backing directory, or two drops a second apart.
+        (WorkloadKind::Meta, Some(FIRST_LIST)) if w.drop_caches => 3.0,
+        (WorkloadKind::Meta, Some(FIRST_LIST)) => s.nrfiles as f64 / 20000.0 + 0.3,
         (WorkloadKind::Meta, _) => s.ramp + s.runtime + 0.2,
     }
 }
@@ -77,7 +80,45 @@ fn data_dir_name(s: &Settings) -> String {
     format!("data-{}m-{}m", s.file_size >> 20, s.cold_size >> 20)
 }
 
-/// Lays out the backing directory: data files and the marker.
+/// The first-listing directory's name: one per size, as the data's.
+fn first_list_dir_name(s: &Settings) -> String {
+    format!("first-list-{}", s.nrfiles)
+}
+
+/// Fills `dir` with the empty files `f.0` … `f.N-1` unless it holds
+/// exactly those; whether it wrote anything. Made in the backing
+/// directory (never through a mount), so that each mount sees its names
+/// for the first time.
+fn ensure_first_list_dir(dir: &Path, files: usize) -> Result<bool> {
+    let count = std::fs::read_dir(dir).map(|d| d.count()).ok();
+    if count == Some(files) && dir.join(format!("f.{}", files.saturating_sub(1))).exists() {
+        return Ok(false);
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for i in 0..files {
+        let p = dir.join(format!("f.{i}"));
+        std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+    }
+    Ok(true)
+}
+
+/// Reads the directory `dir` and the attributes of every entry, so that
+/// the backing file system has them cached.
+fn warm_dir(dir: &Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        std::fs::symlink_metadata(entry.path())
+            .map_err(|e| format!("stat of {}: {e}", entry.path().display()))?;
+    }
+    Ok(())
+}
+
+/// Lays out the backing directory: data files, the first-listing
+/// directory and the marker.
 pub(super) fn prepare_backing(paths: &Paths, s: &Settings, token: &str) -> Result<()> {
     let data = paths.backing.join(data_dir_name(s));
     std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
@@ -92,6 +133,10 @@ pub(super) fn prepare_backing(paths: &Paths, s: &Settings, token: &str) -> Resul
     }
     if !made.is_empty() {
         println!("bench: laid out {} in {}", made.join(", "), data.display());
+    }
+    let first = paths.backing.join(first_list_dir_name(s));
+    if ensure_first_list_dir(&first, s.nrfiles)? {
+        println!("bench: laid out {} files in {}", s.nrfiles, first.display());
     }
     std::fs::write(paths.backing.join(targets::MARKER), token)
         .context("writing the marker file")?;
@@ -171,7 +216,21 @@ pub(super) fn run_workload(
     bins: &Binaries,
     raw: &Path,
 ) -> Result<Measured, String> {
-    if w.drop_caches {
+    if w.is_first_list() {
+        if w.drop_caches {
+            // The first drop makes the kernel forget what an earlier
+            // workload of this mount listed (a FORGET per node), the pause
+            // lets the daemon process those FORGETs outside the measured
+            // pass (and a passthrough that holds a descriptor per node
+            // close them), the second drop empties the page cache of
+            // whatever that work read back.
+            drop_caches()?;
+            std::thread::sleep(Duration::from_secs(1));
+            drop_caches()?;
+        } else {
+            warm_dir(&paths.backing.join(first_list_dir_name(s)))?;
+        }
+    } else if w.drop_caches {
         drop_caches()?;
     }
     let start = Instant::now();
@@ -203,7 +262,11 @@ pub(super) fn run_workload(
                 Command::new(&bins.meta)
                     .arg(w.meta.as_deref().unwrap_or_default())
                     .arg("--dir")
-                    .arg(root.join("meta"))
+                    .arg(root.join(if w.is_first_list() {
+                        first_list_dir_name(s)
+                    } else {
+                        "meta".into()
+                    }))
                     .arg("--files")
                     .arg(s.nrfiles.to_string())
                     .arg("--ramp")
@@ -270,6 +333,32 @@ mod tests {
             names(plan_workloads(&all, &["create", "delete", "read"])),
             vec!["read", "create", "delete"]
         );
+        // A first listing has its own directory: no create before it.
+        let mut first = all.clone();
+        first.push(wl("first-list", Some(FIRST_LIST)));
+        assert_eq!(
+            names(plan_workloads(&first, &["first-list"])),
+            vec!["first-list"]
+        );
+    }
+
+    #[test]
+    fn the_first_listing_directory_is_laid_out_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("first-list-3");
+        assert!(ensure_first_list_dir(&d, 3).unwrap());
+        let mut names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f.0", "f.1", "f.2"]);
+        assert!(!ensure_first_list_dir(&d, 3).unwrap());
+        // A stray file makes it lay the directory out again.
+        std::fs::write(d.join("stray"), b"").unwrap();
+        assert!(ensure_first_list_dir(&d, 3).unwrap());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 3);
+        warm_dir(&d).unwrap();
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `fuse-bench-meta`: the metadata workloads of `cargo xtask bench`
-//! (create, readdir, readdir-stat, stat, delete; see `bench::meta`),
+//! (create, readdir, readdir-stat, stat, delete, first-list; see `bench::meta`),
 //! writing fio-shaped JSON.
 //!
 //! ```text

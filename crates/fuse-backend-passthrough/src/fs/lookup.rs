@@ -97,12 +97,43 @@ impl PassthroughFs {
         st: &libc::statx,
         entry_timeout: Duration,
     ) -> CountedEntry<'a> {
+        self.entry_seen(counted, st, entry_timeout, None)
+    }
+
+    /// What the source watch had seen ([`SourceWatcher::changes_seen`]),
+    /// taken before reading attributes for [`PassthroughFs::entry_seen`];
+    /// `None` without a watch.
+    pub(super) fn watch_seen(&self) -> Option<u64> {
+        if self.watch_epoch.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        lock(&self.watcher).as_ref().map(|w| w.changes_seen())
+    }
+
+    /// [`PassthroughFs::entry`] of attributes `st` read after the source
+    /// watch had seen `seen` ([`PassthroughFs::watch_seen`]): a file that
+    /// the watch's filesystem-wide mark covered since before that read
+    /// isn't read again unless a change may have gone by unreported
+    /// ([`SourceWatcher::changed_since`]), which saves the first listing
+    /// a `statx` per file.
+    pub(super) fn entry_seen<'a>(
+        &self,
+        counted: Counted<'a>,
+        st: &libc::statx,
+        entry_timeout: Duration,
+        seen: Option<u64>,
+    ) -> CountedEntry<'a> {
         let inode = counted.inode();
         let was_watched = inode.attrs_watched.load(Ordering::Acquire);
         let attr_timeout = self.attr_timeout_of(inode, true);
         let newly_marked = attr_timeout == crate::WATCHED_ATTR_TIMEOUT
             && inode.attrs_watched.load(Ordering::Acquire) != was_watched;
-        let fresh = newly_marked
+        let read_again = newly_marked
+            && match (seen, lock(&self.watcher).as_ref()) {
+                (Some(seen), Some(w)) => w.changed_since(inode.nodeid, seen),
+                _ => true,
+            };
+        let fresh = read_again
             .then(|| {
                 let pfd = inode.file.path_fd().ok()?;
                 sys::statx_fd(pfd.as_fd(), STATX_WANTED).ok()
@@ -146,9 +177,10 @@ impl PassthroughFs {
             return Ok(self.entry(counted, &st, timeout));
         }
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let seen = self.watch_seen();
         // Identify what was opened (the name may have changed meanwhile).
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
-        Ok(self.entry(self.insert_inode(fd, &st), &st, timeout))
+        Ok(self.entry_seen(self.insert_inode(fd, &st), &st, timeout, seen))
     }
 
     /// Looks up `name`, listed in `parent` with inode number `listed_ino`
@@ -177,9 +209,10 @@ impl PassthroughFs {
         let timeout = self.entry_timeout_in(parent);
         let pfd = parent.file.path_fd()?;
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let seen = self.watch_seen();
         let st = sys::statx_fd(fd.as_fd(), STATX_WANTED)?;
         // A known inode after all is found in the table (`fd` is dropped).
-        Ok(self.entry(self.insert_inode(fd, &st), &st, timeout))
+        Ok(self.entry_seen(self.insert_inode(fd, &st), &st, timeout, seen))
     }
 
     /// The inode of the `O_PATH` descriptor `fd` (with attributes `st`),
