@@ -182,7 +182,22 @@ impl Marked {
         if self.by_fid.get(&fid) == Some(&nodeid) {
             self.by_fid.remove(&fid);
         }
+        shrink_when_sparse(&mut self.by_node);
+        shrink_when_sparse(&mut self.by_fid);
         true
+    }
+}
+
+/// Gives memory back once a map holds a quarter of its capacity: a map
+/// never shrinks by itself, and a walk of a large tree, once the kernel
+/// forgot it, would otherwise keep the tables sized for all of it (tens of
+/// bytes per file walked). Halving at a quarter keeps this amortized O(1).
+fn shrink_when_sparse<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+    map: &mut HashMap<K, V, S>,
+) {
+    const SMALL: usize = 1024;
+    if map.capacity() > SMALL && map.len() < map.capacity() / 4 {
+        map.shrink_to((map.len() * 2).max(SMALL));
     }
 }
 
@@ -568,11 +583,12 @@ impl SourceWatcher {
         if !self.shared.files().remove(nodeid) {
             return;
         }
-        let through_fs = self
-            .through_fs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&nodeid);
+        let through_fs = {
+            let mut map = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+            let quiet = map.remove(&nodeid);
+            shrink_when_sparse(&mut map);
+            quiet
+        };
         let Some(file) = file else {
             return;
         };

@@ -290,8 +290,9 @@ fn sigkill(transport: Transport) {
     );
 
     // The dead mount answers ENOTCONN, never hangs. (While the kernel
-    // still tears down a dead daemon's rings, a request may get
-    // ECONNABORTED instead; it settles to ENOTCONN within moments.)
+    // still tears down a dead daemon's connection, a request may get
+    // ECONNABORTED, or ECANCELED from its rings, instead; it settles to
+    // ENOTCONN within moments.)
     // The stat forces a GETATTR: a plain one may be answered from the
     // kernel's attribute cache without asking the daemon, and whether the
     // attributes are still cached then depends on the environment (in a
@@ -313,7 +314,8 @@ fn sigkill(transport: Transport) {
                 break;
             }
             assert!(
-                errno == Some(libc::ECONNABORTED) && start.elapsed() < Duration::from_secs(3),
+                matches!(errno, Some(libc::ECONNABORTED | libc::ECANCELED))
+                    && start.elapsed() < Duration::from_secs(3),
                 "{transport:?}: {what} on the dead mount: {errno:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
