@@ -32,6 +32,7 @@ pub mod init;
 pub mod io;
 pub mod notify;
 pub mod opcode_table;
+pub mod prune;
 mod operations;
 pub mod recovery;
 pub mod request;
@@ -63,6 +64,7 @@ pub use io::{
     ZeroCopyWriter,
 };
 pub use notify::{NotificationSink, Notifier};
+pub use prune::{PruneSource, PruneStats, Pruner};
 pub use opcode_table::{opcode_info, OpcodeInfo, ReplyShape};
 pub use request::{
     decode, DecodeError, DecodeOptions, ForgetList, Operation, PodList, RawRequest, Request,
