@@ -195,17 +195,25 @@ impl Drop for Pruner {
     }
 }
 
-/// How long a round waits before the next one may start, so that the
-/// FORGETs of the nodes just offered come in before the count is read
-/// again (otherwise the same excess would be offered twice).
+/// How long a round waits before the count is read again, so that the
+/// FORGETs of the nodes just offered come in first (otherwise the same
+/// excess would be offered twice): the least time between two rounds.
 const SETTLE: Duration = Duration::from_millis(20);
+
+/// The longest wait between rounds while the table stays above the limit
+/// without shrinking (every node offered is in use): such a table is
+/// scanned again every few seconds, not at every node added.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Inner {
     fn run(&self) {
+        // Still above the limit after the last round: the next one runs
+        // after this long, nudged or not.
+        let mut retry: Option<Duration> = None;
         loop {
             {
                 let mut wake = lock(&self.wake);
-                while !wake.pending && !wake.stop {
+                while retry.is_none() && !wake.pending && !wake.stop {
                     wake = self.cv.wait(wake).unwrap_or_else(|e| e.into_inner());
                 }
                 if wake.stop {
@@ -213,20 +221,38 @@ impl Inner {
                 }
                 wake.pending = false;
             }
-            if !self.round() {
-                return;
+            let before = match self.round() {
+                Round::Stop => return,
+                Round::Nothing => {
+                    retry = None;
+                    continue;
+                }
+                Round::Offered(before) => before,
+            };
+            let delay = retry.unwrap_or(SETTLE);
+            {
+                let wake = lock(&self.wake);
+                let (wake, _) = self
+                    .cv
+                    .wait_timeout_while(wake, delay, |w| !w.stop)
+                    .unwrap_or_else(|e| e.into_inner());
+                if wake.stop {
+                    return;
+                }
             }
-            let wake = lock(&self.wake);
-            if wake.stop {
+            let Some(source) = self.source.upgrade() else {
                 return;
-            }
-            let (wake, _) = self
-                .cv
-                .wait_timeout_while(wake, SETTLE, |w| !w.stop)
-                .unwrap_or_else(|e| e.into_inner());
-            if wake.stop {
-                return;
-            }
+            };
+            let now = source.node_count();
+            retry = if now <= self.limit {
+                None
+            } else if now < before {
+                // The kernel dropped some: more may go now (a directory
+                // whose children went).
+                Some(SETTLE)
+            } else {
+                Some((delay * 2).min(MAX_BACKOFF))
+            };
         }
     }
 
@@ -236,29 +262,29 @@ impl Inner {
         self.off.store(true, Ordering::Release);
     }
 
-    /// One round; false once pruning is off for good.
-    fn round(&self) -> bool {
+    /// One round.
+    fn round(&self) -> Round {
         let Some(notifier) = self.notifier.upgrade() else {
-            return false;
+            return Round::Stop;
         };
         match notifier.protocol_minor() {
             // INIT not answered yet: the next node added wakes us again.
-            None => return true,
+            None => return Round::Nothing,
             Some(minor) if minor < PRUNE_MINOR => {
                 self.turn_off(format!(
                     "the kernel speaks FUSE protocol 7.{minor}, NOTIFY_PRUNE needs 7.{PRUNE_MINOR} \
                      (Linux 6.18+)"
                 ));
-                return false;
+                return Round::Stop;
             }
             Some(_) => {}
         }
         let Some(source) = self.source.upgrade() else {
-            return false;
+            return Round::Stop;
         };
         let count = source.node_count();
         if count <= self.limit {
-            return true;
+            return Round::Nothing;
         }
         let ids = source.cold_nodes(count - self.low);
         drop(source);
@@ -280,7 +306,7 @@ impl Inner {
                         // EINVAL: a kernel that reports 7.45 without the
                         // notification (it checks the code first).
                         self.turn_off(format!("NOTIFY_PRUNE failed: {e}"));
-                        return false;
+                        return Round::Stop;
                     }
                     tracing::debug!("NOTIFY_PRUNE of {} nodes failed: {e}", batch.len());
                 }
@@ -292,8 +318,18 @@ impl Inner {
             limit = self.limit,
             "offered cold nodes to the kernel"
         );
-        true
+        Round::Offered(count)
     }
+}
+
+/// What a round did.
+enum Round {
+    /// Pruning is off, or its owner or connection gone: the thread ends.
+    Stop,
+    /// Nothing to offer (at or below the limit, INIT not answered yet).
+    Nothing,
+    /// Offered the nodes above the low mark of this many.
+    Offered(usize),
 }
 
 /// The `n` coldest of `candidates` (last-use stamp, node id), coldest
