@@ -265,7 +265,8 @@ pub struct PassthroughConfig {
     /// (`fuse_server::prune` has the contract: an inode in use stays,
     /// and is served as before). An eighth of the limit is offered at a
     /// time, from a thread of its own. `None` (the default): sized to the
-    /// machine ([`default_max_nodes`]); `Some(0)`: no limit. On an older
+    /// machine ([`default_max_nodes`], which `PassthroughFs::config` then
+    /// shows); `Some(0)`: no limit. On an older
     /// kernel every inode is kept until the kernel forgets it (said once in
     /// the log).
     pub max_nodes: Option<usize>,

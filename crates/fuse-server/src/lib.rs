@@ -32,8 +32,8 @@ pub mod init;
 pub mod io;
 pub mod notify;
 pub mod opcode_table;
-pub mod prune;
 mod operations;
+pub mod prune;
 pub mod recovery;
 pub mod request;
 mod request_log;
@@ -64,8 +64,8 @@ pub use io::{
     ZeroCopyWriter,
 };
 pub use notify::{NotificationSink, Notifier};
-pub use prune::{PruneSource, PruneStats, Pruner};
 pub use opcode_table::{opcode_info, OpcodeInfo, ReplyShape};
+pub use prune::{PruneSource, PruneStats, Pruner};
 pub use request::{
     decode, DecodeError, DecodeOptions, ForgetList, Operation, PodList, RawRequest, Request,
 };

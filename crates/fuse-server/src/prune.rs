@@ -257,7 +257,9 @@ impl Inner {
     }
 
     fn turn_off(&self, why: String) {
-        tracing::info!("node table not bounded: {why}; nodes are kept until the kernel forgets them");
+        tracing::info!(
+            "node table not bounded: {why}; nodes are kept until the kernel forgets them"
+        );
         *lock(&self.off_reason) = Some(why);
         self.off.store(true, Ordering::Release);
     }

@@ -162,6 +162,7 @@ impl PassthroughFs {
             .fd_cache_size
             .unwrap_or_else(crate::inode::default_fd_cache_size);
         let files = InodeFiles::new(fd.as_fd(), config.file_handles, cache_size);
+        let config = prune::resolve_max_nodes(config, files.fallback_reason().is_some());
         let fd_limit = sys::nofile_limits().map_or(0, |(soft, _)| soft);
         match files.fallback_reason() {
             None => tracing::info!(

@@ -6,15 +6,24 @@
 use super::*;
 use fuse_server::{PruneSource, PruneStats, Pruner};
 
+/// `config` with its default inode limit ([`PassthroughConfig::max_nodes`]
+/// `None`) replaced by the one sized to this machine, once, when the file
+/// system is made (before a sandbox may forbid asking).
+pub(super) fn resolve_max_nodes(
+    mut config: PassthroughConfig,
+    inodes_hold_fds: bool,
+) -> PassthroughConfig {
+    if config.max_nodes.is_none() {
+        config.max_nodes = Some(crate::config::default_max_nodes(inodes_hold_fds));
+    }
+    config
+}
+
 impl PassthroughFs {
-    /// The inode limit in force: [`PassthroughConfig::max_nodes`], or
-    /// sized to the machine (`None`: no limit).
+    /// The inode limit in force (`None`: no limit): the configured one,
+    /// or the default sized to the machine when the file system was made.
     pub fn max_nodes(&self) -> Option<usize> {
-        match self.cfg.max_nodes {
-            Some(0) => None,
-            Some(n) => Some(n),
-            None => Some(crate::config::default_max_nodes(!self.uses_file_handles())),
-        }
+        self.cfg.max_nodes.filter(|&n| n != 0)
     }
 
     /// What the pruner did so far: its limit, rounds, inodes offered to
@@ -67,5 +76,4 @@ impl PassthroughFs {
             Err(e) => tracing::warn!("inode table not bounded: no pruner thread: {e}"),
         }
     }
-
 }
