@@ -269,6 +269,54 @@ pub struct PassthroughConfig {
     /// without ids and are served as the daemon. Default false; a kernel
     /// without the flag gets nothing (said in the log).
     pub allow_idmap: bool,
+    /// The most inodes to keep: past it, the least recently used are
+    /// offered to the kernel with `FUSE_NOTIFY_PRUNE` (protocol 7.45,
+    /// Linux 6.18+), which drops those nothing uses and sends their
+    /// FORGET, so a walk over any tree leaves a bounded table
+    /// (`fuse_server::prune` has the contract: an inode in use stays,
+    /// and is served as before). An eighth of the limit is offered at a
+    /// time, from a thread of its own. `None` (the default): sized to the
+    /// machine ([`default_max_nodes`], which `PassthroughFs::config` then
+    /// shows); `Some(0)`: no limit. On an older
+    /// kernel every inode is kept until the kernel forgets it (said once in
+    /// the log).
+    pub max_nodes: Option<usize>,
+}
+
+/// A table entry costs about 320 bytes in the daemon (the inode, its file
+/// handle, two table slots), rounded up here for the tables' spare room.
+const BYTES_PER_NODE: u64 = 512;
+
+/// The fewest inodes the default keeps: a working set of a small machine.
+const MIN_DEFAULT_NODES: usize = 16_384;
+
+/// The default of [`PassthroughConfig::max_nodes`]: as many inodes as fit
+/// in 1/64 of the machine's memory at 512 bytes each (24 GiB: about
+/// 800,000 inodes, 384 MiB), at least 16,384. The kernel's own cache
+/// (inode and dentry, about 1 KiB per cached file) is bounded by the same
+/// limit, as it drops what it prunes; 1/64 keeps both a small share of the
+/// machine while holding far more than a working set. Inodes held by
+/// `O_PATH` descriptor (no file handles, `inodes_hold_fds`) hold a
+/// descriptor each: there the limit is also three quarters of the open
+/// file limit (`RLIMIT_NOFILE`), so that pruning starts before the
+/// process runs out of descriptors, leaving a quarter for open files.
+pub fn default_max_nodes(inodes_hold_fds: bool) -> usize {
+    // SAFETY: sysinfo fills the struct it is given.
+    let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    let ram = if unsafe { libc::sysinfo(&mut si) } == 0 {
+        (si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64)
+    } else {
+        0
+    };
+    let by_ram = usize::try_from(ram / 64 / BYTES_PER_NODE).unwrap_or(usize::MAX);
+    let mut limit = by_ram.max(MIN_DEFAULT_NODES);
+    if inodes_hold_fds {
+        if let Ok((soft, _)) = crate::sys::nofile_limits() {
+            let by_fds = usize::try_from(soft / 4 * 3).unwrap_or(usize::MAX).max(64);
+            limit = limit.min(by_fds);
+        }
+    }
+    limit
 }
 
 impl Default for PassthroughConfig {
@@ -293,6 +341,7 @@ impl Default for PassthroughConfig {
             zero_copy: ZeroCopyPolicy::Auto,
             request_timeout: None,
             allow_idmap: false,
+            max_nodes: None,
         }
     }
 }
@@ -447,6 +496,14 @@ impl PassthroughConfig {
     #[must_use]
     pub fn fd_cache_size(mut self, size: impl Into<Option<usize>>) -> Self {
         self.fd_cache_size = size.into();
+        self
+    }
+
+    /// Sets the most inodes to keep (`max_nodes`; `None`: sized to the
+    /// machine, `Some(0)`: no limit).
+    #[must_use]
+    pub fn max_nodes(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.max_nodes = limit.into();
         self
     }
 

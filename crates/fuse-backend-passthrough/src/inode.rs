@@ -112,6 +112,9 @@ pub(crate) struct Inode {
     pub has_writers: AtomicBool,
     /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
     pub crash_slot: AtomicU32,
+    /// The store's clock when a request last named this inode (or it was
+    /// last offered for pruning): the pruner offers the lowest first.
+    used: AtomicU32,
 }
 
 impl Inode {
@@ -146,6 +149,7 @@ impl Inode {
             writers: Mutex::new(0),
             has_writers: AtomicBool::new(false),
             crash_slot: AtomicU32::new(NO_SLOT),
+            used: AtomicU32::new(0),
         }
     }
 
@@ -162,6 +166,15 @@ impl Inode {
     /// Lookup references held by the kernel.
     pub(crate) fn refs(&self) -> u64 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    /// Marks the inode used at clock `now`: a load, and a store only the
+    /// first time in a pruning round, so a hot inode's cache line isn't
+    /// written by every request.
+    fn touch(&self, now: u32) {
+        if self.used.load(Ordering::Relaxed) != now {
+            self.used.store(now, Ordering::Relaxed);
+        }
     }
 }
 
@@ -233,6 +246,13 @@ pub(crate) struct InodeStore {
     files: InodeFiles,
     /// The crash table, with crash recovery.
     crash: OnceLock<Arc<CrashTable>>,
+    /// Advanced by each pruning round: what [`Inode::used`] stamps.
+    clock: AtomicU32,
+    /// Past this many inodes, new inodes wake the pruner (`usize::MAX`:
+    /// none runs).
+    prune_at: AtomicUsize,
+    /// Offers cold inodes to the kernel (`PassthroughFs::start_pruner`).
+    pruner: Mutex<Option<fuse_server::Pruner>>,
 }
 
 /// A store that never held this many inodes keeps its memory.
@@ -255,6 +275,9 @@ impl InodeStore {
             root,
             files,
             crash: OnceLock::new(),
+            clock: AtomicU32::new(0),
+            prune_at: AtomicUsize::new(usize::MAX),
+            pruner: Mutex::new(None),
         };
         store
             .shard_mut(fuse_abi::ROOT_ID)
@@ -302,10 +325,17 @@ impl InodeStore {
         if nodeid == fuse_abi::ROOT_ID {
             return Ok(self.root.clone());
         }
-        self.shard(nodeid)
+        let inode = self
+            .shard(nodeid)
             .get(&nodeid)
             .cloned()
-            .ok_or_else(|| sys::errno(libc::ESTALE))
+            .ok_or_else(|| sys::errno(libc::ESTALE))?;
+        inode.touch(self.now());
+        Ok(inode)
+    }
+
+    fn now(&self) -> u32 {
+        self.clock.load(Ordering::Relaxed)
     }
 
     /// The inode of `nodeid` with one more lookup reference (none for the
@@ -319,6 +349,7 @@ impl InodeStore {
         // Taken under the shard's lock: a forget removes an inode only
         // under its write lock, after seeing no references left.
         inode.refs.fetch_add(1, Ordering::AcqRel);
+        inode.touch(self.now());
         Ok(self.counted(inode.clone()))
     }
 
@@ -365,6 +396,7 @@ impl InodeStore {
             if id != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
+            inode.touch(self.now());
             drop(shard);
             drop(maps);
             self.counted(inode)
@@ -437,6 +469,7 @@ impl InodeStore {
             if inode.nodeid != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
+            inode.touch(self.now());
             Some(inode.clone())
         });
         if let Some(inode) = known {
@@ -448,6 +481,7 @@ impl InodeStore {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode::new(id, key, file, mode));
         inode.refs.store(1, Ordering::Release);
+        inode.used.store(self.now(), Ordering::Relaxed);
         if let (Some(table), Some(handle)) = (self.crash.get(), inode.file.file_handle()) {
             // Before the node can be found: every reference handed over
             // is counted in its slot.
@@ -467,6 +501,11 @@ impl InodeStore {
         }
         maps.peak = maps.peak.max(count);
         drop(maps);
+        if count > self.prune_at.load(Ordering::Relaxed) {
+            if let Some(p) = &*self.pruner.lock().unwrap_or_else(|e| e.into_inner()) {
+                p.node_added(count);
+            }
+        }
         self.counted(inode)
     }
 
@@ -569,6 +608,27 @@ impl InodeStore {
     /// Inodes in the store, the root included.
     pub(crate) fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    /// Runs `pruner` for this store from now on (`None`: stops the one
+    /// running). The old one is stopped outside the store's locks.
+    pub(crate) fn set_pruner(&self, pruner: Option<fuse_server::Pruner>) {
+        let limit = pruner.as_ref().map_or(usize::MAX, |p| p.limit());
+        let old = {
+            let mut slot = self.pruner.lock().unwrap_or_else(|e| e.into_inner());
+            self.prune_at.store(limit, Ordering::Relaxed);
+            std::mem::replace(&mut *slot, pruner)
+        };
+        drop(old);
+    }
+
+    /// What the running pruner did so far (`None`: none runs).
+    pub(crate) fn prune_stats(&self) -> Option<fuse_server::PruneStats> {
+        self.pruner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|p| p.stats())
     }
 
     /// Whether a crash table is kept (crash recovery).
@@ -703,5 +763,46 @@ impl InodeStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+    }
+}
+
+/// The pruner's view of the store: the least recently named inodes first,
+/// skipping the root, inodes a request holds right now and files with
+/// write handles (the kernel keeps what is in use anyway). An inode
+/// offered is stamped as used, so one the kernel keeps (open, a working
+/// directory, a directory with cached children) goes to the back of the
+/// queue instead of being offered every round.
+impl fuse_server::PruneSource for InodeStore {
+    fn node_count(&self) -> usize {
+        self.len()
+    }
+
+    fn cold_nodes(&self, max: usize) -> Vec<u64> {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let mut candidates = Vec::with_capacity(self.len());
+        for shard in self.by_id.iter() {
+            let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+            candidates.extend(
+                shard
+                    .values()
+                    .filter(|i| {
+                        i.nodeid != fuse_abi::ROOT_ID
+                            && Arc::strong_count(i) == 1
+                            && !i.has_writers.load(Ordering::Relaxed)
+                    })
+                    // Ages, not stamps, so that the clock may wrap.
+                    .map(|i| {
+                        let age = now.wrapping_sub(i.used.load(Ordering::Relaxed));
+                        (u32::MAX - age, i.nodeid)
+                    }),
+            );
+        }
+        let ids = fuse_server::prune::coldest(candidates, max);
+        for &id in &ids {
+            if let Some(inode) = self.shard(id).get(&id) {
+                inode.used.store(now, Ordering::Relaxed);
+            }
+        }
+        ids
     }
 }

@@ -134,7 +134,7 @@ mod sys;
 mod test_util;
 mod watch;
 
-pub use config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
+pub use config::{default_max_nodes, CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 pub use crash_table::{crash_table_bytes, CRASH_TABLE_VERSION};
 pub use fs::crash::CrashRecovery;
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};

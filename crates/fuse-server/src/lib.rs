@@ -33,6 +33,7 @@ pub mod io;
 pub mod notify;
 pub mod opcode_table;
 mod operations;
+pub mod prune;
 pub mod recovery;
 pub mod request;
 mod request_log;
@@ -64,6 +65,7 @@ pub use io::{
 };
 pub use notify::{NotificationSink, Notifier};
 pub use opcode_table::{opcode_info, OpcodeInfo, ReplyShape};
+pub use prune::{PruneSource, PruneStats, Pruner};
 pub use request::{
     decode, DecodeError, DecodeOptions, ForgetList, Operation, PodList, RawRequest, Request,
 };

@@ -243,6 +243,16 @@ pub struct FsArgs {
     /// daemon's.
     #[arg(long)]
     pub allow_idmap: bool,
+    /// The most inodes the daemon keeps (0: no limit). Past it, the least
+    /// recently used are offered to the kernel (FUSE_NOTIFY_PRUNE, Linux
+    /// 6.18+), which drops those nothing uses and forgets them, so a walk
+    /// over any tree (a backup, an indexer) leaves a bounded table; files
+    /// in use stay. Default: as many as fit in 1/64 of RAM at 512 bytes
+    /// each, at least 16384 (and at most 3/4 of the open file limit with
+    /// --no-file-handles, where each inode holds a descriptor). On an
+    /// older kernel every inode is kept until the kernel forgets it.
+    #[arg(long, value_name = "N")]
+    pub max_nodes: Option<usize>,
 }
 
 impl FsArgs {
@@ -256,6 +266,7 @@ impl FsArgs {
             .watch_source(!self.no_watch_source)
             .request_timeout(self.request_timeout)
             .allow_idmap(self.allow_idmap)
+            .max_nodes(self.max_nodes)
             .xattr(!self.no_xattr)
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)
@@ -679,6 +690,8 @@ pub fn log_fs_state(fs: &PassthroughFs) {
         handles = fs.handle_count(),
         cached_fds = fs.cached_fds(),
         backing_ids = fs.live_backing_ids(),
+        max_nodes = fs.max_nodes().unwrap_or(0),
+        pruned_offered = fs.prune_stats().map_or(0, |p| p.offered),
         "file system state"
     );
 }

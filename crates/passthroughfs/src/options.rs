@@ -261,6 +261,13 @@ const OPTIONS: &[Opt] = &[
         Ok(())
     }),
     flag("allow_idmap", "--allow-idmap", |a| a.fs.allow_idmap = true),
+    value("max_nodes=", "--max-nodes N", |a, v| {
+        match v.parse::<usize>() {
+            Ok(n) => a.fs.max_nodes = Some(n),
+            _ => return Err(format!("{v:?} is not a number of inodes")),
+        }
+        Ok(())
+    }),
     flag("no_watch_source", "--no-watch-source", |a| {
         a.fs.no_watch_source = true
     }),
@@ -541,10 +548,11 @@ mod tests {
             "-o",
             "max_threads=9,io_uring,io_uring_q_depth=4,noexec,nosuid,noauto,x-systemd.automount",
             "-o",
-            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7",
+            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7,max_nodes=100000",
         ])
         .unwrap();
         assert_eq!(a.fs.request_timeout, Some(7));
+        assert_eq!(a.fs.max_nodes, Some(100_000));
         assert!(a.allow_other && a.default_permissions && !a.ro);
         assert_eq!(a.fs.cache, Cache::Always);
         assert!(a.fs.writeback && a.fs.thread_pool);

@@ -92,6 +92,8 @@ struct FsState {
     cached_fds: u64,
     /// Backing ids registered with the kernel.
     backing_ids: u64,
+    /// Inodes offered to the kernel for pruning so far.
+    pruned_offered: u64,
 }
 
 /// Sends SIGUSR1 and returns the `file system state` line it logs.
@@ -113,6 +115,7 @@ fn fs_state(daemon: &Daemon) -> FsState {
                 handles: get("handles"),
                 cached_fds: get("cached_fds"),
                 backing_ids: get("backing_ids"),
+                pruned_offered: get("pruned_offered"),
             };
         }
         assert!(
@@ -295,4 +298,52 @@ fn walk_of_200k_files_with_default_fd_limit_and_inodes_forgotten_after_forget_ne
     let (status, stderr, _) = daemon.wait_exit(Duration::from_secs(20));
     assert!(status.success(), "{stderr}");
     assert!(error_lines(&stderr).is_empty(), "{stderr}");
+}
+
+/// The daemon's `--max-nodes`: a walk of ten times the limit leaves the
+/// table within it, with no client error (the kernel drops the inodes
+/// offered, FUSE_NOTIFY_PRUNE, and forgets them). On a kernel without
+/// NOTIFY_PRUNE (protocol 7.44 or older) it says SKIPPED with the reason.
+#[test]
+fn walk_with_max_nodes_leaves_a_bounded_table_needs_root() {
+    require_root();
+    const LIMIT: u64 = 300;
+    let d = dirs();
+    let ndirs = make_tree(&d.src, 3000);
+    let daemon = Daemon::start_with(
+        &d.src,
+        &d.mnt,
+        Transport::Dev,
+        &["--max-nodes", &LIMIT.to_string()],
+        |_| {},
+    );
+    let out = Command::new("find")
+        .arg(&d.mnt)
+        .arg("-ls")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "find: {stderr}");
+    let lines = out.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    assert_eq!(lines.count(), 3000 + ndirs + 1, "find listed every entry");
+    let log = strip_ansi(&daemon.stderr());
+    if let Some(line) = log.lines().find(|l| l.contains("NOTIFY_PRUNE needs 7.45")) {
+        println!("SKIPPED: the kernel has no NOTIFY_PRUNE: {line}");
+        return;
+    }
+    assert!(
+        log.contains("inode table bounded"),
+        "the daemon says it bounds the table: {log}"
+    );
+    // Generous: a guard against a hang, not a timing.
+    let t = Instant::now();
+    let mut state = fs_state(&daemon);
+    while state.inodes > LIMIT && t.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(200));
+        state = fs_state(&daemon);
+    }
+    assert!(state.inodes <= LIMIT, "still above {LIMIT}: {state:?}");
+    assert!(state.pruned_offered > 0, "nothing was offered: {state:?}");
 }

@@ -14,6 +14,7 @@ impl FileSystem for PassthroughFs {
     fn init(&self, kernel: &KernelInit, config: &mut InitConfig) -> io::Result<()> {
         self.kernel_minor.store(kernel.minor, Ordering::Release);
         self.start_watch();
+        self.start_pruner(false);
         // No FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC in OPEN
         // and checks write access for the truncation (ETXTBSY for a file
         // being executed) only after the open, so a refused open(O_RDONLY |

@@ -37,6 +37,7 @@ mod file;
 mod filesystem;
 mod locking;
 mod lookup;
+mod prune;
 mod source_watch;
 mod takeover;
 mod xattr;
@@ -89,7 +90,8 @@ pub struct PassthroughFs {
     cfg: PassthroughConfig,
     source: PathBuf,
     proc_self_fd: OwnedFd,
-    inodes: InodeStore,
+    /// Shared with its pruner's thread.
+    inodes: Arc<InodeStore>,
     handles: HandleTable,
     creds: Creds,
     agreed: Agreed,
@@ -160,6 +162,7 @@ impl PassthroughFs {
             .fd_cache_size
             .unwrap_or_else(crate::inode::default_fd_cache_size);
         let files = InodeFiles::new(fd.as_fd(), config.file_handles, cache_size);
+        let config = prune::resolve_max_nodes(config, files.fallback_reason().is_some());
         let fd_limit = sys::nofile_limits().map_or(0, |(soft, _)| soft);
         match files.fallback_reason() {
             None => tracing::info!(
@@ -196,7 +199,7 @@ impl PassthroughFs {
             cfg: config,
             source,
             proc_self_fd,
-            inodes: InodeStore::new(root, files),
+            inodes: Arc::new(InodeStore::new(root, files)),
             handles: HandleTable::new(),
             agreed: Agreed::default(),
             waits: Arc::new(Waits::new(interrupt_signal)),
@@ -232,6 +235,7 @@ impl PassthroughFs {
         let old = lock(&self.watcher).take();
         drop(old);
         self.start_watch();
+        self.start_pruner(true);
     }
 
     /// The options in force.

@@ -178,6 +178,8 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_getrlimit,
     libc::SYS_prlimit64,
     libc::SYS_uname,
+    // The inode limit's default, sized to the memory (read-only).
+    libc::SYS_sysinfo,
     // The unmount at stop (without an unmounter: --sandbox none).
     libc::SYS_umount2,
     // Syslog (its socket is connected before confining; glibc reconnects
