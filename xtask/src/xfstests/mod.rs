@@ -49,7 +49,7 @@ pub struct XfstestsArgs {
     full: bool,
     /// A mode to run (repeatable): dev (/dev/fuse, default options), uring
     /// (--uring --no-passthrough), uring-pool (--runtime uring
-    /// --thread-pool --no-passthrough). Default: all.
+    /// --thread-pool --no-passthrough --max-nodes 1000). Default: all.
     #[arg(long, value_enum, value_name = "MODE")]
     mode: Vec<Mode>,
     /// Run these tests instead of the curated lists (comma-separated), e.g.
@@ -84,7 +84,9 @@ pub enum Mode {
     Uring,
     /// `/dev/fuse` served by io_uring runtimes with the blocking thread pool
     /// (`--runtime uring --thread-pool --no-passthrough`: READ and WRITE
-    /// through the runtimes and the pool).
+    /// through the runtimes and the pool), and a node table of at most 1000
+    /// (`--max-nodes 1000`): the daemon offers nodes to the kernel to prune
+    /// all the time under the suites' churn.
     UringPool,
 }
 
@@ -111,7 +113,7 @@ impl Mode {
         match self {
             Mode::Dev => "",
             Mode::Uring => ",uring,no_passthrough",
-            Mode::UringPool => ",runtime=uring,thread_pool,no_passthrough",
+            Mode::UringPool => ",runtime=uring,thread_pool,no_passthrough,max_nodes=1000",
         }
     }
 
@@ -130,7 +132,7 @@ impl Mode {
         match self {
             Mode::Dev => "(default options)",
             Mode::Uring => "--uring --no-passthrough",
-            Mode::UringPool => "--runtime uring --thread-pool --no-passthrough",
+            Mode::UringPool => "--runtime uring --thread-pool --no-passthrough --max-nodes 1000",
         }
     }
 }

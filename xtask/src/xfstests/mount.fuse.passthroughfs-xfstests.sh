@@ -20,6 +20,7 @@
 #   runtime=sync|tokio|uring passthroughfs --runtime
 #   thread_pool              passthroughfs --thread-pool
 #   no_passthrough           passthroughfs --no-passthrough
+#   max_nodes=N              passthroughfs --max-nodes N
 #   [no]suid [no]dev [no]exec [no]atime [no]diratime [no]relatime
 #   [no]strictatime          per-mount flags, set with a bind remount once
 #                            mounted (passthroughfs mounts nosuid,nodev)
@@ -106,6 +107,7 @@ for o in "${list[@]}"; do
 	runtime=sync | runtime=tokio | runtime=uring) flags+=(--runtime "${o#runtime=}") ;;
 	thread_pool) flags+=(--thread-pool) ;;
 	no_passthrough) flags+=(--no-passthrough) ;;
+	max_nodes=*) flags+=(--max-nodes "${o#max_nodes=}") ;;
 	suid | nosuid | dev | nodev | exec | noexec | atime | noatime | diratime | nodiratime | \
 		relatime | norelatime | strictatime | nostrictatime) mntflags+=("$o") ;;
 	*) fail "unsupported mount option: $o" ;;
