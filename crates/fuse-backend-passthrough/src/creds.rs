@@ -51,7 +51,7 @@ struct ThreadState {
     current: Identity,
     /// Scratch identity read from /proc, reused across requests.
     wanted: Identity,
-    /// Scratch buffer for /proc/<tid>/status.
+    /// Scratch buffer for `/proc/<tid>/status`.
     status: Vec<u8>,
 }
 
