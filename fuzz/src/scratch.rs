@@ -219,9 +219,10 @@ pub fn populate(src: &Path) -> io::Result<()> {
 /// directories; returns the tmpfs root and the descriptors to leave the
 /// chroot by.
 fn fence() -> io::Result<(PathBuf, (OwnedFd, OwnedFd))> {
-    // SAFETY: unshare of the mount namespace (with CLONE_FS) only
-    // affects this thread.
     check(
+        // SAFETY: unshare takes no pointers; CLONE_NEWNS implies CLONE_FS,
+        // so the new namespace is this (harness) thread's alone and no
+        // other thread's view of the filesystem changes under it.
         unsafe { libc::unshare(libc::CLONE_NEWNS) },
         "unshare(CLONE_NEWNS)",
     )?;

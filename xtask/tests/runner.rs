@@ -23,8 +23,8 @@ fn scratch(tmp: &Path, args: &[&str]) -> Output {
 
 /// Fails with the reason unless this process may mount.
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "the runner's test mounts FUSE: it needs root (or `cargo xtask test-in-userns`)"

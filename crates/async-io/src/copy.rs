@@ -868,7 +868,8 @@ impl<'a> Engine<'a> {
             (Some(bad), Some(k)) if k == s.seq => bad.clone(),
             _ => job.src.fd_arc().clone(),
         };
-        // SAFETY (pointer arithmetic): `done < io_len <= capacity`.
+        // SAFETY: the offset stays inside `buf`'s allocation (the full
+        // slice is all of it): `done < io_len <= capacity`.
         let ptr = unsafe { buf.as_full_mut_slice().as_mut_ptr().add(s.done) };
         let sqe = opcode::Read::new(types::Fd(fd.as_raw_fd()), ptr, (io_len - s.done) as u32)
             .offset(s.off + s.done as u64)
@@ -945,7 +946,8 @@ impl<'a> Engine<'a> {
         let s = &mut self.slots[i];
         let mut buf = s.buf.take().expect("slot buffer");
         let fd = self.job.dst.fd_arc().clone();
-        // SAFETY (pointer arithmetic): `done < wlen <= capacity`.
+        // SAFETY: the offset stays inside `buf`'s allocation (the full
+        // slice is all of it): `done < wlen <= capacity`.
         let ptr = unsafe { buf.as_full_mut_slice().as_mut_ptr().add(s.done) };
         let sqe = opcode::Write::new(types::Fd(fd.as_raw_fd()), ptr, (s.wlen - s.done) as u32)
             .offset(s.off + s.done as u64)

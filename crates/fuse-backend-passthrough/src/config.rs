@@ -301,8 +301,10 @@ const MIN_DEFAULT_NODES: usize = 16_384;
 /// file limit (`RLIMIT_NOFILE`), so that pruning starts before the
 /// process runs out of descriptors, leaving a quarter for open files.
 pub fn default_max_nodes(inodes_hold_fds: bool) -> usize {
-    // SAFETY: sysinfo fills the struct it is given.
+    // SAFETY: `sysinfo` is plain integers, for which all zeroes is a
+    // valid value.
     let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `si` is a live, writable `sysinfo` the call fills.
     let ram = if unsafe { libc::sysinfo(&mut si) } == 0 {
         (si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64)
     } else {

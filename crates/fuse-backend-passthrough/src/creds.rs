@@ -51,7 +51,7 @@ struct ThreadState {
     current: Identity,
     /// Scratch identity read from /proc, reused across requests.
     wanted: Identity,
-    /// Scratch buffer for /proc/<tid>/status.
+    /// Scratch buffer for `/proc/<tid>/status`.
     status: Vec<u8>,
 }
 
@@ -372,8 +372,8 @@ mod tests {
     /// changes identity.
     #[test]
     fn a_thread_started_while_acting_as_a_caller_starts_over_needs_root() {
-        // SAFETY: geteuid has no preconditions.
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "needs root (CI runs as root)"

@@ -255,8 +255,9 @@ fn metadata_and_setattr(mode: Mode) {
             tv_nsec: 6,
         },
     ];
-    // SAFETY: a valid path and two timespecs.
     assert_eq!(
+        // SAFETY: `c` is a NUL-terminated path and `times` the two
+        // timespecs utimensat reads, both live across the call.
         unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
         0
     );
@@ -414,8 +415,8 @@ fn xattrs(mode: Mode) {
     assert!(buf[..n as usize]
         .split(|&b| b == 0)
         .any(|s| s == b"user.big"));
-    // SAFETY: valid strings.
     assert_eq!(
+        // SAFETY: both names are NUL-terminated and live across the call.
         unsafe { libc::removexattr(p.as_ptr(), c"user.big".as_ptr()) },
         0
     );

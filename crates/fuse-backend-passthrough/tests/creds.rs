@@ -221,8 +221,10 @@ fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
 fn cached_mode(path: &std::path::Path) -> u32 {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path and a zeroed statx to fill.
+    // SAFETY: `statx` is plain integers, for which all zeroes is valid.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statx, both
+    // live across the call.
     let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MODE, &mut st) };
     assert_eq!(
         r,

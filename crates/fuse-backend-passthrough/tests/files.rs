@@ -172,8 +172,9 @@ fn setattr_chmod_chown_truncate_utimes_needs_root() {
             tv_nsec: 987_654_321,
         },
     ];
-    // SAFETY: valid path and times.
     assert_eq!(
+        // SAFETY: the path is NUL-terminated and the two timespecs are
+        // what utimensat reads; both live across the call.
         unsafe { libc::utimensat(libc::AT_FDCWD, cpath.as_ptr(), times.as_ptr(), 0) },
         0
     );
@@ -190,8 +191,9 @@ fn setattr_chmod_chown_truncate_utimes_needs_root() {
             tv_nsec: libc::UTIME_NOW,
         },
     ];
-    // SAFETY: valid path and times.
     assert_eq!(
+        // SAFETY: the path is NUL-terminated and the two timespecs are
+        // what utimensat reads; both live across the call.
         unsafe { libc::utimensat(libc::AT_FDCWD, cpath.as_ptr(), omit_now.as_ptr(), 0) },
         0
     );
@@ -210,8 +212,9 @@ fn setattr_chmod_chown_truncate_utimes_needs_root() {
     assert_eq!(lmeta(&t.s("f")).uid(), 1234);
     // Times of a symlink itself.
     let lpath = c(&t.m("l"));
-    // SAFETY: valid path and times.
     assert_eq!(
+        // SAFETY: the path is NUL-terminated and the two timespecs are
+        // what utimensat reads; both live across the call.
         unsafe {
             libc::utimensat(
                 libc::AT_FDCWD,
@@ -266,14 +269,14 @@ fn mknod_fifo_and_socket() {
     // SAFETY: valid path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
     let sock = c(&t.m("sock"));
-    // SAFETY: valid path.
     assert_eq!(
+        // SAFETY: the path is a NUL-terminated CString that outlives the call.
         unsafe { libc::mknod(sock.as_ptr(), libc::S_IFSOCK | 0o600, 0) },
         0
     );
     let reg = c(&t.m("reg"));
-    // SAFETY: valid path.
     assert_eq!(
+        // SAFETY: the path is a NUL-terminated CString that outlives the call.
         unsafe { libc::mknod(reg.as_ptr(), libc::S_IFREG | 0o600, 0) },
         0
     );
@@ -426,8 +429,8 @@ fn hard_links() {
     // Hard link of a symlink links the symlink itself.
     std::os::unix::fs::symlink("target", t.m("l")).unwrap();
     let (l, l2) = (c(&t.m("l")), c(&t.m("l2")));
-    // SAFETY: valid paths.
     assert_eq!(
+        // SAFETY: both paths are NUL-terminated CStrings that outlive the call.
         unsafe { libc::linkat(libc::AT_FDCWD, l.as_ptr(), libc::AT_FDCWD, l2.as_ptr(), 0) },
         0
     );
@@ -614,8 +617,10 @@ fn statfs_matches_backing() {
     let t = TestMount::new();
     let stat = |p: &Path| {
         let p = c(p);
-        // SAFETY: zeroed statvfs is valid; valid path.
+        // SAFETY: `statvfs` is plain integers, for which all zeroes is valid.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `p` is a NUL-terminated path and `st` a writable statvfs,
+        // both live across the call.
         assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut st) }, 0);
         st
     };
@@ -711,13 +716,15 @@ fn fallocate_punch_hole_and_seek_data_hole() {
     assert!(middle.iter().all(|&x| x == 0));
     assert_eq!(seek_map(&f, 7 << 20), seek_map(&b, 7 << 20));
     // The hole is where it was punched.
-    // SAFETY: valid fd.
     assert_eq!(
+        // SAFETY: the descriptor belongs to a File that is open across the call;
+        // no pointers are passed.
         unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) },
         MB
     );
-    // SAFETY: valid fd.
     assert_eq!(
+        // SAFETY: the descriptor belongs to a File that is open across the call;
+        // no pointers are passed.
         unsafe { libc::lseek(f.as_raw_fd(), MB, libc::SEEK_DATA) },
         3 * MB
     );
@@ -908,8 +915,10 @@ fn statx_matches_backing() {
     fs::write(t.m("f"), pattern(12345, 8)).unwrap();
     let sx = |p: &Path| {
         let p = c(p);
-        // SAFETY: zeroed statx is valid; valid path.
+        // SAFETY: `statx` is plain integers, for which all zeroes is valid.
         let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: `p` is a NUL-terminated path and `st` a writable statx,
+        // both live across the call.
         let r = unsafe {
             libc::statx(
                 libc::AT_FDCWD,

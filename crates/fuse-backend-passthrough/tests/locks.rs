@@ -117,8 +117,9 @@ fn lock_holder_helper() {
         .open(path)
         .unwrap();
     if v[2] == 1 {
-        // SAFETY: valid fd.
         assert_eq!(
+            // SAFETY: the descriptor belongs to a File that is open across the call;
+            // no pointers are passed.
             unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
             0
         );
@@ -328,8 +329,9 @@ fn flock_contended_and_released() {
     assert_eq!(proc_locks_on(&t.s("f"), "FLOCK"), 1);
     let f = File::open(t.m("f")).unwrap();
     let fd = f.as_raw_fd();
-    // SAFETY: valid fd.
     assert_eq!(
+        // SAFETY: the descriptor belongs to a File that is open across the call;
+        // no pointers are passed.
         unsafe { libc::flock(fd, libc::LOCK_SH | libc::LOCK_NB) },
         -1
     );
@@ -353,15 +355,17 @@ fn flock_contended_and_released() {
     );
     // Our lock is now on the backing file.
     let b = File::open(t.s("f")).unwrap();
-    // SAFETY: valid fd.
     assert_eq!(
+        // SAFETY: the descriptor belongs to a File that is open across the call;
+        // no pointers are passed.
         unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
         -1
     );
     // SAFETY: valid fd.
     assert_eq!(unsafe { libc::flock(fd, libc::LOCK_UN) }, 0);
-    // SAFETY: valid fd.
     assert_eq!(
+        // SAFETY: the descriptor belongs to a File that is open across the call;
+        // no pointers are passed.
         unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
         0
     );

@@ -364,8 +364,9 @@ impl Map {
     }
 
     fn sync(&self) {
-        // SAFETY: the whole mapping.
         assert_eq!(
+            // SAFETY: `ptr`/`len` are exactly the mapping this value owns,
+            // mapped until Drop.
             unsafe { libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC) },
             0
         );
@@ -665,8 +666,8 @@ fn what_still_reaches_the_daemon_needs_root() {
     f.sync_all().unwrap();
     f.sync_data().unwrap();
     f.set_len(900_000).unwrap();
-    // SAFETY: valid descriptor, plain integer arguments.
     assert_eq!(
+        // SAFETY: `fd` is `f`'s, open for the whole test; no pointers.
         unsafe { libc::fallocate(fd, 0, 0, 1_100_000) },
         0,
         "fallocate: {}",

@@ -99,10 +99,14 @@ struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is only ever read and written through atomics (and
-// plain byte copies of a journal record its own thread owns), and lives
-// until unmapped in Drop.
+// SAFETY: the pointer is to a MAP_SHARED mapping of the process, tied to no
+// thread; it stays mapped until Drop, which runs once, on whichever thread
+// drops the last `Arc`.
 unsafe impl Send for Mapping {}
+// SAFETY: through `&Mapping` the memory is only read and written as
+// `AtomicU64` words (`words`), apart from the negotiated text, which
+// `set_negotiated` copies in once after INIT while its length word reads 0
+// and readers only look at after loading a non-zero length (Acquire).
 unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
@@ -166,8 +170,9 @@ impl StateArea {
     /// another process). Refuses, with the reason, what isn't one or is
     /// of another layout version.
     pub fn open(fd: OwnedFd) -> io::Result<StateArea> {
+        // SAFETY: `stat` is plain integers, for which all zeroes is valid.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: st is a valid out pointer.
+        // SAFETY: `fd` is owned by this call and `st` is a writable stat.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -761,8 +766,12 @@ mod tests {
         area.map.header()[H_VERSION].store(STATE_AREA_VERSION, Ordering::Relaxed);
 
         // Not an area.
+        // SAFETY: the name is a NUL-terminated literal.
         let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: `raw` is the descriptor just made, owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: `fd` is open (owned above); no pointers are passed.
         unsafe { libc::ftruncate(fd.as_raw_fd(), 8192) };
         let e = StateArea::open(fd).unwrap_err();
         assert!(e.to_string().contains("magic"), "{e}");

@@ -387,7 +387,7 @@ impl Default for DecodeOptions {
 }
 
 /// A request's arguments, split and length-checked by the opcode's
-/// [`ArgShape`]: the fixed struct's bytes, the names, the data.
+/// [`ArgShape`](crate::opcode_table::ArgShape): the fixed struct's bytes, the names, the data.
 struct Args<'a> {
     fixed: &'a [u8],
     fixed_size: usize,

@@ -406,8 +406,9 @@ fn lock_waits_refuse_the_takeover(session: Arc<dyn Pausable>, dir: &Path) {
     // itself a lock wait to the session, counted until just after its
     // reply reached us, so the first refused pause below could be this
     // one's and the waiter's request not yet sent.
-    // SAFETY: flock on descriptors we own.
     assert_eq!(
+        // SAFETY: `holder` is an open File that outlives the call; flock
+        // takes no pointers.
         unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
         0
     );

@@ -35,7 +35,8 @@
 //!
 //! A task reads its request from, and writes its reply into, its entry's
 //! own memory (header, `op_in`, payload or pool buffer), through the same
-//! raw views the synchronous [`RingTransaction`] has. The entry belongs to
+//! raw views the synchronous
+//! [`RingTransaction`](super::transaction::RingTransaction) has. The entry belongs to
 //! the task from its CQE until the task ends and its commit is pushed; the
 //! kernel touches it again only after the commit. Tasks only touch that
 //! memory while they are polled: anything that outlives a task's future

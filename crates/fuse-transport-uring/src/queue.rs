@@ -28,7 +28,7 @@
 //! ## Synchronous and async handlers
 //!
 //! This loop is synchronous: it answers each request with
-//! [`Server::handle`] before looking at the next CQE, so a queue serves one
+//! [`Server::handle`](fuse_server::Server::handle) before looking at the next CQE, so a queue serves one
 //! request at a time. With [`crate::UringConfig::runtime`] (feature
 //! `async`) the thread instead runs an `async-io` runtime and serves every
 //! request as a task (`async_queue.rs`): everything that needs is per

@@ -388,8 +388,8 @@ fn end(mnt: &Path) {
 }
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "this probe mounts and needs root"

@@ -204,7 +204,8 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
 
     // Made through it by root (CREATE, MKDIR, SYMLINK, MKNOD): owned by
     // INSIDE in SOURCE, by root as seen through the idmapped mount.
-    // SAFETY (each call): valid descriptors and NUL-terminated names.
+    // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+    // live until the end of the statement, past the call.
     let fd = unsafe {
         libc::openat(
             tree.as_raw_fd(),
@@ -221,10 +222,14 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
     assert_eq!(n, 4, "{}", io::Error::last_os_error());
     drop(file);
     check(
+        // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+        // live until the end of the statement, past the call.
         unsafe { libc::mkdirat(tree.as_raw_fd(), cstr("dir").as_ptr(), 0o755) },
         "mkdir",
     );
     check(
+        // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+        // live until the end of the statement, past the call.
         unsafe {
             libc::symlinkat(
                 cstr("created").as_ptr(),
@@ -235,6 +240,8 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
         "symlink",
     );
     check(
+        // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+        // live until the end of the statement, past the call.
         unsafe {
             libc::mknodat(
                 tree.as_raw_fd(),
@@ -272,14 +279,20 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
     // too: root there is INSIDE in SOURCE; INSIDE + 1 has no mapping and
     // is refused.
     check(
+        // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+        // live until the end of the statement, past the call.
         unsafe { libc::fchownat(tree.as_raw_fd(), cstr("theirs").as_ptr(), 0, 0, 0) },
         "chown through the idmapped mount",
     );
     let meta = std::fs::metadata(d.src.join("theirs")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (INSIDE, INSIDE));
+    // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+    // live until the end of the statement, past the call.
     let r = unsafe { libc::fchownat(tree.as_raw_fd(), cstr("theirs").as_ptr(), 1, 1, 0) };
     assert!(r != 0, "chown to an id the mount doesn't map succeeded");
     check(
+        // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+        // live until the end of the statement, past the call.
         unsafe {
             libc::renameat(
                 tree.as_raw_fd(),
@@ -298,6 +311,8 @@ fn made_through_an_idmapped_mount(transport: Transport, extra: &[&str]) {
         ("dir", libc::AT_REMOVEDIR),
     ] {
         check(
+            // SAFETY: `tree` is an open descriptor and the names are temporary CStrings that
+            // live until the end of the statement, past the call.
             unsafe { libc::unlinkat(tree.as_raw_fd(), cstr(name).as_ptr(), flags) },
             name,
         );

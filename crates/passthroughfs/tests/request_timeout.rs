@@ -52,8 +52,9 @@ fn aborted_in(transport: Transport, extra: &[&str]) {
     let daemon = Daemon::start(&d.src, &d.mnt, transport, &args);
     let path = d.mnt.join("locked");
     let holder = File::open(&path).unwrap();
-    // SAFETY: flock on a descriptor we own.
     assert_eq!(
+        // SAFETY: `holder` is an open File that outlives the call; flock
+        // takes no pointers.
         unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
         0,
         "{}",

@@ -135,7 +135,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "build",
-        about: "build the workspace (release binaries, test binaries, the sync-only passthrough, the docs with -D warnings)",
+        about: "build the workspace (release binaries, test binaries, the sync-only passthrough, the docs with -D warnings, public and private, clippy with -D warnings)",
         run: step_build,
     },
     Step {
@@ -546,7 +546,8 @@ fn cargo_home() -> Option<PathBuf> {
 // ---------------------------------------------------------------------------
 // Step: build.
 
-/// Builds the release binaries, the test binaries, and the sync-only
+/// Builds the release binaries, the test binaries, the docs (public and
+/// private, warnings denied), runs clippy (warnings denied), and builds the sync-only
 /// passthrough.
 fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
     run_cmd(
@@ -560,11 +561,43 @@ fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
             .current_dir(&ctx.root),
     )?;
     // Every public item's docs build without a warning (broken links,
-    // unescaped HTML), fuse-server's with every item documented.
+    // unescaped HTML, links from public docs to private items),
+    // fuse-server's with every item documented.
     run_cmd(
         cargo()
             .args(["doc", "--workspace", "--no-deps", "-q"])
             .env("RUSTDOCFLAGS", "-D warnings")
+            .current_dir(&ctx.root),
+    )?;
+    // The private items' docs too (module docs of the internals are where
+    // the next engineer reads how a crate works), with every feature on.
+    run_cmd(
+        cargo()
+            .args([
+                "doc",
+                "--workspace",
+                "--no-deps",
+                "-q",
+                "--document-private-items",
+                "--all-features",
+            ])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .current_dir(&ctx.root),
+    )?;
+    // Clippy on every target, warnings denied: among them the workspace's
+    // `undocumented_unsafe_blocks` (Cargo.toml), so each `unsafe` block
+    // keeps its `// SAFETY:` comment.
+    run_cmd(
+        cargo()
+            .args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "-q",
+                "--",
+                "-D",
+                "warnings",
+            ])
             .current_dir(&ctx.root),
     )?;
     // The passthrough without its async path (no tokio, no io_uring), as a

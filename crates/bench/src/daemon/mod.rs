@@ -6,7 +6,7 @@
 //! `async-io`, on which the backend is served through its
 //! `AsyncFileSystem`) and whether the backend's blocking thread pool is on
 //! (`PassthroughFs::enable_async_thread_pool`).
-//! [`plan`] turns the command line into a [`Plan`], or says why the mode
+//! [`plan()`] turns the command line into a [`Plan`], or says why the mode
 //! can't run: every combination whose code does not exist yet is refused
 //! with [`PlanError::NotAvailable`] ("not available yet: …") instead of
 //! quietly serving in another mode. When a crate gains the missing piece,

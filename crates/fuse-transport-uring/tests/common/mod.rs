@@ -336,8 +336,8 @@ impl FileSystem for MemFs {
 /// Fails the test unless it runs as root with FUSE over io_uring switched
 /// on: a host without it must not pass these tests by falling back.
 pub fn require_root_and_uring() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "these tests mount with mount(2) and need root (CI runs as root)"
