@@ -11,6 +11,11 @@
 //!   waiter's back.
 //! - 64 waiters on one lock: `ls` and `cat` on the mount still answer, and
 //!   when the holder lets go every waiter gets the lock in turn.
+//! - Over io_uring inside the namespace sandbox (`--uring --sandbox
+//!   namespace`, where the daemon can't see the mountpoint's path): waiters
+//!   on every CPU hold more ring entries than a queue was set up with, a
+//!   request issued on each CPU meanwhile is answered, and every waiter
+//!   gets the lock once the holder lets go.
 //!
 //! Waits are detected through fusectl's `waiting` count of the connection
 //! (mounted here if it isn't). Deadlines only catch hangs; they are far
@@ -428,6 +433,99 @@ fn sixty_four_lock_waiters_dont_stop_the_mount() {
             assert!(status.success(), "{what}: a waiter got the lock: {status}");
         }
         let log = daemon.stderr();
+        assert!(error_lines(&log).is_empty(), "{what}: {log}");
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; pid 0 is this thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set is live and sized.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(rc, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    // SAFETY: reading bits of a live set below its capacity.
+    (0..8 * size_of::<libc::cpu_set_t>())
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// `cmd` run on CPU `cpu` only (through taskset(1)): the kernel sends its
+/// requests to that CPU's ring queue.
+fn on_cpu(cpu: usize, cmd: &Command) -> Command {
+    let mut c = Command::new("taskset");
+    c.arg("-c").arg(cpu.to_string()).arg(cmd.get_program());
+    c.args(cmd.get_args());
+    c
+}
+
+#[test]
+fn lock_waits_are_served_over_uring_in_the_namespace_sandbox() {
+    require_root();
+    let cpus = allowed_cpus();
+    for mode in [
+        ("uring+namespace", Transport::Uring, vec!["--sandbox", "namespace"]),
+        (
+            "uring+uring-runtime+namespace",
+            Transport::Uring,
+            vec!["--sandbox", "namespace", "--runtime", "uring"],
+        ),
+    ] {
+        let what = mode.0;
+        let (d, daemon) = start(&mode);
+        assert!(
+            daemon.stderr().contains("confinement=namespace"),
+            "{what}: the daemon runs in its namespace sandbox: {}",
+            daemon.stderr()
+        );
+        let conn = connection_dir(&d.mnt);
+        let f = d.mnt.join("f");
+        let base = waiting(&conn);
+        let mut holder = Holder::take(&f, false);
+        // More waiters per CPU than a queue has entries (4 by default), on
+        // every CPU: each queue's entries are all held by waits at some
+        // point, and the requests the kernel queued meanwhile are handed
+        // out only by the transport's kick.
+        let per_cpu = 12;
+        let mut waiters: Vec<Child> = Vec::new();
+        for &cpu in &cpus {
+            for _ in 0..per_cpu {
+                let mut flock = Command::new("flock");
+                flock.arg("-x").arg(&f).arg("true");
+                waiters.push(
+                    on_cpu(cpu, &flock)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .unwrap(),
+                );
+            }
+        }
+        wait_for_waiting(&conn, base + (per_cpu * cpus.len()) as u64, what);
+        // A request on every CPU's queue while the waits hold its entries.
+        for &cpu in &cpus {
+            let cat = run_within(
+                &mut on_cpu(cpu, Command::new("cat").arg(&f)),
+                &format!("{what}: cat on CPU {cpu}"),
+                &daemon,
+                &conn,
+            );
+            assert_eq!(cat, "contents\n", "{what}: cat on CPU {cpu}");
+        }
+        holder.release(what);
+        let statuses = reap_all(
+            &mut waiters,
+            &format!("{what}: waiters after the holder let go"),
+            || hang_report(&daemon, &conn),
+        );
+        for status in statuses {
+            assert!(status.success(), "{what}: a waiter got the lock: {status}");
+        }
+        let log = daemon.stderr();
+        assert!(
+            log.contains("ring entry added"),
+            "{what}: the waits held the queues' entries (entries were added): {log}"
+        );
         assert!(error_lines(&log).is_empty(), "{what}: {log}");
     }
 }
