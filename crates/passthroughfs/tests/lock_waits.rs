@@ -443,7 +443,12 @@ fn allowed_cpus() -> Vec<usize> {
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: the set is live and sized.
     let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(rc, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: reading bits of a live set below its capacity.
     (0..8 * size_of::<libc::cpu_set_t>())
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
@@ -464,7 +469,11 @@ fn lock_waits_are_served_over_uring_in_the_namespace_sandbox() {
     require_root();
     let cpus = allowed_cpus();
     for mode in [
-        ("uring+namespace", Transport::Uring, vec!["--sandbox", "namespace"]),
+        (
+            "uring+namespace",
+            Transport::Uring,
+            vec!["--sandbox", "namespace"],
+        ),
         (
             "uring+uring-runtime+namespace",
             Transport::Uring,

@@ -521,7 +521,10 @@ fn build_binaries(
             if bin.is_file() {
                 Ok(bin)
             } else {
-                Err(format!("{} is missing (build it, or drop --no-build)", bin.display()))
+                Err(format!(
+                    "{} is missing (build it, or drop --no-build)",
+                    bin.display()
+                ))
             }
         } else {
             println!("bench: building passthroughfs (release)");

@@ -683,7 +683,14 @@ pub fn command_for(
                 args.push("--uring".into());
             }
             if !*confined {
-                for a in ["--sandbox", "none", "--landlock", "off", "--seccomp", "none"] {
+                for a in [
+                    "--sandbox",
+                    "none",
+                    "--landlock",
+                    "off",
+                    "--seccomp",
+                    "none",
+                ] {
                     args.push(a.into());
                 }
             }

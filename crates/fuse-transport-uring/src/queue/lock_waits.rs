@@ -358,7 +358,10 @@ impl QueueThread {
             return None;
         }
         write_reply(e.header, header.unique, 0, 0);
-        tracing::trace!(qid = self.plan.queues[e.queue].qid, "a kick's request arrived");
+        tracing::trace!(
+            qid = self.plan.queues[e.queue].qid,
+            "a kick's request arrived"
+        );
         Some(ent.commit_id)
     }
 }
