@@ -16,6 +16,7 @@ use crate::zero_copy;
 use fuse_abi::{InHeader, NotifyCode, NotifyRetrieveOut, Opcode, OutHeader};
 use fuse_server::opcode_table::opcode_info_raw;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -252,12 +253,24 @@ impl QueueThread {
     }
 }
 
-/// The `notify_unique` of a kick's RETRIEVE, echoed as the `unique` of the
-/// NOTIFY_REPLY request it makes the kernel issue: how the ring thread
-/// tells its own kicks from a file system's retrieves (whose ids count up
-/// from 1) and answers them itself ([`QueueThread::answer_kick`]). Even,
-/// and never 0: the kernel refuses a ring commit whose `unique` is 0.
-pub(crate) const KICK_UNIQUE: u64 = u64::MAX - 1;
+/// Set in the `notify_unique` of every kick's RETRIEVE, which the kernel
+/// makes the `unique` of the NOTIFY_REPLY request it issues: how the ring
+/// thread tells its own kicks from a file system's retrieves and answers
+/// them itself ([`QueueThread::answer_kick`]). The kernel's own ids count
+/// up from 2 in steps of 2 and never get near this bit.
+const KICK_BIT: u64 = 1 << 62;
+
+/// The next kick's id. Every kick needs its own: over io_uring the kernel
+/// finds the request a commit answers by its `unique` (the entry's commit
+/// id), so two replies in flight under one id could be matched with each
+/// other's entries. Even (bit 0 marks an INTERRUPT's id), never 0 (the
+/// kernel refuses a ring commit whose `unique` is 0), distinct for 2^61
+/// kicks.
+fn next_kick_unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    KICK_BIT | ((n << 1) & (KICK_BIT - 1))
+}
 
 /// Issues one request on a given queue per kick, with no path and no
 /// wait: a `FUSE_NOTIFY_RETRIEVE` of zero bytes of the waiting lock's file,
@@ -315,7 +328,7 @@ impl Kicker {
             unique: 0,
         };
         let retrieve = NotifyRetrieveOut {
-            notify_unique: KICK_UNIQUE,
+            notify_unique: next_kick_unique(),
             nodeid,
             offset: 0,
             size: 0,
@@ -354,7 +367,7 @@ impl QueueThread {
             )
         };
         let (header, _) = InHeader::read_from_prefix(&in_out).ok()?;
-        if header.opcode != Opcode::NotifyReply as u32 || header.unique != KICK_UNIQUE {
+        if header.opcode != Opcode::NotifyReply as u32 || header.unique & KICK_BIT == 0 {
             return None;
         }
         write_reply(e.header, header.unique, 0, 0);
