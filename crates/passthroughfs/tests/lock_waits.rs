@@ -611,8 +611,10 @@ fn a_request_queued_behind_a_lock_wait_is_served_over_uring_in_the_namespace_san
                 "1",
             ],
             |cmd| {
-                cmd.env("RUST_LOG", "info,fuse_transport_uring=debug")
-                    .env("PASSTHROUGHFS_ESCAPE_STALL_UNTIL", format!("/source/{release}"));
+                cmd.env("RUST_LOG", "info,fuse_transport_uring=debug").env(
+                    "PASSTHROUGHFS_ESCAPE_STALL_UNTIL",
+                    format!("/source/{release}"),
+                );
             },
         );
         assert!(
@@ -636,7 +638,9 @@ fn a_request_queued_behind_a_lock_wait_is_served_over_uring_in_the_namespace_san
         // Held once the daemon says so and the kernel counts it; a stat
         // that ends first was not held (a daemon without the hook).
         let start = Instant::now();
-        while !(daemon.stderr().contains("stall test hook: holding a LOOKUP")
+        while !(daemon
+            .stderr()
+            .contains("stall test hook: holding a LOOKUP")
             && waiting(&conn) > base)
         {
             assert!(
@@ -674,7 +678,10 @@ fn a_request_queued_behind_a_lock_wait_is_served_over_uring_in_the_namespace_san
         assert_eq!(out, "contents\n", "{what}: cat");
         holder.release(&what);
         let status = reap(&mut waiter.child, &format!("{what}: the waiter"));
-        assert!(status.success(), "{what}: the waiter got the lock: {status}");
+        assert!(
+            status.success(),
+            "{what}: the waiter got the lock: {status}"
+        );
         let log = daemon.stderr();
         assert!(error_lines(&log).is_empty(), "{what}: {log}");
     }
