@@ -302,6 +302,12 @@ fn start(
         // aborts the connection at the end, which fails it).
         return Ok(());
     }
+    if let Some(commit_id) = t.answer_kick(index) {
+        // One of our kicks (see `Kicker`): answered without a task.
+        *busy += 1;
+        finished.push(index, commit_id);
+        return Ok(());
+    }
     let e = &t.entries[index];
     let entry_header = e.header;
     let queue = &t.plan.queues[e.queue];
@@ -343,7 +349,8 @@ fn start(
     let opcode = view.opcode;
     if opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely()) {
         // A lock wait holds its entry for as long as the lock is taken.
-        fixed.with(|ring| t.keep_entries_free(ring, index))??;
+        let nodeid = header.map_or(fuse_abi::ROOT_ID, |h| h.nodeid);
+        fixed.with(|ring| t.keep_entries_free(ring, index, nodeid))??;
     }
     let shared = t.shared.clone();
     let finished = finished.clone();

@@ -119,9 +119,8 @@ pub(crate) struct ThreadPlan {
     /// Size of a per-entry payload buffer (at least the kernel's
     /// `max_payload_sz`).
     pub(crate) payload_size: usize,
+    /// The connection's `/dev/fuse` descriptor (where [`Kicker`] writes).
     pub(crate) dev_fd: RawFd,
-    /// The mount's root, where [`Kicker`] issues its requests.
-    pub(crate) mountpoint: std::path::PathBuf,
     pub(crate) defer_taskrun: bool,
     pub(crate) wake: Arc<EventFd>,
     pub(crate) fault: Option<UringFault>,
@@ -558,8 +557,11 @@ impl QueueThread {
         let Some(index) = self.take_completion(ring, user_data, res)? else {
             return Ok(());
         };
-        if self.hand_off(index) {
-            self.keep_entries_free(ring, index)?;
+        if let Some(commit_id) = self.answer_kick(index) {
+            return self.commit(ring, index, commit_id);
+        }
+        if let Some(nodeid) = self.hand_off(index) {
+            self.keep_entries_free(ring, index, nodeid)?;
             return Ok(());
         }
         let commit_id = self.answer(ring, index);

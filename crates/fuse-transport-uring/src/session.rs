@@ -328,7 +328,6 @@ impl UringSession {
                 entries_per_queue: layout.entries_per_thread(t),
                 payload_size: entry_payload,
                 dev_fd,
-                mountpoint: self.mountpoint.clone(),
                 defer_taskrun: config.defer_taskrun,
                 wake,
                 fault: config.fault,

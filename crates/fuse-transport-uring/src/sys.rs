@@ -217,42 +217,42 @@ pub fn uring_module_switch() -> Option<bool> {
     Some(matches!(text.trim(), "Y" | "y" | "1"))
 }
 
-/// An `O_PATH` descriptor of the directory `path`.
-pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a NUL-terminated path; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
+/// The calling thread's CPU affinity.
+pub fn current_affinity() -> io::Result<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the set is live and sized.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(set)
 }
 
-/// `statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC)`: on a FUSE file,
-/// always a request to the daemon (cached attributes are not used).
-pub fn statx_force_sync(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: plain data; all-zero is valid.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid descriptor, the empty path, a valid out-pointer.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
-            libc::STATX_TYPE,
-            &mut st,
-        )
-    };
-    if r != 0 {
+/// Sets the calling thread's CPU affinity to `set` (one saved by
+/// [`current_affinity`]).
+pub fn set_affinity(set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: pid 0 is the calling thread; the set is live and sized.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) };
+    if rc != 0 {
         return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Writes the whole of `bytes` to `/dev/fuse` descriptor `fd` in one
+/// `write` (a notification: the kernel takes it whole or not at all).
+pub fn write_dev(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: reading `bytes.len()` bytes from a live slice.
+    let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != bytes.len() {
+        return Err(io::Error::other(format!(
+            "short write to /dev/fuse: {n} of {} bytes",
+            bytes.len()
+        )));
     }
     Ok(())
 }

@@ -11,6 +11,17 @@
 //!   waiter's back.
 //! - 64 waiters on one lock: `ls` and `cat` on the mount still answer, and
 //!   when the holder lets go every waiter gets the lock in turn.
+//! - Over io_uring inside the namespace sandbox (`--uring --sandbox
+//!   namespace`, where the daemon can't see the mountpoint's path): waiters
+//!   on every CPU hold more ring entries than a queue was set up with, a
+//!   request issued on each CPU meanwhile is answered, and every waiter
+//!   gets the lock once the holder lets go. And the case that needs the
+//!   transport's kick: with one ring entry on CPU 0's queue, held by a
+//!   stalled request (the `fault-injection` stall hook), a lock wait and
+//!   then a `cat` issued on CPU 0 are queued by the kernel; once the stall
+//!   ends, the wait takes the entry back and holds it, and the `cat` gets
+//!   its answer only because the transport issues a request of its own on
+//!   that queue (nothing else runs on CPU 0's queue).
 //!
 //! Waits are detected through fusectl's `waiting` count of the connection
 //! (mounted here if it isn't). Deadlines only catch hangs; they are far
@@ -427,6 +438,250 @@ fn sixty_four_lock_waiters_dont_stop_the_mount() {
         for status in statuses {
             assert!(status.success(), "{what}: a waiter got the lock: {status}");
         }
+        let log = daemon.stderr();
+        assert!(error_lines(&log).is_empty(), "{what}: {log}");
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; pid 0 is this thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set is live and sized.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: reading bits of a live set below its capacity.
+    (0..8 * size_of::<libc::cpu_set_t>())
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// `cmd` run on CPU `cpu` only (through taskset(1)): the kernel sends its
+/// requests to that CPU's ring queue.
+fn on_cpu(cpu: usize, cmd: &Command) -> Command {
+    let mut c = Command::new("taskset");
+    c.arg("-c").arg(cpu.to_string()).arg(cmd.get_program());
+    c.args(cmd.get_args());
+    c
+}
+
+#[test]
+fn lock_waits_are_served_over_uring_in_the_namespace_sandbox() {
+    require_root();
+    let cpus = allowed_cpus();
+    for mode in [
+        (
+            "uring+namespace",
+            Transport::Uring,
+            vec!["--sandbox", "namespace"],
+        ),
+        (
+            "uring+uring-runtime+namespace",
+            Transport::Uring,
+            vec!["--sandbox", "namespace", "--runtime", "uring"],
+        ),
+    ] {
+        let what = mode.0;
+        let (d, daemon) = start(&mode);
+        assert!(
+            daemon.stderr().contains("confinement=namespace"),
+            "{what}: the daemon runs in its namespace sandbox: {}",
+            daemon.stderr()
+        );
+        let conn = connection_dir(&d.mnt);
+        let f = d.mnt.join("f");
+        let base = waiting(&conn);
+        let mut holder = Holder::take(&f, false);
+        // More waiters per CPU than a queue has entries (4 by default), on
+        // every CPU: each queue's entries are all held by waits at some
+        // point, and the requests the kernel queued meanwhile are handed
+        // out only by the transport's kick.
+        let per_cpu = 12;
+        let mut waiters: Vec<Child> = Vec::new();
+        for &cpu in &cpus {
+            for _ in 0..per_cpu {
+                let mut flock = Command::new("flock");
+                flock.arg("-x").arg(&f).arg("true");
+                waiters.push(
+                    on_cpu(cpu, &flock)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .unwrap(),
+                );
+            }
+        }
+        wait_for_waiting(&conn, base + (per_cpu * cpus.len()) as u64, what);
+        // A request on every CPU's queue while the waits hold its entries.
+        for &cpu in &cpus {
+            let cat = run_within(
+                &mut on_cpu(cpu, Command::new("cat").arg(&f)),
+                &format!("{what}: cat on CPU {cpu}"),
+                &daemon,
+                &conn,
+            );
+            assert_eq!(cat, "contents\n", "{what}: cat on CPU {cpu}");
+        }
+        holder.release(what);
+        let statuses = reap_all(
+            &mut waiters,
+            &format!("{what}: waiters after the holder let go"),
+            || hang_report(&daemon, &conn),
+        );
+        for status in statuses {
+            assert!(status.success(), "{what}: a waiter got the lock: {status}");
+        }
+        let log = daemon.stderr();
+        assert!(
+            log.contains("ring entry added"),
+            "{what}: the waits held the queues' entries (entries were added): {log}"
+        );
+        assert!(error_lines(&log).is_empty(), "{what}: {log}");
+    }
+}
+
+/// A child process on CPU `cpu` that opens `path` first and, once told (a
+/// line on its standard input), waits for an exclusive `flock` on it:
+/// its SETLKW is then the first request it issues after the go.
+struct OpenWaiter {
+    child: Child,
+}
+
+impl OpenWaiter {
+    fn open(cpu: usize, path: &Path) -> Self {
+        let mut perl = Command::new("perl");
+        perl.args([
+            "-MFcntl=:flock",
+            "-MIO::Handle",
+            "-e",
+            "open(my $f, '<', $ARGV[0]) or die \"open: $!\"; print \"open\\n\"; \
+             STDOUT->flush; my $go = <STDIN>; flock($f, LOCK_EX) or die \"lock: $!\";",
+        ])
+        .arg(path);
+        let mut child = on_cpu(cpu, &perl)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "open\n", "the waiter opened the file");
+        Self { child }
+    }
+
+    /// Lets it ask for the lock.
+    fn go(&mut self) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+#[test]
+fn a_request_queued_behind_a_lock_wait_is_served_over_uring_in_the_namespace_sandbox() {
+    require_root();
+    let cpu = allowed_cpus()[0];
+    for runtime in ["sync", "uring"] {
+        let what = format!("uring+namespace, --runtime {runtime}");
+        let d = dirs();
+        std::fs::write(d.src.join("f"), b"contents\n").unwrap();
+        let release = "stall-released";
+        // One entry and one ring thread per queue: a stalled request holds
+        // CPU `cpu`'s queue whole.
+        let daemon = Daemon::start_with(
+            &d.src,
+            &d.mnt,
+            Transport::Uring,
+            &[
+                "--sandbox",
+                "namespace",
+                "--runtime",
+                runtime,
+                "--uring-entries",
+                "1",
+                "--uring-threads-per-queue",
+                "1",
+            ],
+            |cmd| {
+                cmd.env("RUST_LOG", "info,fuse_transport_uring=debug").env(
+                    "PASSTHROUGHFS_ESCAPE_STALL_UNTIL",
+                    format!("/source/{release}"),
+                );
+            },
+        );
+        assert!(
+            daemon.stderr().contains("confinement=namespace"),
+            "{what}: the daemon runs in its namespace sandbox: {}",
+            daemon.stderr()
+        );
+        let conn = connection_dir(&d.mnt);
+        let f = d.mnt.join("f");
+        let mut holder = Holder::take(&f, false);
+        let mut waiter = OpenWaiter::open(cpu, &f);
+        let base = waiting(&conn);
+        let mut stalled = on_cpu(
+            cpu,
+            Command::new("stat").arg(d.mnt.join(".passthroughfs-escape-stall")),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        // Held once the daemon says so and the kernel counts it; a stat
+        // that ends first was not held (a daemon without the hook).
+        let start = Instant::now();
+        while !(daemon
+            .stderr()
+            .contains("stall test hook: holding a LOOKUP")
+            && waiting(&conn) > base)
+        {
+            assert!(
+                stalled.try_wait().unwrap().is_none() && start.elapsed() < HANG,
+                "{what}: the daemon doesn't hold the stalled LOOKUP (is it built with \
+                 fault-injection?): {}",
+                daemon.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Queued by the kernel in this order behind the stalled request.
+        waiter.go();
+        wait_for_waiting(&conn, base + 2, &format!("{what}: the lock wait"));
+        let mut cat = on_cpu(cpu, Command::new("cat").arg(&f))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_waiting(&conn, base + 3, &format!("{what}: the cat"));
+        std::fs::write(d.src.join(release), b"").unwrap();
+        reap(&mut stalled, &format!("{what}: the stalled stat"));
+        // The stall's commit hands the lock wait its entry, which it keeps;
+        // the cat is served through the transport's kick alone.
+        let start = Instant::now();
+        while cat.try_wait().unwrap().is_none() {
+            if start.elapsed() > HANG {
+                let report = hang_report(&daemon, &conn);
+                let _ = cat.kill();
+                panic!("{what}: the cat queued behind the lock wait got no answer; {report}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        std::io::Read::read_to_string(cat.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(cat.wait().unwrap().success(), "{what}: cat");
+        assert_eq!(out, "contents\n", "{what}: cat");
+        holder.release(&what);
+        let status = reap(&mut waiter.child, &format!("{what}: the waiter"));
+        assert!(
+            status.success(),
+            "{what}: the waiter got the lock: {status}"
+        );
         let log = daemon.stderr();
         assert!(error_lines(&log).is_empty(), "{what}: {log}");
     }

@@ -62,7 +62,8 @@ pub struct BenchArgs {
     quick: bool,
     /// Targets to run, comma-separated, `*` as a wildcard: native,
     /// ours:<dev|uring>/<sync|tokio|uring>[+pool], ours:<dev|uring>/sync+kpt,
-    /// libfuse, libfuse-hp:<dev|uring|kpt>, fuser.
+    /// libfuse, libfuse-hp:<dev|uring|kpt>, fuser, pfs:<dev|uring>[+open]
+    /// (passthroughfs confined at its defaults, and `+open` not confined).
     /// Default: all of them (with --quick: native,ours:dev/sync,libfuse).
     #[arg(long, value_name = "LIST")]
     targets: Option<String>,
@@ -487,6 +488,7 @@ fn build_binaries(
         libfuse: None,
         libfuse_hp: None,
         fuser: None,
+        passthroughfs: None,
     };
     if wants(&TargetKind::Libfuse) {
         println!("bench: building libfuse's passthrough_ll (gcc)");
@@ -509,6 +511,25 @@ fn build_binaries(
             peers.fuser.version, peers.fuser.example
         );
         bins.fuser = Some(targets::build_fuser(paths, peers));
+    }
+    if specs
+        .iter()
+        .any(|s| matches!(s.kind, TargetKind::Passthroughfs { .. }))
+    {
+        let bin = target_dir.join("release").join("passthroughfs");
+        bins.passthroughfs = Some(if args.no_build {
+            if bin.is_file() {
+                Ok(bin)
+            } else {
+                Err(format!(
+                    "{} is missing (build it, or drop --no-build)",
+                    bin.display()
+                ))
+            }
+        } else {
+            println!("bench: building passthroughfs (release)");
+            targets::build_passthroughfs(paths)
+        });
     }
     Ok(bins)
 }

@@ -50,6 +50,17 @@ pub enum TargetKind {
     LibfuseHp(HpMode),
     /// fuser's passthrough example.
     Fuser,
+    /// The `passthroughfs` daemon (crates/passthroughfs), which confines
+    /// itself where `fuse-bench-daemon` doesn't: the cost of confinement
+    /// is `pfs:<transport>` against `pfs:<transport>+open`.
+    Passthroughfs {
+        /// `--uring`, else /dev/fuse.
+        uring: bool,
+        /// At its default confinement (namespace sandbox, Landlock,
+        /// seccomp kill); `false`: `--sandbox none --landlock off
+        /// --seccomp none`.
+        confined: bool,
+    },
 }
 
 /// The modes passthrough_hp runs in, in report order.
@@ -139,6 +150,20 @@ impl TargetSpec {
             TargetKind::Fuser => "fuser's passthrough example (Rust, /dev/fuse); takes none of \
                                   the run's cache, writeback or xattr settings"
                 .into(),
+            TargetKind::Passthroughfs { uring, confined } => format!(
+                "passthroughfs, {}, no kernel passthrough, {}; the run's settings as --cache \
+                 <policy>, --writeback, --no-xattr",
+                if *uring {
+                    "FUSE over io_uring (--uring)"
+                } else {
+                    "/dev/fuse"
+                },
+                if *confined {
+                    "confined at its defaults (namespace sandbox, Landlock, seccomp kill)"
+                } else {
+                    "not confined (--sandbox none --landlock off --seccomp none)"
+                }
+            ),
         }
     }
 
@@ -208,7 +233,24 @@ pub fn all_targets() -> Vec<TargetSpec> {
         name: "fuser".into(),
         kind: TargetKind::Fuser,
     });
+    for transport in TRANSPORTS {
+        for confined in [true, false] {
+            v.push(TargetSpec {
+                name: pfs_name(transport, confined),
+                kind: TargetKind::Passthroughfs {
+                    uring: transport == "uring",
+                    confined,
+                },
+            });
+        }
+    }
     v
+}
+
+/// The report name of passthroughfs on `transport`: `pfs:<transport>`,
+/// then `+open` when not confined.
+pub fn pfs_name(transport: &str, confined: bool) -> String {
+    format!("pfs:{transport}{}", if confined { "" } else { "+open" })
 }
 
 /// Where things live during a run.
@@ -256,6 +298,8 @@ pub struct Binaries {
     pub libfuse_hp: Option<Result<PathBuf, String>>,
     /// fuser's example.
     pub fuser: Option<Result<PathBuf, String>>,
+    /// `passthroughfs` (release).
+    pub passthroughfs: Option<Result<PathBuf, String>>,
 }
 
 /// Builds `fuse-bench-daemon` and `fuse-bench-meta` (release).
@@ -283,6 +327,25 @@ pub fn build_ours(paths: &Paths) -> Result<(PathBuf, PathBuf)> {
         release.join("fuse-bench-daemon"),
         release.join("fuse-bench-meta"),
     ))
+}
+
+/// Builds `passthroughfs` (release).
+pub fn build_passthroughfs(paths: &Paths) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_quiet(
+        Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "fusewire-passthroughfs",
+                "--bin",
+                "passthroughfs",
+            ])
+            .current_dir(&paths.root),
+        "cargo build of passthroughfs",
+    )?;
+    Ok(paths.target_dir.join("release").join("passthroughfs"))
 }
 
 fn newer(a: &Path, b: &Path) -> bool {
@@ -601,6 +664,45 @@ pub fn command_for(
                     mnt,
                 ],
             ))
+        }
+        TargetKind::Passthroughfs { uring, confined } => {
+            let bin = match &bins.passthroughfs {
+                Some(Ok(b)) => b.clone(),
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err("not built".into()),
+            };
+            // Kernel passthrough off, as for fuse-bench-daemon: READ and
+            // WRITE then go through the daemon and its filter.
+            let mut args: Vec<String> = vec![
+                "--foreground".into(),
+                "--no-passthrough".into(),
+                "--cache".into(),
+                ms.cache.clone(),
+            ];
+            if *uring {
+                args.push("--uring".into());
+            }
+            if !*confined {
+                for a in [
+                    "--sandbox",
+                    "none",
+                    "--landlock",
+                    "off",
+                    "--seccomp",
+                    "none",
+                ] {
+                    args.push(a.into());
+                }
+            }
+            if ms.writeback {
+                args.push("--writeback".into());
+            }
+            if !ms.xattr {
+                args.push("--no-xattr".into());
+            }
+            args.push(backing);
+            args.push(mnt);
+            Some((bin, args))
         }
     })
 }
@@ -1136,16 +1238,20 @@ mod tests {
         assert!(names.contains(&"ours:dev/sync+kpt"));
         assert!(names.contains(&"ours:uring/sync+kpt"));
         assert_eq!(
-            &names[names.len() - 5..],
+            &names[names.len() - 9..],
             &[
                 "libfuse",
                 "libfuse-hp:dev",
                 "libfuse-hp:uring",
                 "libfuse-hp:kpt",
-                "fuser"
+                "fuser",
+                "pfs:dev",
+                "pfs:dev+open",
+                "pfs:uring",
+                "pfs:uring+open"
             ]
         );
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 3 + 1);
+        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 3 + 1 + 4);
     }
 
     #[test]
@@ -1157,6 +1263,7 @@ mod tests {
             libfuse: Some(Ok("/p/passthrough_ll".into())),
             libfuse_hp: Some(Ok("/p/passthrough_hp".into())),
             fuser: Some(Err("no network".into())),
+            passthroughfs: Some(Ok("/w/target/release/passthroughfs".into())),
         };
         let ms = MountSettings {
             cache: "auto".into(),
@@ -1179,6 +1286,24 @@ mod tests {
             display_command(&bin, &args),
             "fuse-bench-daemon --transport uring --runtime tokio --cache auto --thread-pool \
              --no-passthrough --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        // The two passthroughfs targets differ only in the confinement.
+        let (bin, args) = command_for(find("pfs:uring+open"), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            display_command(&bin, &args),
+            "passthroughfs --foreground --no-passthrough --cache auto --uring --sandbox none \
+             --landlock off --seccomp none --writeback --no-xattr /w/target/bench/work/backing \
+             /w/target/bench/work/mnt"
+        );
+        let (bin, args) = command_for(find("pfs:uring"), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            display_command(&bin, &args),
+            "passthroughfs --foreground --no-passthrough --cache auto --uring --writeback \
+             --no-xattr /w/target/bench/work/backing /w/target/bench/work/mnt"
         );
         let (bin, args) = command_for(find("libfuse"), &bins, &paths, &ms)
             .unwrap()

@@ -1,7 +1,7 @@
 //! Lock waits on a ring queue: a request that waits indefinitely (SETLKW)
 //! is answered on a thread of its own, the queue gets entries added for
-//! the ones such waits hold, and a [`Kicker`] issues a request on the
-//! queue so that what the kernel queued meanwhile is handed out.
+//! the ones such waits hold, and a [`Kicker`] has the kernel issue a
+//! request on the queue so that what the kernel queued meanwhile is handed out.
 //!
 //! Apart from `queue.rs` because it is one concern with its own threads
 //! and bookkeeping; the serving loop only calls
@@ -13,12 +13,12 @@ use super::{Entry, QueueThread, Ring, ADDED_CHUNK, HEADER_STRIDE, MAX_ADDED_ENTR
 use crate::cmd;
 use crate::sys::{self, Mapping};
 use crate::zero_copy;
-use fuse_abi::InHeader;
+use fuse_abi::{InHeader, NotifyCode, NotifyRetrieveOut, Opcode, OutHeader};
 use fuse_server::opcode_table::opcode_info_raw;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 impl QueueThread {
     /// A request that waits indefinitely (SETLKW: a blocking lock) would
@@ -28,9 +28,10 @@ impl QueueThread {
     /// committed here once answered ([`QueueThread::commit_handed_off`];
     /// the thread wakes this one). The thread keeps the entry's memory
     /// mapped until it is done, even if this ring is closed meanwhile (a
-    /// stop ends lock waits through `Server::stop_waits`). Returns whether
-    /// the entry was handed off; `false` leaves it to [`QueueThread::answer`].
-    pub(super) fn hand_off(&mut self, index: usize) -> bool {
+    /// stop ends lock waits through `Server::stop_waits`). Returns the
+    /// wait's node id if the entry was handed off; `None` leaves it to
+    /// [`QueueThread::answer`].
+    pub(super) fn hand_off(&mut self, index: usize) -> Option<u64> {
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
         // SAFETY: as in `answer`: the entry is in user space, its header
@@ -41,18 +42,16 @@ impl QueueThread {
                 std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
             )
         };
-        let Some(header) = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h) else {
-            return false;
-        };
+        let (header, _) = InHeader::read_from_prefix(&in_out).ok()?;
         if !opcode_info_raw(header.opcode).is_some_and(|i| i.waits_indefinitely()) {
-            return false;
+            return None;
         }
         let Ok(view) = self.locate(e, queue, Some(header), &ent) else {
-            return false;
+            return None;
         };
         if view.zero_copy.is_some() {
             // Its pages are in this ring's table: served here.
-            return false;
+            return None;
         }
         let mut memory = vec![self._headers.clone()];
         memory.extend(self._payloads.clone());
@@ -91,11 +90,11 @@ impl QueueThread {
                 self.shared
                     .counters
                     .request(queue.qid as usize, header.opcode);
-                true
+                Some(header.nodeid)
             }
             Err(err) => {
                 tracing::warn!("starting a thread for a lock wait ({err}); it waits on the queue");
-                false
+                None
             }
         }
     }
@@ -120,13 +119,19 @@ impl QueueThread {
     /// issued on that CPU (the holder's unlock among them). So for every
     /// entry lock waits hold, the queue gets one more: made when needed
     /// (a chunk at a time), registered, and kept (there is no unregister),
-    /// up to [`MAX_ADDED_ENTRIES`] per queue.
-    pub(crate) fn keep_entries_free(&mut self, ring: &mut Ring, index: usize) -> io::Result<()> {
+    /// up to [`MAX_ADDED_ENTRIES`] per queue. `nodeid` is the wait's file,
+    /// which the queue's kick names ([`Kicker`]).
+    pub(crate) fn keep_entries_free(
+        &mut self,
+        ring: &mut Ring,
+        index: usize,
+        nodeid: u64,
+    ) -> io::Result<()> {
         let qi = self.entries[index].queue;
         self.entries[index].long_wait = true;
         self.held_by_waits[qi] += 1;
         self.add_entry_for_waits(ring, qi)?;
-        self.kick(ring, qi)
+        self.kick(ring, qi, nodeid)
     }
 
     /// Registers one more entry on queue `qi` if its lock waits hold more
@@ -182,12 +187,12 @@ impl QueueThread {
     /// FLUSH or RELEASE). Whether the kernel queued any, the daemon can't
     /// see (an entry it already pushed back may not have reached the kernel
     /// yet). So the queue gets a new request of our own, issued on the
-    /// queue's CPU (a forced stat of the mount's root, see [`Kicker`]): it
-    /// takes a free entry and hands out the oldest queued request first.
-    /// Each lock wait does this once, so each request queued behind waits
-    /// gets its turn, and a request served that way commits and hands out
-    /// the next.
-    fn kick(&mut self, ring: &mut Ring, qi: usize) -> io::Result<()> {
+    /// queue's CPU (the reply to a RETRIEVE of nothing, see [`Kicker`]): it
+    /// takes a free entry, and its commit hands out the oldest queued
+    /// request. Each lock wait does this once, so each request queued
+    /// behind waits gets its turn, and a request served that way commits
+    /// and hands out the next.
+    fn kick(&mut self, ring: &mut Ring, qi: usize, nodeid: u64) -> io::Result<()> {
         if self.stopping || self.gone {
             return Ok(());
         }
@@ -195,9 +200,10 @@ impl QueueThread {
         // or it would be queued too.
         submit(ring)?;
         let qid = self.plan.queues[qi].qid;
+        let (dev_fd, cpus) = (self.plan.dev_fd, &self.plan.cpus);
         self.kicker
-            .get_or_insert_with(|| Kicker::new(self.plan.mountpoint.clone()))
-            .kick(qid);
+            .get_or_insert_with(|| Kicker::new(dev_fd, cpus.clone()))
+            .kick(qid, nodeid);
         Ok(())
     }
 
@@ -247,67 +253,129 @@ impl QueueThread {
     }
 }
 
-/// Issues one request on a given queue per kick: a
-/// `statx(AT_STATX_FORCE_SYNC)` of the mount's root (always a GETATTR or
-/// STATX to the daemon) from the queue's CPU, since the kernel picks the
-/// queue by the CPU a request is issued on. See
-/// [`QueueThread::kick`].
-///
-/// Each kick runs on a short-lived thread of its own: a kick's request may
-/// itself be queued behind others until later commits hand it out, and
-/// the kicks after it must not wait for it.
-pub(super) struct Kicker {
-    mountpoint: Arc<std::path::Path>,
-    running: Arc<AtomicUsize>,
+/// Set in the `notify_unique` of every kick's RETRIEVE, which the kernel
+/// makes the `unique` of the NOTIFY_REPLY request it issues: how the ring
+/// thread tells its own kicks from a file system's retrieves and answers
+/// them itself ([`QueueThread::answer_kick`]). The kernel's own ids count
+/// up from 2 in steps of 2 and never get near this bit.
+const KICK_BIT: u64 = 1 << 62;
+
+/// The next kick's id. Every kick needs its own: over io_uring the kernel
+/// finds the request a commit answers by its `unique` (the entry's commit
+/// id), so two replies in flight under one id could be matched with each
+/// other's entries. Even (bit 0 marks an INTERRUPT's id), never 0 (the
+/// kernel refuses a ring commit whose `unique` is 0), distinct for 2^61
+/// kicks.
+fn next_kick_unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    KICK_BIT | ((n << 1) & (KICK_BIT - 1))
 }
 
-/// Kicks waiting for their answer at most; more are dropped (each lock wait
-/// that takes an entry kicks again).
-const MAX_RUNNING_KICKS: usize = 256;
+/// Issues one request on a given queue per kick, with no path and no
+/// wait: a `FUSE_NOTIFY_RETRIEVE` of zero bytes of the waiting lock's file,
+/// written to `/dev/fuse` from the queue's CPU. (A regular file: Linux
+/// refuses a RETRIEVE of a directory with EINVAL; the waiter holds it open,
+/// so its inode is in the kernel's cache.) The kernel answers a RETRIEVE by
+/// issuing a NOTIFY_REPLY request from the writing task, and picks the
+/// ring queue by the CPU of the task that issues a request, so the reply
+/// lands on that queue, takes a free entry (or queues behind the others)
+/// and, once committed, hands out the next queued request. See
+/// [`QueueThread::kick`].
+///
+/// Unlike a `stat` of the mountpoint, this needs neither the mount's path
+/// (a daemon in its own mount namespace has none) nor a descriptor of it
+/// (which would make an `umount` from outside fail with EBUSY), and the
+/// write returns at once: the kernel doesn't wait for the reply's commit.
+/// The calling thread moves to the queue's CPU for the write and back.
+pub(super) struct Kicker {
+    dev_fd: std::os::fd::RawFd,
+    /// The ring thread's own CPUs: when it is pinned to exactly the
+    /// queue's CPU, no move is needed.
+    cpus: Vec<usize>,
+}
 
 impl Kicker {
-    fn new(mountpoint: std::path::PathBuf) -> Self {
-        Self {
-            mountpoint: mountpoint.into(),
-            running: Arc::default(),
-        }
+    fn new(dev_fd: std::os::fd::RawFd, cpus: Vec<usize>) -> Self {
+        Self { dev_fd, cpus }
     }
 
-    /// Issues one request on queue `qid`, on a thread of its own.
-    fn kick(&self, qid: u16) {
-        if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING_KICKS {
-            self.running.fetch_sub(1, Ordering::AcqRel);
-            tracing::debug!(
-                qid,
-                "kicking a ring queue: {MAX_RUNNING_KICKS} kicks running"
-            );
-            return;
-        }
-        let mountpoint = self.mountpoint.clone();
-        let running = self.running.clone();
-        let spawned = std::thread::Builder::new()
-            .name("fuse-uring-kick".into())
-            .stack_size(64 << 10)
-            .spawn(move || {
-                if let Err(e) = sys::pin_current_thread(&[qid as usize]) {
-                    tracing::debug!(qid, "kicking a ring queue: pinning: {e}");
+    /// Issues one request on queue `qid` (the queue of CPU `qid`), a
+    /// RETRIEVE of inode `nodeid`.
+    fn kick(&self, qid: u16, nodeid: u64) {
+        let cpu = qid as usize;
+        let saved = if self.cpus == [cpu] {
+            None
+        } else {
+            match sys::current_affinity() {
+                Ok(saved) => Some(saved),
+                Err(e) => {
+                    tracing::debug!(qid, "kicking a ring queue: reading the affinity: {e}");
+                    return;
                 }
-                match sys::open_path(&mountpoint) {
-                    Ok(root) => {
-                        if let Err(e) = sys::statx_force_sync(&root) {
-                            tracing::debug!(qid, "kicking a ring queue: {e}");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("kicking ring queues: opening {}: {e}", mountpoint.display())
-                    }
-                }
-                running.fetch_sub(1, Ordering::AcqRel);
-            });
-        if let Err(e) = spawned {
-            self.running.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(qid, "kicking a ring queue: starting a thread: {e}");
+            }
+        };
+        if saved.is_some() {
+            if let Err(e) = sys::pin_current_thread(&[cpu]) {
+                // The request would land on another queue.
+                tracing::debug!(qid, "kicking a ring queue: moving to its CPU: {e}");
+                return;
+            }
         }
+        let header = OutHeader {
+            len: (size_of::<OutHeader>() + size_of::<NotifyRetrieveOut>()) as u32,
+            error: NotifyCode::Retrieve as i32,
+            unique: 0,
+        };
+        let retrieve = NotifyRetrieveOut {
+            notify_unique: next_kick_unique(),
+            nodeid,
+            offset: 0,
+            size: 0,
+            padding: 0,
+        };
+        let mut bytes = [0u8; size_of::<OutHeader>() + size_of::<NotifyRetrieveOut>()];
+        bytes[..size_of::<OutHeader>()].copy_from_slice(header.as_bytes());
+        bytes[size_of::<OutHeader>()..].copy_from_slice(retrieve.as_bytes());
+        if let Err(e) = sys::write_dev(self.dev_fd, &bytes) {
+            // ENOENT: the kernel forgot the file (its waiter is gone, and
+            // its wait's entry came back: that commit hands out what was
+            // queued); ENODEV: the connection was aborted.
+            tracing::debug!(qid, "kicking a ring queue: {e}");
+        }
+        if let Some(saved) = saved {
+            if let Err(e) = sys::set_affinity(&saved) {
+                tracing::warn!("a ring thread stays on CPU {cpu} after a kick: {e}");
+            }
+        }
+    }
+}
+
+impl QueueThread {
+    /// If entry `index` holds the NOTIFY_REPLY of one of our kicks, answers
+    /// it in place (the kernel expects no reply, but the entry goes back
+    /// with a header all the same) and returns the commit id; the file
+    /// system never sees it.
+    pub(crate) fn answer_kick(&self, index: usize) -> Option<u64> {
+        let e = &self.entries[index];
+        // SAFETY: as in `answer`: the entry is in user space, its header
+        // aligned and ours alone.
+        let (in_out, ent) = unsafe {
+            (
+                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
+                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
+            )
+        };
+        let (header, _) = InHeader::read_from_prefix(&in_out).ok()?;
+        if header.opcode != Opcode::NotifyReply as u32 || header.unique & KICK_BIT == 0 {
+            return None;
+        }
+        write_reply(e.header, header.unique, 0, 0);
+        tracing::trace!(
+            qid = self.plan.queues[e.queue].qid,
+            "a kick's request arrived"
+        );
+        Some(ent.commit_id)
     }
 }
 

@@ -12,6 +12,12 @@
 //! succeeded, which a lookup never says otherwise) and the daemon logs
 //! the outcome. A filter that kills the daemon for the attempt ends it
 //! instead (and says which call).
+//!
+//! One more name is no escape: `.passthroughfs-escape-stall` holds the
+//! request (and its ring entry, or its worker) until the file named by
+//! `PASSTHROUGHFS_ESCAPE_STALL_UNTIL` exists (a path as the daemon sees
+//! it: under `/source` in the namespace sandbox), then answers `ENOENT`.
+//! The lock wait tests use it to make the kernel queue requests behind it.
 
 use std::ffi::CStr;
 use std::io;
@@ -68,9 +74,26 @@ fn attempt(what: &str) -> io::Result<()> {
     }
 }
 
+/// Waits for the file `PASSTHROUGHFS_ESCAPE_STALL_UNTIL` to exist.
+fn stall() -> io::Error {
+    let until = match env("PASSTHROUGHFS_ESCAPE_STALL_UNTIL") {
+        Ok(p) => std::path::PathBuf::from(p),
+        Err(e) => return e,
+    };
+    tracing::info!(until = %until.display(), "stall test hook: holding a LOOKUP");
+    while !until.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    tracing::info!("stall test hook: LOOKUP released");
+    io::Error::from_raw_os_error(libc::ENOENT)
+}
+
 fn on_lookup(name: &CStr) -> Option<io::Error> {
     let name = name.to_str().ok()?;
     let what = name.strip_prefix(PREFIX)?;
+    if what == "stall" {
+        return Some(stall());
+    }
     Some(match attempt(what) {
         Ok(()) => {
             tracing::warn!(attempt = what, "escape test: the attempt succeeded");

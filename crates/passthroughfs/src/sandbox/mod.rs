@@ -287,7 +287,7 @@ pub enum ServingMode {
 pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompMode) {
     match mode {
         ServingMode::Dev => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
-        ServingMode::Uring => (SandboxMode::None, LandlockMode::On, SeccompMode::Kill),
+        ServingMode::Uring => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
         ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
         ServingMode::VhostUser => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
@@ -391,13 +391,6 @@ impl Confinement {
                  threads started before confining",
             );
         }
-        if sandbox == SandboxMode::Namespace && args.uring {
-            return refuse(
-                "--uring",
-                "the io_uring transport stats the mountpoint's path to hand a waiting request \
-                 to the kernel, a path a private mount namespace doesn't have",
-            );
-        }
         Ok(Confinement {
             sandbox,
             seccomp,
@@ -446,10 +439,6 @@ mod tests {
     fn what_cannot_be_confined_is_refused_with_the_reason() {
         for (argv, why) in [
             (&["--sandbox", "chroot"][..], "/proc/self/fd"),
-            (
-                &["--sandbox", "namespace", "--uring"][..],
-                "mountpoint's path",
-            ),
             (
                 &["--sandbox", "namespace", "--takeover-socket", "/s"][..],
                 "takeover socket",
