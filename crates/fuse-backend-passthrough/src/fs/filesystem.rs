@@ -134,6 +134,15 @@ impl FileSystem for PassthroughFs {
                 "kernel passthrough at unmount"
             );
         }
+        if let Some(s) = self.prune_stats().filter(|s| s.rounds > 0) {
+            // What the bound did, for the suites that run with a small one.
+            tracing::info!(
+                limit = s.limit,
+                rounds = s.rounds,
+                offered = s.offered,
+                "inode table bound at unmount"
+            );
+        }
         // Backing ids first, while the connection can still close them.
         self.pt.clear();
         self.handles.clear();
