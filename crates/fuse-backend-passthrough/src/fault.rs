@@ -20,3 +20,23 @@ pub fn set_lookup_hook(hook: LookupHook) {
 pub(crate) fn on_lookup(name: &CStr) -> Option<io::Error> {
     LOOKUP_HOOK.get().and_then(|hook| hook(name))
 }
+
+/// A hook run when a reply is about to hand a lookup reference on a node
+/// to the kernel, after the crash table counted it and before the request
+/// journal records it (the window a crash recovery must survive); it gets
+/// the node id and the backing inode number.
+pub type HandOverHook = fn(u64, u64);
+
+static HAND_OVER_HOOK: OnceLock<HandOverHook> = OnceLock::new();
+
+/// Sets the hand-over hook (once per process; later calls do nothing).
+pub fn set_hand_over_hook(hook: HandOverHook) {
+    let _ = HAND_OVER_HOOK.set(hook);
+}
+
+/// Runs the hand-over hook, if one is set.
+pub(crate) fn on_hand_over(nodeid: u64, ino: u64) {
+    if let Some(hook) = HAND_OVER_HOOK.get() {
+        hook(nodeid, ino);
+    }
+}

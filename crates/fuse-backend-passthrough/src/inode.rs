@@ -649,10 +649,17 @@ impl InodeStore {
         };
         let slot = inode.crash_slot.load(Ordering::Acquire);
         if slot != NO_SLOT {
-            // Journaled first: a crash before the reply is recorded gives
-            // it back on the resend, never leaves it counted twice.
-            fuse_server::recovery::handed(inode.nodeid);
+            // Counted first, journaled second. A crash between the two
+            // leaves the reference counted and not journaled: the resend
+            // runs again and counts it twice, so the node outlives the
+            // kernel's FORGET (kept until the unmount). The other order
+            // gave back, on the resend, a reference never counted: one of
+            // the kernel's was lost, and a later FORGET found fewer
+            // references than it dropped, or no node at all.
             table.refs(slot).fetch_add(1, Ordering::AcqRel);
+            #[cfg(feature = "fault-injection")]
+            crate::fault::on_hand_over(inode.nodeid, inode.key.ino);
+            fuse_server::recovery::handed(inode.nodeid);
         }
     }
 

@@ -668,10 +668,13 @@ impl Drop for JournalScope {
 }
 
 /// Records that the current request is about to hand one lookup reference
-/// on `nodeid` to the kernel: call it *before* counting the reference
+/// on `nodeid` to the kernel: call it right *after* counting the reference
 /// where it survives a crash. If the process dies before the reply is
 /// recorded, the resend gives the reference back first (`forget`), then
-/// runs again. Does nothing outside a journaled request.
+/// runs again. (Counted first, a crash between the two steps leaves the
+/// reference counted twice, which keeps a node too long; recorded first,
+/// the resend would give back a reference never counted, one the kernel
+/// holds.) Does nothing outside a journaled request.
 pub fn handed(nodeid: u64) {
     CURRENT.with(|c| {
         if let Some((j, i)) = &c.borrow().record {

@@ -18,6 +18,13 @@
 //! `PASSTHROUGHFS_ESCAPE_STALL_UNTIL` exists (a path as the daemon sees
 //! it: under `/source` in the namespace sandbox), then answers `ENOENT`.
 //! The lock wait tests use it to make the kernel queue requests behind it.
+//!
+//! And one crash: with `PASSTHROUGHFS_CRASH_AT_HAND_OVER` naming a file,
+//! a reply about to hand the kernel a lookup reference on the file whose
+//! inode number that file holds (in decimal) makes the daemon remove it
+//! and kill itself (SIGKILL) between the crash table's count and the
+//! request journal's record of that reference (`--supervise` tests: the
+//! next serving process must settle the resent request right).
 
 use std::ffi::CStr;
 use std::io;
@@ -25,9 +32,46 @@ use std::io;
 /// The names' prefix.
 pub const PREFIX: &str = ".passthroughfs-escape-";
 
-/// Installs the hook in the backend.
+/// Installs the hooks in the backend.
 pub fn install() {
     fuse_backend_passthrough::fault::set_lookup_hook(on_lookup);
+    if let Some(flag) = std::env::var_os("PASSTHROUGHFS_CRASH_AT_HAND_OVER") {
+        let _ = CRASH_FLAG.set(std::path::PathBuf::from(flag));
+        fuse_backend_passthrough::fault::set_hand_over_hook(on_hand_over);
+    }
+}
+
+/// The file that arms the crash at a hand-over.
+static CRASH_FLAG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+fn on_hand_over(nodeid: u64, ino: u64) {
+    let Some(flag) = CRASH_FLAG.get() else {
+        return;
+    };
+    let Ok(text) = std::fs::read_to_string(flag) else {
+        return;
+    };
+    if text.trim().parse::<u64>().ok() != Some(ino) {
+        return;
+    }
+    // unlinkat, not the unlink std makes: the seccomp filter allows the
+    // `*at` calls only.
+    let Ok(path) = std::ffi::CString::new(flag.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path that outlives the call.
+    if unsafe { libc::unlinkat(libc::AT_FDCWD, path.as_ptr(), 0) } != 0 {
+        return;
+    }
+    tracing::warn!(
+        nodeid,
+        ino,
+        "crash test hook: killed between counting a lookup reference and journaling it"
+    );
+    // SAFETY: plain system calls; the process ends here.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
 }
 
 fn env(name: &str) -> io::Result<String> {
