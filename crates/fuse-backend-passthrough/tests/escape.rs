@@ -29,7 +29,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -506,6 +506,9 @@ fn symlinks_through_the_mount_needs_root() {
     drop(m);
 }
 
+/// Swaps and reads the symlink race runs at least.
+const RACE_MIN: u64 = 100;
+
 #[test]
 fn directory_swapped_for_a_symlink_while_racing_needs_root() {
     require_root();
@@ -515,10 +518,10 @@ fn directory_swapped_for_a_symlink_while_racing_needs_root() {
     let stop = Arc::new(AtomicBool::new(false));
     // The racer: `d` is a directory, then a symlink to the outside, again
     // and again.
+    let swaps = Arc::new(AtomicU64::new(0));
     let racer = {
-        let (stop, src) = (stop.clone(), t.src.clone());
+        let (stop, src, swaps) = (stop.clone(), t.src.clone(), swaps.clone());
         std::thread::spawn(move || {
-            let mut swaps = 0u64;
             while !stop.load(Ordering::Acquire) {
                 let _ = std::fs::rename(src.join("d"), src.join("d.real"));
                 let _ = std::os::unix::fs::symlink("../outside", src.join("d"));
@@ -526,16 +529,21 @@ fn directory_swapped_for_a_symlink_while_racing_needs_root() {
                 let _ = std::fs::remove_file(src.join("d"));
                 let _ = std::fs::rename(src.join("d.real"), src.join("d"));
                 std::thread::sleep(Duration::from_micros(300));
-                swaps += 1;
+                swaps.fetch_add(1, Ordering::Relaxed);
             }
-            swaps
         })
     };
     let mnt = m.mnt.clone();
+    let counted = swaps.clone();
     let (reads, leaks) = in_private_ns(t.outside.clone(), move || {
         let start = Instant::now();
         let (mut reads, mut leaks, mut i) = (0u64, Vec::new(), 0u64);
-        while start.elapsed() < Duration::from_secs(4) {
+        // At least 4 s, and until the race ran enough on both sides (a
+        // loaded machine may take longer; two minutes is the limit).
+        let ran = |reads: u64| reads > RACE_MIN && counted.load(Ordering::Relaxed) > RACE_MIN;
+        while (start.elapsed() < Duration::from_secs(4) || !ran(reads))
+            && start.elapsed() < Duration::from_secs(120)
+        {
             i += 1;
             // `f` may be left as `g` by a rename the swap cut in two.
             for name in ["d/f", "d/g"] {
@@ -566,15 +574,16 @@ fn directory_swapped_for_a_symlink_while_racing_needs_root() {
         (reads, leaks)
     });
     stop.store(true, Ordering::Release);
-    let swaps = racer.join().unwrap();
+    racer.join().unwrap();
+    let swaps = swaps.load(Ordering::Relaxed);
     eprintln!("escape race: {swaps} swaps, {reads} reads of d/f");
     assert!(
         leaks.is_empty(),
         "the daemon followed a swapped-in symlink: {leaks:?}"
     );
     assert!(
-        swaps > 100 && reads > 100,
-        "the race ran ({swaps} swaps, {reads} reads)"
+        swaps > RACE_MIN && reads > RACE_MIN,
+        "the race did not run in two minutes ({swaps} swaps, {reads} reads)"
     );
     assert_eq!(
         outside_state(&t),
