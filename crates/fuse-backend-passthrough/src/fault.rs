@@ -40,3 +40,22 @@ pub(crate) fn on_hand_over(nodeid: u64, ino: u64) {
         hook(nodeid, ino);
     }
 }
+
+/// A hook run when a handle was made for an OPEN, OPENDIR or CREATE, once
+/// the crash table keeps it and the request journal noted it, before the
+/// reply is recorded; it gets the handle number.
+pub type HandleMadeHook = fn(u64);
+
+static HANDLE_MADE_HOOK: OnceLock<HandleMadeHook> = OnceLock::new();
+
+/// Sets the handle hook (once per process; later calls do nothing).
+pub fn set_handle_made_hook(hook: HandleMadeHook) {
+    let _ = HANDLE_MADE_HOOK.set(hook);
+}
+
+/// Runs the handle hook, if one is set.
+pub(crate) fn on_handle_made(fh: u64) {
+    if let Some(hook) = HANDLE_MADE_HOOK.get() {
+        hook(fh);
+    }
+}

@@ -123,6 +123,13 @@ impl HandleTable {
                 handle.passthrough_id,
             );
             handle.crash_slot.store(slot, Ordering::Release);
+            // In the table first, in the request's journal record second
+            // (a resend then closes it before running again): a crash
+            // between the two keeps a handle nobody holds until the
+            // unmount, never closes one the kernel was given.
+            fuse_server::recovery::note(fh + 1);
+            #[cfg(feature = "fault-injection")]
+            crate::fault::on_handle_made(fh);
         }
         shard.insert(fh, Arc::new(handle));
         Ok(fh)

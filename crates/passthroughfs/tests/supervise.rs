@@ -325,7 +325,7 @@ fn a_crash_between_counting_and_journaling_a_lookup_reference_loses_none_needs_f
     let d = dirs();
     let flag = d.dir.path().join("crash-at-hand-over");
     let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
-        cmd.env("PASSTHROUGHFS_CRASH_AT_HAND_OVER", &flag);
+        cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
     });
     std::fs::write(d.src.join("a"), b"data").unwrap();
     std::fs::hard_link(d.src.join("a"), d.src.join("b")).unwrap();
@@ -343,7 +343,7 @@ fn a_crash_between_counting_and_journaling_a_lookup_reference_loses_none_needs_f
     wait_serving(&daemon, 1);
     let log = daemon.stderr();
     assert!(
-        log.contains("killed between counting a lookup reference and journaling it"),
+        log.contains("crash test hook: killed before the reply was recorded"),
         "{log}"
     );
     assert_eq!(std::fs::read(d.mnt.join("b")).unwrap(), b"data");
@@ -370,6 +370,54 @@ fn a_crash_between_counting_and_journaling_a_lookup_reference_loses_none_needs_f
     let log = stop(daemon);
     assert!(
         !log.contains("FORGET of an unknown node id") && !log.contains("more references than held"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_crash_after_making_a_handle_before_the_reply_leaks_none_needs_file_handles() {
+    // An OPEN's handle goes into the crash table (so that a new process
+    // opens it again) before the reply carries its number to the kernel.
+    // The test hook kills the serving process in between; the kernel
+    // resends the OPEN and the next process makes another handle. The
+    // first one, which the kernel never got, used to stay (with its
+    // descriptor, and kernel passthrough's backing id) until the unmount:
+    // now the handle table notes it in the request's journal record and
+    // the resend closes it first.
+    let d = dirs();
+    let flag = d.dir.path().join("crash-at");
+    let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
+        cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
+    });
+    std::fs::write(d.src.join("f"), b"data").unwrap();
+    std::fs::create_dir(d.src.join("dir")).unwrap();
+    for (n, name) in ["f", "dir", "new"].into_iter().enumerate() {
+        std::fs::write(&flag, "handle").unwrap();
+        // OPEN, OPENDIR, CREATE (with O_EXCL): making the handle kills the
+        // serving process.
+        let opened = if name == "new" {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(d.mnt.join(name))
+        } else {
+            std::fs::File::open(d.mnt.join(name))
+        }
+        .unwrap_or_else(|e| panic!("a client saw {e}: {}", daemon.stderr()));
+        assert!(!flag.exists(), "the hook did not fire: {}", daemon.stderr());
+        wait_serving(&daemon, n + 1);
+        let state = fs_state_with(&daemon, &["handles=1 "], false);
+        eprintln!("{name} open after the crash: {state}");
+        drop(opened);
+        // RELEASE of the resend's handle: none left.
+        let state = fs_state_with(&daemon, &["handles=0 "], false);
+        eprintln!("{name} closed: {state}");
+    }
+    let log = stop(daemon);
+    assert_eq!(
+        log.matches("crash test hook: killed before the reply was recorded")
+            .count(),
+        3,
         "{log}"
     );
 }

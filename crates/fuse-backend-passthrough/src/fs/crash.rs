@@ -15,6 +15,8 @@
 //! - CREATE with `O_EXCL`: opened without `O_EXCL` (the kernel holds the
 //!   directory locked while it waits for the answer, so no other client of
 //!   the mount made the file meanwhile).
+//! - OPEN, OPENDIR, CREATE: the handle the first attempt made (noted in
+//!   the record) is closed, then a new one is made.
 //! - An `O_APPEND` WRITE (without the writeback cache, the backing file
 //!   appends): the first attempt noted where the end was; the bytes found
 //!   there that equal the request's are not appended again, only the rest.
@@ -49,6 +51,47 @@ pub struct CrashRecovery {
 /// it may have acted on it already.
 pub(super) fn resent_after_start() -> bool {
     matches!(attempt(), Attempt::Resent { started: true, .. })
+}
+
+impl PassthroughFs {
+    /// Before an OPEN, OPENDIR or CREATE: on a resend the dead process had
+    /// started, closes the handle its first attempt made (the handle table
+    /// notes each handle in the request's journal record once the crash
+    /// table keeps it), which the kernel never got: the request then runs
+    /// again and makes another. Without this the handle, its descriptor
+    /// and its kernel passthrough backing id stayed until the unmount.
+    pub(super) fn close_resent_handle(&self, ctx: &Context) {
+        let Attempt::Resent {
+            started: true,
+            note,
+        } = attempt()
+        else {
+            return;
+        };
+        let Some(h) = note.checked_sub(1).and_then(|fh| self.handles.get(fh)) else {
+            return;
+        };
+        let fh = note - 1;
+        let args = ReleaseArgs {
+            fh,
+            flags: h.flags as u32,
+            release_flags: ReleaseFlags::empty(),
+            lock_owner: 0,
+        };
+        let (nodeid, dir) = (h.nodeid, h.dir.is_some());
+        drop(h);
+        let closed = if dir {
+            self.releasedir(ctx, nodeid, &args)
+        } else {
+            self.release(ctx, nodeid, &args)
+        };
+        tracing::debug!(
+            fh,
+            nodeid,
+            ?closed,
+            "resent open: the handle its first attempt made is closed"
+        );
+    }
 }
 
 /// Before an appending (`O_APPEND`) WRITE on `fd`: on a resend the dead

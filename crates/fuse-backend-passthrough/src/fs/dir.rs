@@ -20,6 +20,7 @@ impl PassthroughFs {
         if self.agreed.no_opendir.load(Ordering::Relaxed) {
             return Err(errno(libc::ENOSYS));
         }
+        self.close_resent_handle(ctx);
         let inode = self.inodes.get(ino)?;
         if !inode.is_dir() {
             return Err(errno(libc::ENOTDIR));

@@ -236,6 +236,7 @@ impl PassthroughFs {
         if self.no_open() {
             return Err(errno(libc::ENOSYS));
         }
+        self.close_resent_handle(ctx);
         let inode = self.inodes.get(ino)?;
         if !inode.is_reg() {
             return Err(errno(if inode.is_dir() {

@@ -442,6 +442,7 @@ impl PassthroughFs {
         args: &CreateArgs,
     ) -> io::Result<(Entry, Opened)> {
         check_name(name)?;
+        self.close_resent_handle(ctx);
         let parent = self.inodes.get(parent)?;
         let timeout = self.entry_timeout_in(&parent);
         self.creds.creator(ctx)?;

@@ -19,12 +19,15 @@
 //! it: under `/source` in the namespace sandbox), then answers `ENOENT`.
 //! The lock wait tests use it to make the kernel queue requests behind it.
 //!
-//! And one crash: with `PASSTHROUGHFS_CRASH_AT_HAND_OVER` naming a file,
-//! a reply about to hand the kernel a lookup reference on the file whose
-//! inode number that file holds (in decimal) makes the daemon remove it
-//! and kill itself (SIGKILL) between the crash table's count and the
-//! request journal's record of that reference (`--supervise` tests: the
-//! next serving process must settle the resent request right).
+//! And crashes: with `PASSTHROUGHFS_CRASH_AT` naming a file, the daemon
+//! removes that file and kills itself (SIGKILL) while the crash table has
+//! a record of something the kernel is about to be given and the reply is
+//! not recorded (`--supervise` tests: the next serving process must settle
+//! the resent request right). What the file holds says where: an inode
+//! number (in decimal), at a reply handing a lookup reference on that
+//! file, between the crash table's count and the journal's record; or
+//! `handle`, at the next handle an OPEN, OPENDIR or CREATE makes, once
+//! the table keeps it and the journal noted it.
 
 use std::ffi::CStr;
 use std::io;
@@ -35,23 +38,34 @@ pub const PREFIX: &str = ".passthroughfs-escape-";
 /// Installs the hooks in the backend.
 pub fn install() {
     fuse_backend_passthrough::fault::set_lookup_hook(on_lookup);
-    if let Some(flag) = std::env::var_os("PASSTHROUGHFS_CRASH_AT_HAND_OVER") {
+    if let Some(flag) = std::env::var_os("PASSTHROUGHFS_CRASH_AT") {
         let _ = CRASH_FLAG.set(std::path::PathBuf::from(flag));
         fuse_backend_passthrough::fault::set_hand_over_hook(on_hand_over);
+        fuse_backend_passthrough::fault::set_handle_made_hook(on_handle_made);
     }
 }
 
-/// The file that arms the crash at a hand-over.
+/// The file that arms the crash hooks.
 static CRASH_FLAG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 fn on_hand_over(nodeid: u64, ino: u64) {
+    crash_if_armed(&ino.to_string(), &format!("node {nodeid}"));
+}
+
+fn on_handle_made(fh: u64) {
+    crash_if_armed("handle", &format!("handle {fh}"));
+}
+
+/// Kills the process if the flag file holds `armed_for` (removing it
+/// first, so that the next process doesn't crash again).
+fn crash_if_armed(armed_for: &str, what: &str) {
     let Some(flag) = CRASH_FLAG.get() else {
         return;
     };
     let Ok(text) = std::fs::read_to_string(flag) else {
         return;
     };
-    if text.trim().parse::<u64>().ok() != Some(ino) {
+    if text.trim() != armed_for {
         return;
     }
     // unlinkat, not the unlink std makes: the seccomp filter allows the
@@ -64,9 +78,8 @@ fn on_hand_over(nodeid: u64, ino: u64) {
         return;
     }
     tracing::warn!(
-        nodeid,
-        ino,
-        "crash test hook: killed between counting a lookup reference and journaling it"
+        what,
+        "crash test hook: killed before the reply was recorded"
     );
     // SAFETY: plain system calls; the process ends here.
     unsafe {
