@@ -129,7 +129,9 @@ fn stop_ends_workers_even_when_the_mount_is_busy() {
     session.stop();
     session.wait().unwrap();
     assert_eq!(session.worker_count(), 0);
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Without the wake the workers would block in read(2) for good; a
+    // minute only bounds a busy machine's scheduling.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
     drop(open);
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
 }
