@@ -77,7 +77,9 @@ impl InodeKey {
     }
 }
 
-/// One node id known to the kernel.
+/// One node id known to the kernel. Kept small (a walk over a large tree
+/// holds one per file the kernel knows; docs/benchmarks.md has the
+/// breakdown): what few inodes need is in [`Cold`], allocated on first use.
 pub(crate) struct Inode {
     /// Our node id.
     pub nodeid: u64,
@@ -85,36 +87,45 @@ pub(crate) struct Inode {
     pub key: InodeKey,
     /// The backing file.
     pub file: InodeFile,
-    /// File type bits (`S_IFMT` of the mode); a file's type never changes.
-    pub ftype: u32,
+    /// Lookup references the kernel holds.
+    refs: AtomicU64,
+    /// Open handles, lock contexts and writers: `None` until one is made.
+    cold: OnceLock<Box<Cold>>,
     /// The backing file's generation where known (0 otherwise), sent in
     /// entry replies: node ids are never reused, so (node id, generation)
     /// is unique either way.
-    pub generation: u64,
-    /// Lookup references the kernel holds.
-    refs: AtomicU64,
+    pub generation: u32,
+    /// The source watch this directory is marked in (its number, 0: none),
+    /// so that names answered in it may be cached for long.
+    pub watched: AtomicU32,
+    /// The source watch this regular file is marked in (its number, 0:
+    /// none), so that its attributes may be cached for long.
+    pub attrs_watched: AtomicU32,
+    /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
+    pub crash_slot: AtomicU32,
+    /// The store's clock when a request last named this inode (or it was
+    /// last offered for pruning): the pruner offers the lowest first.
+    used: AtomicU32,
+    /// File type bits (`S_IFMT` of the mode, which fits 16 bits); a
+    /// file's type never changes.
+    ftype: u16,
+    /// `writers` (in [`Cold`]) is not 0 (read without its lock).
+    pub has_writers: AtomicBool,
+}
+
+/// What an inode needs only once the kernel opens it, locks it or writes
+/// it: most inodes of a walk never do, and these would be 56 bytes each.
+#[derive(Default)]
+pub(crate) struct Cold {
     /// The handle READ/WRITE/READDIR use when the kernel sends handle 0
     /// (zero-message opens), opened on first use.
     pub lazy: Mutex<Option<Arc<Handle>>>,
     /// POSIX lock contexts per lock owner: an open file description each,
     /// holding that owner's OFD locks.
     pub locks: Mutex<Vec<(u64, Arc<LockCtx>)>>,
-    /// The source watch this directory is marked in (its number, 0: none),
-    /// so that names answered in it may be cached for long.
-    pub watched: AtomicU64,
-    /// The source watch this regular file is marked in (its number, 0:
-    /// none), so that its attributes may be cached for long.
-    pub attrs_watched: AtomicU64,
     /// Write handles the daemon holds on this file (see
     /// `PassthroughFs::writer_opened`), changed under this lock.
     pub writers: Mutex<u32>,
-    /// `writers` is not 0 (read without the lock).
-    pub has_writers: AtomicBool,
-    /// Its slot in the crash table (`crash_table::NO_SLOT`: none).
-    pub crash_slot: AtomicU32,
-    /// The store's clock when a request last named this inode (or it was
-    /// last offered for pruning): the pruner offers the lowest first.
-    used: AtomicU32,
 }
 
 impl Inode {
@@ -139,28 +150,42 @@ impl Inode {
             nodeid,
             key,
             file,
-            ftype: mode & libc::S_IFMT,
             generation,
             refs: AtomicU64::new(0),
-            lazy: Mutex::new(None),
-            locks: Mutex::new(Vec::new()),
-            watched: AtomicU64::new(0),
-            attrs_watched: AtomicU64::new(0),
-            writers: Mutex::new(0),
+            cold: OnceLock::new(),
+            watched: AtomicU32::new(0),
+            attrs_watched: AtomicU32::new(0),
             has_writers: AtomicBool::new(false),
             crash_slot: AtomicU32::new(NO_SLOT),
             used: AtomicU32::new(0),
+            ftype: (mode & libc::S_IFMT) as u16,
         }
+    }
+
+    /// Its open handles, lock contexts and writers, made on first use.
+    pub(crate) fn cold(&self) -> &Cold {
+        self.cold.get_or_init(Box::default)
+    }
+
+    /// Its open handles, lock contexts and writers, if any was ever made
+    /// (for readers, which needn't make them).
+    pub(crate) fn cold_if_made(&self) -> Option<&Cold> {
+        self.cold.get().map(|c| &**c)
+    }
+
+    /// File type bits (`S_IFMT` of the mode).
+    pub(crate) fn ftype(&self) -> u32 {
+        u32::from(self.ftype)
     }
 
     /// A directory.
     pub(crate) fn is_dir(&self) -> bool {
-        self.ftype == libc::S_IFDIR
+        self.ftype() == libc::S_IFDIR
     }
 
     /// A regular file.
     pub(crate) fn is_reg(&self) -> bool {
-        self.ftype == libc::S_IFREG
+        self.ftype() == libc::S_IFREG
     }
 
     /// Lookup references held by the kernel.
@@ -757,12 +782,10 @@ impl InodeStore {
         };
         drop(old);
         sys::release_free_memory();
-        *self.root.lazy.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.root
-            .locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        if let Some(cold) = self.root.cold_if_made() {
+            *cold.lazy.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            cold.locks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
     }
 }
 
@@ -804,5 +827,22 @@ impl fuse_server::PruneSource for InodeStore {
             }
         }
         ids
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-node cost docs/benchmarks.md accounts for: an inode in its
+    /// `Arc` fits a 160-byte allocation (glibc adds 8 bytes and rounds to
+    /// 16), its file handle held in place.
+    #[test]
+    fn an_inode_stays_small() {
+        assert!(
+            std::mem::size_of::<Inode>() + 2 * std::mem::size_of::<usize>() <= 152,
+            "Inode is {} bytes",
+            std::mem::size_of::<Inode>()
+        );
+        assert_eq!(std::mem::size_of::<sys::FileHandle>(), 24);
     }
 }

@@ -740,11 +740,11 @@ impl SourceWatcher {
     /// The fanotify id of the object of `fd`, identified by `id`.
     fn fid_of(&self, fd: BorrowedFd<'_>, id: ObjectId<'_>) -> io::Result<Fid> {
         let (kind, bytes) = match id.handle {
-            Some(handle) => (handle.kind, handle.bytes.clone()),
+            Some(handle) => (handle.kind(), Box::from(handle.bytes())),
             None => {
                 let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
                     .or_else(|_| sys::name_to_handle_fd(fd))?;
-                (handle.kind, handle.bytes)
+                (handle.kind(), handle.bytes().into())
             }
         };
         let known = self
@@ -1050,8 +1050,8 @@ mod tests {
             let (fid, _) = sys::name_to_handle_fd_flags(file.as_fd(), libc::AT_HANDLE_FID)
                 .expect("AT_HANDLE_FID where a plain handle exists");
             assert_eq!(
-                (plain.kind, &plain.bytes),
-                (fid.kind, &fid.bytes),
+                (plain.kind(), plain.bytes()),
+                (fid.kind(), fid.bytes()),
                 "{path:?}"
             );
         }
