@@ -23,6 +23,7 @@ pub(crate) use file::{InodeFile, InodeFiles};
 use crate::crash_table::{CrashTable, NodeRecord, NO_SLOT};
 use crate::handle::{Handle, LockCtx};
 use crate::sys;
+use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
@@ -243,9 +244,26 @@ impl Drop for Counted<'_> {
 /// What the store's one lock guards: the backing identities, and the
 /// size the tables had at most.
 struct Maps {
-    by_key: HashMap<InodeKey, u64>,
+    /// (inode number, node id) of the newest node of each backing
+    /// identity, hashed by inode number ([`ino_hash`]); the rest of the
+    /// identity is the node's own ([`InodeStore::key_of`]). 16 bytes a
+    /// slot, where a map from [`InodeKey`] would take 32.
+    by_key: HashTable<(u64, u64)>,
     /// The most inodes held since memory was last given back.
     peak: usize,
+}
+
+/// The hash of a node id in the id table (Fibonacci hashing: node ids are
+/// sequential; the table takes its slot from the low bits and a tag from
+/// the top ones).
+fn id_hash(nodeid: u64) -> u64 {
+    nodeid.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The hash of a backing identity in the identity table: of its inode
+/// number alone (device and mount are nearly always the source's).
+fn ino_hash(ino: u64) -> u64 {
+    ino.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Shards of the node id table (a power of two): a request looks its
@@ -263,7 +281,8 @@ const ID_SHARDS: usize = 16;
 /// store.
 pub(crate) struct InodeStore {
     maps: RwLock<Maps>,
-    by_id: Box<[RwLock<IdMap<Arc<Inode>>>]>,
+    /// Inodes by node id ([`id_hash`]), in shards: 8 bytes a slot.
+    by_id: Box<[RwLock<IdShard>]>,
     /// Inodes in `by_id`, the root included.
     count: AtomicUsize,
     next: AtomicU64,
@@ -283,15 +302,35 @@ pub(crate) struct InodeStore {
 /// A store that never held this many inodes keeps its memory.
 const SHRINK_MIN_PEAK: usize = 64;
 
-type IdShard = IdMap<Arc<Inode>>;
+type IdShard = HashTable<Arc<Inode>>;
+
+/// The inode of `nodeid` in `shard`.
+fn find(shard: &IdShard, nodeid: u64) -> Option<&Arc<Inode>> {
+    shard.find(id_hash(nodeid), |i| i.nodeid == nodeid)
+}
+
+/// Puts `inode` in `shard` (its node id isn't there).
+fn put(shard: &mut IdShard, inode: Arc<Inode>) {
+    shard.insert_unique(id_hash(inode.nodeid), inode, |i| id_hash(i.nodeid));
+}
+
+/// Takes the inode of `nodeid` out of `shard`.
+fn take(shard: &mut IdShard, nodeid: u64) -> Option<Arc<Inode>> {
+    let entry = shard.find_entry(id_hash(nodeid), |i| i.nodeid == nodeid).ok()?;
+    Some(entry.remove().0)
+}
 
 impl InodeStore {
     /// A store holding the root inode (node id 1); new inodes hold their
     /// files as `files` says.
     pub(crate) fn new(root: Inode, files: InodeFiles) -> Self {
         let root = Arc::new(root);
-        let mut by_key = HashMap::new();
-        by_key.insert(root.key, fuse_abi::ROOT_ID);
+        let mut by_key = HashTable::new();
+        by_key.insert_unique(
+            ino_hash(root.key.ino),
+            (root.key.ino, fuse_abi::ROOT_ID),
+            |&(ino, _)| ino_hash(ino),
+        );
         let store = Self {
             maps: RwLock::new(Maps { by_key, peak: 1 }),
             by_id: (0..ID_SHARDS).map(|_| RwLock::default()).collect(),
@@ -304,10 +343,45 @@ impl InodeStore {
             prune_at: AtomicUsize::new(usize::MAX),
             pruner: Mutex::new(None),
         };
+        put(&mut store.shard_mut(fuse_abi::ROOT_ID), store.root.clone());
         store
-            .shard_mut(fuse_abi::ROOT_ID)
-            .insert(fuse_abi::ROOT_ID, store.root.clone());
-        store
+    }
+
+    /// The backing identity of node `id` (called with no shard lock held).
+    fn key_of(&self, id: u64) -> Option<InodeKey> {
+        if id == fuse_abi::ROOT_ID {
+            return Some(self.root.key);
+        }
+        find(&self.shard(id), id).map(|i| i.key)
+    }
+
+    /// The node id `maps` gives for backing identity `key` (with no shard
+    /// lock held).
+    fn id_of_key(&self, maps: &Maps, key: &InodeKey) -> Option<u64> {
+        maps.by_key
+            .find(ino_hash(key.ino), |&(ino, id)| {
+                ino == key.ino && self.key_of(id) == Some(*key)
+            })
+            .map(|&(_, id)| id)
+    }
+
+    /// Makes node `id` the one `maps` gives for backing identity `key`;
+    /// returns the one it gave before, if another (with no shard lock
+    /// held).
+    fn set_key(&self, maps: &mut Maps, key: &InodeKey, id: u64) -> Option<u64> {
+        let slot = maps.by_key.find_mut(ino_hash(key.ino), |&(ino, other)| {
+            ino == key.ino && other != id && self.key_of(other) == Some(*key)
+        });
+        match slot {
+            Some(slot) => Some(std::mem::replace(&mut slot.1, id)),
+            None => {
+                maps.by_key
+                    .insert_unique(ino_hash(key.ino), (key.ino, id), |&(ino, _)| {
+                        ino_hash(ino)
+                    });
+                None
+            }
+        }
     }
 
     /// How new inodes hold their files.
@@ -350,9 +424,7 @@ impl InodeStore {
         if nodeid == fuse_abi::ROOT_ID {
             return Ok(self.root.clone());
         }
-        let inode = self
-            .shard(nodeid)
-            .get(&nodeid)
+        let inode = find(&self.shard(nodeid), nodeid)
             .cloned()
             .ok_or_else(|| sys::errno(libc::ESTALE))?;
         inode.touch(self.now());
@@ -370,7 +442,7 @@ impl InodeStore {
             return Ok(self.counted(self.root.clone()));
         }
         let shard = self.shard(nodeid);
-        let inode = shard.get(&nodeid).ok_or_else(|| sys::errno(libc::ESTALE))?;
+        let inode = find(&shard, nodeid).ok_or_else(|| sys::errno(libc::ESTALE))?;
         // Taken under the shard's lock: a forget removes an inode only
         // under its write lock, after seeing no references left.
         inode.refs.fetch_add(1, Ordering::AcqRel);
@@ -409,15 +481,15 @@ impl InodeStore {
     /// Whether an inode of identity `key` is in the table (alive or not):
     /// a hint only, the table may change right after.
     pub(crate) fn knows_key(&self, key: &InodeKey) -> bool {
-        self.read().by_key.contains_key(key)
+        self.id_of_key(&self.read(), key).is_some()
     }
 
     pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Counted<'_>> {
         let counted = {
             let maps = self.read();
-            let id = *maps.by_key.get(key)?;
+            let id = self.id_of_key(&maps, key)?;
             let shard = self.shard(id);
-            let inode = shard.get(&id)?.clone();
+            let inode = find(&shard, id)?.clone();
             if id != fuse_abi::ROOT_ID {
                 inode.refs.fetch_add(1, Ordering::AcqRel);
             }
@@ -446,7 +518,7 @@ impl InodeStore {
             .flat_map(|s| {
                 s.read()
                     .unwrap_or_else(|e| e.into_inner())
-                    .values()
+                    .iter()
                     .filter(|i| i.nodeid != fuse_abi::ROOT_ID)
                     .cloned()
                     .collect::<Vec<_>>()
@@ -470,9 +542,9 @@ impl InodeStore {
         let id = inode.nodeid;
         let key = inode.key;
         inode.refs.store(refs, Ordering::Release);
-        self.shard_mut(id).insert(id, Arc::new(inode));
+        put(&mut self.shard_mut(id), Arc::new(inode));
         let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
-        maps.by_key.insert(key, id);
+        self.set_key(&mut maps, &key, id);
         maps.peak = maps.peak.max(count);
         self.next.fetch_max(next.max(id + 1), Ordering::AcqRel);
     }
@@ -485,9 +557,9 @@ impl InodeStore {
     /// the new one.
     pub(crate) fn insert_and_ref(&self, key: InodeKey, file: InodeFile, mode: u32) -> Counted<'_> {
         let mut maps = self.write();
-        let known = maps.by_key.get(&key).and_then(|&id| {
+        let known = self.id_of_key(&maps, &key).and_then(|id| {
             let shard = self.shard(id);
-            let inode = shard.get(&id)?;
+            let inode = find(&shard, id)?;
             if !inode.file.holds_same_file(&file) {
                 return None;
             }
@@ -514,9 +586,9 @@ impl InodeStore {
                 .crash_slot
                 .store(table.add_node(&inode, handle), Ordering::Release);
         }
-        self.shard_mut(id).insert(id, inode.clone());
+        put(&mut self.shard_mut(id), inode.clone());
         let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Some(stale) = maps.by_key.insert(key, id) {
+        if let Some(stale) = self.set_key(&mut maps, &key, id) {
             tracing::debug!(
                 old = stale,
                 new = id,
@@ -543,7 +615,7 @@ impl InodeStore {
         }
         let reached_zero = {
             let shard = self.shard(nodeid);
-            let Some(inode) = shard.get(&nodeid) else {
+            let Some(inode) = find(&shard, nodeid) else {
                 tracing::warn!(nodeid, "FORGET of an unknown node id");
                 return None;
             };
@@ -577,13 +649,17 @@ impl InodeStore {
                 let mut maps = self.write();
                 let mut shard = self.shard_mut(nodeid);
                 // A lookup may have taken a new reference meanwhile.
-                let removed = match shard.get(&nodeid) {
+                let removed = match find(&shard, nodeid) {
                     Some(inode) if inode.refs() == 0 => {
-                        let key = inode.key;
-                        if maps.by_key.get(&key) == Some(&nodeid) {
-                            maps.by_key.remove(&key);
+                        // Its identity's slot, if it still names this node.
+                        let ino = inode.key.ino;
+                        if let Ok(slot) = maps
+                            .by_key
+                            .find_entry(ino_hash(ino), |&(i, id)| i == ino && id == nodeid)
+                        {
+                            slot.remove();
                         }
-                        let removed = shard.remove(&nodeid);
+                        let removed = take(&mut shard, nodeid);
                         self.count.fetch_sub(1, Ordering::AcqRel);
                         removed
                     }
@@ -624,9 +700,9 @@ impl InodeStore {
             shard
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .shrink_to_fit();
+                .shrink_to_fit(|i| id_hash(i.nodeid));
         }
-        maps.by_key.shrink_to_fit();
+        maps.by_key.shrink_to_fit(|&(ino, _)| ino_hash(ino));
         true
     }
 
@@ -747,7 +823,7 @@ impl InodeStore {
                 shard
                     .read()
                     .unwrap_or_else(|e| e.into_inner())
-                    .values()
+                    .iter()
                     .filter(|i| i.nodeid != fuse_abi::ROOT_ID)
                     .map(|i| i.refs())
                     .sum::<u64>()
@@ -772,11 +848,14 @@ impl InodeStore {
                 .iter()
                 .map(|shard| std::mem::take(&mut *shard.write().unwrap_or_else(|e| e.into_inner())))
                 .collect();
-            self.shard_mut(fuse_abi::ROOT_ID)
-                .insert(fuse_abi::ROOT_ID, self.root.clone());
+            put(&mut self.shard_mut(fuse_abi::ROOT_ID), self.root.clone());
             self.count.store(1, Ordering::Release);
             maps.by_key.clear();
-            maps.by_key.insert(self.root.key, fuse_abi::ROOT_ID);
+            let ino = self.root.key.ino;
+            maps.by_key
+                .insert_unique(ino_hash(ino), (ino, fuse_abi::ROOT_ID), |&(ino, _)| {
+                    ino_hash(ino)
+                });
             self.shrink(&mut maps);
             old
         };
@@ -807,7 +886,7 @@ impl fuse_server::PruneSource for InodeStore {
             let shard = shard.read().unwrap_or_else(|e| e.into_inner());
             candidates.extend(
                 shard
-                    .values()
+                    .iter()
                     .filter(|i| {
                         i.nodeid != fuse_abi::ROOT_ID
                             && Arc::strong_count(i) == 1
@@ -822,7 +901,7 @@ impl fuse_server::PruneSource for InodeStore {
         }
         let ids = fuse_server::prune::coldest(candidates, max);
         for &id in &ids {
-            if let Some(inode) = self.shard(id).get(&id) {
+            if let Some(inode) = find(&self.shard(id), id) {
                 inode.used.store(now, Ordering::Relaxed);
             }
         }
