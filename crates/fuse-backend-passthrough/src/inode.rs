@@ -316,7 +316,9 @@ fn put(shard: &mut IdShard, inode: Arc<Inode>) {
 
 /// Takes the inode of `nodeid` out of `shard`.
 fn take(shard: &mut IdShard, nodeid: u64) -> Option<Arc<Inode>> {
-    let entry = shard.find_entry(id_hash(nodeid), |i| i.nodeid == nodeid).ok()?;
+    let entry = shard
+        .find_entry(id_hash(nodeid), |i| i.nodeid == nodeid)
+        .ok()?;
     Some(entry.remove().0)
 }
 
@@ -376,9 +378,7 @@ impl InodeStore {
             Some(slot) => Some(std::mem::replace(&mut slot.1, id)),
             None => {
                 maps.by_key
-                    .insert_unique(ino_hash(key.ino), (key.ino, id), |&(ino, _)| {
-                        ino_hash(ino)
-                    });
+                    .insert_unique(ino_hash(key.ino), (key.ino, id), |&(ino, _)| ino_hash(ino));
                 None
             }
         }
