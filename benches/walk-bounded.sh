@@ -10,8 +10,10 @@
 # --no-passthrough DAEMON-ARGS, drops the kernel's clean dentries and
 # inodes (so every run starts cold), walks the mount with `find -ls` and
 # prints one line: files seen, errors, seconds, files per second, the
-# daemon's peak and final RSS, and the inodes it holds after the walk
-# (SIGUSR1's state line). Needs root. Not a test: nothing is asserted.
+# daemon's peak and final RSS, and the inodes it holds and its heap in
+# use after the walk (SIGUSR1's state line). Needs root. Not a test: nothing is asserted.
+# WALK_DROP=0 leaves the kernel's caches alone (dropping them is
+# machine-wide: it disturbs whatever else runs there).
 set -eu
 
 files=${1:?usage: benches/walk-bounded.sh FILES [DAEMON-ARGS...]}
@@ -56,8 +58,10 @@ until grep -q " $(realpath "$mnt") fuse" /proc/self/mounts; do
     sleep 0.1
 done
 
-sync
-echo 2 >/proc/sys/vm/drop_caches
+if [ "${WALK_DROP:-1}" != 0 ]; then
+    sync
+    echo 2 >/proc/sys/vm/drop_caches
+fi
 start=$(date +%s.%N)
 seen=$(find "$mnt" -ls 2>"$base/errors" | wc -l)
 end=$(date +%s.%N)
@@ -67,9 +71,10 @@ sleep 1
 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
 rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
 inodes=$(grep 'file system state' "$log" | tail -1 | sed 's/.*inodes=\([0-9]*\).*/\1/')
+heap=$(grep 'file system state' "$log" | tail -1 | sed -n 's/.*heap_bytes=\([0-9]*\).*/\1/p')
 awk -v f="$files" -v seen="$seen" -v e="$errors" -v s="$start" -v t="$end" \
-    -v hwm="$hwm" -v rss="$rss" -v inodes="$inodes" -v args="$*" 'BEGIN {
+    -v hwm="$hwm" -v rss="$rss" -v inodes="$inodes" -v heap="${heap:-0}" -v args="$*" 'BEGIN {
     secs = t - s
-    printf "files=%d seen=%d errors=%d secs=%.1f rate=%.0f/s peak_rss=%.1fMiB rss=%.1fMiB inodes=%s args=[%s]\n",
-        f, seen, e, secs, seen / secs, hwm / 1024, rss / 1024, inodes, args
+    printf "files=%d seen=%d errors=%d secs=%.1f rate=%.0f/s peak_rss=%.1fMiB rss=%.1fMiB inodes=%s heap=%.1fMiB args=[%s]\n",
+        f, seen, e, secs, seen / secs, hwm / 1024, rss / 1024, inodes, heap / 1048576, args
 }'

@@ -252,14 +252,15 @@ impl CrashTable {
         w[N_INO].store(inode.key.ino, Ordering::Relaxed);
         w[N_DEV].store(inode.key.dev, Ordering::Relaxed);
         w[N_MNT].store(inode.key.mnt_id, Ordering::Relaxed);
-        w[N_MODE].store(inode.ftype as u64, Ordering::Relaxed);
-        w[N_GEN].store(inode.generation, Ordering::Relaxed);
-        let len = handle.bytes.len().min(crate::sys::MAX_HANDLE_SZ);
+        w[N_MODE].store(u64::from(inode.ftype()), Ordering::Relaxed);
+        w[N_GEN].store(u64::from(inode.generation), Ordering::Relaxed);
+        let bytes = handle.bytes();
+        let len = bytes.len().min(crate::sys::MAX_HANDLE_SZ);
         w[N_HANDLE_HEAD].store(
-            (handle.kind as u32 as u64) | ((len as u64) << 32),
+            (handle.kind() as u32 as u64) | ((len as u64) << 32),
             Ordering::Relaxed,
         );
-        for (k, chunk) in handle.bytes[..len].chunks(8).enumerate() {
+        for (k, chunk) in bytes[..len].chunks(8).enumerate() {
             let mut b = [0u8; 8];
             b[..chunk.len()].copy_from_slice(chunk);
             w[N_HANDLE_AT + k].store(u64::from_le_bytes(b), Ordering::Relaxed);
@@ -333,6 +334,10 @@ impl CrashTable {
                 bytes.extend_from_slice(&w[N_HANDLE_AT + k].load(Ordering::Relaxed).to_le_bytes());
             }
             bytes.truncate(len);
+            // ENOMEM (a long handle): the node is not restored.
+            let Ok(handle) = FileHandle::new(head as u32 as i32, &bytes) else {
+                continue;
+            };
             nodes.push(NodeRecord {
                 slot,
                 nodeid: w[N_ID].load(Ordering::Relaxed),
@@ -341,10 +346,7 @@ impl CrashTable {
                 dev: w[N_DEV].load(Ordering::Relaxed),
                 mnt_id: w[N_MNT].load(Ordering::Relaxed),
                 mode: w[N_MODE].load(Ordering::Relaxed) as u32,
-                handle: FileHandle {
-                    kind: head as u32 as i32,
-                    bytes: bytes.into_boxed_slice(),
-                },
+                handle,
             });
         }
         node_slots.free.reverse();

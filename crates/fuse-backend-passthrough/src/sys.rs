@@ -650,23 +650,78 @@ pub(crate) const MAX_HANDLE_SZ: usize = 128;
 
 /// A file handle from `name_to_handle_at(2)`: an opaque, persistent
 /// reference to an inode that `open_by_handle_at(2)` turns into a
-/// descriptor again (or `ESTALE` once the inode is gone).
+/// descriptor again (or `ESTALE` once the inode is gone). Every inode
+/// held by handle keeps one, so a short one (ext4's and xfs's are 8 to 12
+/// bytes, tmpfs's 12) is kept in place, 24 bytes in all, and only a
+/// longer one on the heap.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct FileHandle {
-    pub(crate) kind: i32,
-    pub(crate) bytes: Box<[u8]>,
+pub(crate) struct FileHandle(HandleRepr);
+
+/// The most bytes a [`FileHandle`] keeps in place.
+const INLINE_HANDLE: usize = 18;
+
+#[derive(Clone, PartialEq, Eq)]
+enum HandleRepr {
+    /// `len` bytes at the start of `bytes` (the rest zero, so that equal
+    /// handles compare equal).
+    Inline {
+        kind: i32,
+        len: u8,
+        bytes: [u8; INLINE_HANDLE],
+    },
+    Heap {
+        kind: i32,
+        bytes: Box<[u8]>,
+    },
 }
 
 impl std::fmt::Debug for FileHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileHandle")
-            .field("type", &self.kind)
-            .field("len", &self.bytes.len())
+            .field("type", &self.kind())
+            .field("len", &self.bytes().len())
             .finish()
     }
 }
 
 impl FileHandle {
+    /// The handle of type `kind` made of `bytes` (`ENOMEM` if a long one
+    /// finds no memory).
+    pub(crate) fn new(kind: i32, bytes: &[u8]) -> io::Result<Self> {
+        if bytes.len() <= INLINE_HANDLE {
+            let mut inline = [0; INLINE_HANDLE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            return Ok(Self(HandleRepr::Inline {
+                kind,
+                len: bytes.len() as u8,
+                bytes: inline,
+            }));
+        }
+        let mut heap = Vec::new();
+        heap.try_reserve_exact(bytes.len())
+            .map_err(|_| errno(libc::ENOMEM))?;
+        heap.extend_from_slice(bytes);
+        Ok(Self(HandleRepr::Heap {
+            kind,
+            bytes: heap.into_boxed_slice(),
+        }))
+    }
+
+    /// The handle's type (`handle_type`).
+    pub(crate) fn kind(&self) -> i32 {
+        match &self.0 {
+            HandleRepr::Inline { kind, .. } | HandleRepr::Heap { kind, .. } => *kind,
+        }
+    }
+
+    /// The handle's bytes (`f_handle`).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            HandleRepr::Inline { len, bytes, .. } => &bytes[..usize::from(*len)],
+            HandleRepr::Heap { bytes, .. } => bytes,
+        }
+    }
+
     /// The inode generation the handle carries, for the encodings whose
     /// layout is known, checked against the inode number `ino` it must
     /// also carry: `FILEID_INO32_GEN` (type 1) as the generic encoder
@@ -676,14 +731,14 @@ impl FileHandle {
     /// other file system.
     pub(crate) fn generation(&self, ino: u64) -> Option<u32> {
         const FILEID_INO32_GEN: i32 = 1;
-        if self.kind != FILEID_INO32_GEN {
+        if self.kind() != FILEID_INO32_GEN {
             return None;
         }
         let word = |i: usize| -> Option<u32> {
-            let b = self.bytes.get(i * 4..i * 4 + 4)?;
+            let b = self.bytes().get(i * 4..i * 4 + 4)?;
             Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         };
-        match self.bytes.len() {
+        match self.bytes().len() {
             8 if u64::from(word(0)?) == ino => word(1),
             12 if u64::from(word(1)?) | u64::from(word(2)?) << 32 == ino => word(0),
             _ => None,
@@ -730,16 +785,8 @@ pub(crate) fn name_to_handle_fd_flags(
         )
     })?;
     let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|_| errno(libc::ENOMEM))?;
-    bytes.extend_from_slice(&raw.f_handle[..len]);
     Ok((
-        FileHandle {
-            kind: raw.handle_type,
-            bytes: bytes.into_boxed_slice(),
-        },
+        FileHandle::new(raw.handle_type, &raw.f_handle[..len])?,
         mnt_id as u32 as u64,
     ))
 }
@@ -752,13 +799,14 @@ pub(crate) fn open_by_handle(
     handle: &FileHandle,
     flags: i32,
 ) -> io::Result<OwnedFd> {
-    let len = handle.bytes.len().min(MAX_HANDLE_SZ);
+    let bytes = handle.bytes();
+    let len = bytes.len().min(MAX_HANDLE_SZ);
     let mut raw = RawFileHandle {
         handle_bytes: len as u32,
-        handle_type: handle.kind,
+        handle_type: handle.kind(),
         f_handle: [0; MAX_HANDLE_SZ],
     };
-    raw.f_handle[..len].copy_from_slice(&handle.bytes[..len]);
+    raw.f_handle[..len].copy_from_slice(&bytes[..len]);
     with_spare_fds(|| {
         // SAFETY: `raw` is a valid file_handle of `len` bytes; the result
         // is a new descriptor or an error.
@@ -872,9 +920,9 @@ mod tests {
 
     #[test]
     fn generation_of_unknown_handle_layouts_is_unknown() {
-        let handle = |kind: i32, words: &[u32]| FileHandle {
-            kind,
-            bytes: words.iter().flat_map(|w| w.to_ne_bytes()).collect(),
+        let handle = |kind: i32, words: &[u32]| {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            FileHandle::new(kind, &bytes).unwrap()
         };
         // The generic 32-bit encoding: inode number, generation.
         assert_eq!(handle(1, &[77, 5]).generation(77), Some(5));

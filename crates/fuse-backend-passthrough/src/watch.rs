@@ -147,6 +147,18 @@ struct Fid {
     bytes: Box<[u8]>,
 }
 
+impl Fid {
+    /// A 64-bit digest of the id, what [`Marked`] keeps: SipHash with
+    /// fixed keys (the same object gets the same digest whenever it is
+    /// seen; a collision costs an invalidation too many, see [`Marked`]).
+    fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
 /// One event, as far as the watcher cares.
 #[derive(Debug, PartialEq, Eq)]
 enum Event {
@@ -158,32 +170,80 @@ enum Event {
     Changed { file: Fid, data: bool },
 }
 
-/// Watched directories or files, both ways.
+/// Watched directories or files, both ways. An object is kept by a
+/// 64-bit digest of its fanotify id ([`Fid::digest`]), not by the id
+/// itself: a file handle is a heap allocation, and a walk over a large tree
+/// keeps an entry per file the kernel knows (16 bytes a side here against
+/// about 100 with the ids). Objects whose digests collide are each told of
+/// the others' changes: an invalidation too many, never one missing.
 #[derive(Default)]
 struct Marked {
-    by_fid: HashMap<Fid, u64>,
-    by_node: IdMap<Fid>,
+    /// Digest to node id (the first node recorded with it).
+    by_fid: IdMap<u64>,
+    /// Digest to the other node ids recorded with it (a collision, or one
+    /// object held by two nodes): rare, so apart.
+    more: IdMap<Vec<u64>>,
+    /// Node id to digest.
+    by_node: IdMap<u64>,
 }
 
 impl Marked {
     /// Records node `nodeid` as the object `fid`.
-    fn insert(&mut self, nodeid: u64, fid: Fid) {
-        if let Some(old) = self.by_node.insert(nodeid, fid.clone()) {
-            self.by_fid.remove(&old);
+    fn insert(&mut self, nodeid: u64, fid: &Fid) {
+        let digest = fid.digest();
+        if let Some(&old) = self.by_node.get(&nodeid) {
+            if old == digest {
+                return;
+            }
+            self.remove(nodeid);
         }
-        self.by_fid.insert(fid, nodeid);
+        self.by_node.insert(nodeid, digest);
+        match self.by_fid.get(&digest) {
+            None => {
+                self.by_fid.insert(digest, nodeid);
+            }
+            Some(_) => self.more.entry(digest).or_default().push(nodeid),
+        }
     }
 
     /// Forgets node `nodeid`; whether it was recorded.
     fn remove(&mut self, nodeid: u64) -> bool {
-        let Some(fid) = self.by_node.remove(&nodeid) else {
+        let Some(digest) = self.by_node.remove(&nodeid) else {
             return false;
         };
-        if self.by_fid.get(&fid) == Some(&nodeid) {
-            self.by_fid.remove(&fid);
+        if self.by_fid.get(&digest) == Some(&nodeid) {
+            // Another node with this digest takes its place.
+            let next = self.more.get_mut(&digest).and_then(|v| v.pop());
+            match next {
+                Some(other) => {
+                    self.by_fid.insert(digest, other);
+                }
+                None => {
+                    self.by_fid.remove(&digest);
+                }
+            }
+        } else if let Some(v) = self.more.get_mut(&digest) {
+            v.retain(|&n| n != nodeid);
+        }
+        if self.more.get(&digest).is_some_and(|v| v.is_empty()) {
+            self.more.remove(&digest);
         }
         shrink_when_sparse(&mut self.by_node);
         shrink_when_sparse(&mut self.by_fid);
+        true
+    }
+
+    /// The nodes recorded as the object `fid`, passed to `each`; whether
+    /// there was any.
+    fn nodes_of(&self, fid: &Fid, mut each: impl FnMut(u64)) -> bool {
+        let digest = fid.digest();
+        let Some(&first) = self.by_fid.get(&digest) else {
+            return false;
+        };
+        each(first);
+        for &n in self.more.get(&digest).into_iter().flatten() {
+            each(n);
+        }
         true
     }
 }
@@ -363,7 +423,7 @@ impl SourceWatcher {
         }
         let fid = self.fid_of(dir, id)?;
         sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_ADD, MASK, dir)?;
-        self.shared.dirs().insert(nodeid, fid);
+        self.shared.dirs().insert(nodeid, &fid);
         Ok(())
     }
 
@@ -427,7 +487,7 @@ impl SourceWatcher {
             path.as_cstr(),
         )?;
         if let Some(fid) = fid {
-            self.shared.files().insert(nodeid, fid);
+            self.shared.files().insert(nodeid, &fid);
         }
         Ok(())
     }
@@ -479,7 +539,7 @@ impl SourceWatcher {
     ) -> io::Result<()> {
         if !self.shared.files().by_node.contains_key(&nodeid) {
             let fid = self.fid_of(file, id)?;
-            self.shared.files().insert(nodeid, fid);
+            self.shared.files().insert(nodeid, &fid);
         }
         let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
         let quiet = through_fs.entry(nodeid).or_insert(Quiet::No);
@@ -680,11 +740,11 @@ impl SourceWatcher {
     /// The fanotify id of the object of `fd`, identified by `id`.
     fn fid_of(&self, fd: BorrowedFd<'_>, id: ObjectId<'_>) -> io::Result<Fid> {
         let (kind, bytes) = match id.handle {
-            Some(handle) => (handle.kind, handle.bytes.clone()),
+            Some(handle) => (handle.kind(), Box::from(handle.bytes())),
             None => {
                 let (handle, _) = sys::name_to_handle_fd_flags(fd, libc::AT_HANDLE_FID)
                     .or_else(|_| sys::name_to_handle_fd(fd))?;
-                (handle.kind, handle.bytes)
+                (handle.kind(), handle.bytes().into())
             }
         };
         let known = self
@@ -782,23 +842,23 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                 }
                 Event::Changed { file, data } => {
                     let files = shared.files();
-                    match files.by_fid.get(&file).copied() {
-                        Some(nodeid) => *changed.entry(nodeid).or_default() |= data,
+                    let known =
+                        files.nodes_of(&file, |nodeid| *changed.entry(nodeid).or_default() |= data);
+                    if !known {
                         // Counted under the table's lock (see `missed`).
-                        None => {
-                            shared.missed.fetch_add(1, Ordering::AcqRel);
-                        }
+                        shared.missed.fetch_add(1, Ordering::AcqRel);
                     }
                 }
                 Event::Name { dir, name } => {
-                    let Some(nodeid) = shared.dirs().by_fid.get(&dir).copied() else {
-                        continue;
-                    };
-                    shared.invalidations.fetch_add(1, Ordering::Relaxed);
-                    // ENOENT: the kernel has no such name cached.
-                    if let Err(e) = notifier.inval_entry(nodeid, &name, false) {
-                        if e.raw_os_error() != Some(libc::ENOENT) {
-                            tracing::debug!(nodeid, "source watch: invalidating a name: {e}");
+                    let mut dirs = Vec::new();
+                    shared.dirs().nodes_of(&dir, |nodeid| dirs.push(nodeid));
+                    for nodeid in dirs {
+                        shared.invalidations.fetch_add(1, Ordering::Relaxed);
+                        // ENOENT: the kernel has no such name cached.
+                        if let Err(e) = notifier.inval_entry(nodeid, &name, false) {
+                            if e.raw_os_error() != Some(libc::ENOENT) {
+                                tracing::debug!(nodeid, "source watch: invalidating a name: {e}");
+                            }
                         }
                     }
                 }
@@ -936,6 +996,43 @@ fn parse_dfid_name(rec: &[u8]) -> Option<Event> {
 mod tests {
     use super::*;
 
+    fn fid(n: u8) -> Fid {
+        Fid {
+            fsid: [1, 2],
+            kind: 1,
+            bytes: Box::new([n; 8]),
+        }
+    }
+
+    fn nodes(m: &Marked, f: &Fid) -> Vec<u64> {
+        let mut v = Vec::new();
+        m.nodes_of(f, |n| v.push(n));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn marked_objects_find_every_node_that_holds_them() {
+        let mut m = Marked::default();
+        m.insert(10, &fid(1));
+        m.insert(11, &fid(2));
+        // One object held by two nodes: both are told.
+        m.insert(12, &fid(1));
+        assert_eq!(nodes(&m, &fid(1)), [10, 12]);
+        assert_eq!(nodes(&m, &fid(2)), [11]);
+        assert!(!m.nodes_of(&fid(3), |_| {}));
+        // The first node goes: the second takes its place.
+        assert!(m.remove(10));
+        assert!(!m.remove(10));
+        assert_eq!(nodes(&m, &fid(1)), [12]);
+        // A node recorded again as another object moves.
+        m.insert(12, &fid(3));
+        assert!(!m.nodes_of(&fid(1), |_| {}));
+        assert_eq!(nodes(&m, &fid(3)), [12]);
+        assert!(m.remove(11) && m.remove(12));
+        assert!(m.by_fid.is_empty() && m.by_node.is_empty() && m.more.is_empty());
+    }
+
     /// [`ObjectId::handle`]'s premise: where a file has a plain file
     /// handle, its fanotify id (`AT_HANDLE_FID`) is the same handle.
     #[test]
@@ -953,8 +1050,8 @@ mod tests {
             let (fid, _) = sys::name_to_handle_fd_flags(file.as_fd(), libc::AT_HANDLE_FID)
                 .expect("AT_HANDLE_FID where a plain handle exists");
             assert_eq!(
-                (plain.kind, &plain.bytes),
-                (fid.kind, &fid.bytes),
+                (plain.kind(), plain.bytes()),
+                (fid.kind(), fid.bytes()),
                 "{path:?}"
             );
         }

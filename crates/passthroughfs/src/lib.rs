@@ -680,12 +680,30 @@ pub fn log_transport_state(session: &dyn Session, uring: Option<&UringSession>) 
     );
 }
 
+/// Bytes the allocator has handed out and not had back (glibc's
+/// `mallinfo2`: the main arena's and the threads' arenas' chunks in use,
+/// and mmapped ones), 0 where it can't tell.
+fn heap_in_use() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes nothing and returns plain integers.
+        let mi = unsafe { libc::mallinfo2() };
+        (mi.uordblks + mi.hblkhd) as u64
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        0
+    }
+}
+
 /// What SIGUSR1 logs of the file system: what the kernel holds of it (1
-/// inode and 0 references once it forgot everything), open handles, and
-/// the descriptors it keeps (`tests/scale.rs` reads this line).
+/// inode and 0 references once it forgot everything), open handles, the
+/// descriptors it keeps and the heap in use (`tests/scale.rs` reads this
+/// line; `benches/walk-bounded.sh` divides the heap by the inodes).
 pub fn log_fs_state(fs: &PassthroughFs) {
     tracing::info!(
         inodes = fs.inode_count(),
+        heap_bytes = heap_in_use(),
         lookup_refs = fs.lookup_refs(),
         handles = fs.handle_count(),
         cached_fds = fs.cached_fds(),

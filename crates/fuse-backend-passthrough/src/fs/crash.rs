@@ -194,7 +194,7 @@ impl PassthroughFs {
                         self.pt.restore_handle(h.fh, h.nodeid);
                     }
                     if !h.dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
-                        *lock(&inode.writers) += 1;
+                        *lock(&inode.cold().writers) += 1;
                         inode.has_writers.store(true, Ordering::Release);
                     }
                     done.handles += 1;

@@ -356,7 +356,7 @@ impl PassthroughFs {
         // drop the owner's lock context (its descriptor holds them).
         if let Ok(inode) = self.inodes.get(ino) {
             let ctx = {
-                let mut locks = lock(&inode.locks);
+                let mut locks = lock(&inode.cold().locks);
                 locks
                     .iter()
                     .position(|(o, _)| *o == args.lock_owner)

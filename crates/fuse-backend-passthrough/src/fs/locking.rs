@@ -49,7 +49,7 @@ impl PassthroughFs {
     /// The lock context of `owner` on `inode`, made if needed: an open
     /// file description of its own that holds the owner's OFD locks.
     pub(super) fn lock_ctx(&self, inode: &Inode, owner: u64, fh: u64) -> io::Result<Arc<LockCtx>> {
-        let mut locks = lock(&inode.locks);
+        let mut locks = lock(&inode.cold().locks);
         if let Some((_, ctx)) = locks.iter().find(|(o, _)| *o == owner) {
             let mut fhs = lock(&ctx.fhs);
             if !fhs.contains(&fh) {
@@ -122,7 +122,7 @@ impl PassthroughFs {
     /// native close of an open file releases its OFD locks.
     pub(super) fn release_lock_ctxs(&self, inode: &Inode, fh: u64) {
         let ended: Vec<Arc<LockCtx>> = {
-            let mut locks = lock(&inode.locks);
+            let mut locks = lock(&inode.cold().locks);
             let mut ended = Vec::new();
             let mut i = 0;
             while i < locks.len() {
@@ -144,7 +144,7 @@ impl PassthroughFs {
     }
 
     pub(super) fn find_lock_ctx(&self, inode: &Inode, owner: u64) -> Option<Arc<LockCtx>> {
-        lock(&inode.locks)
+        lock(&inode.cold().locks)
             .iter()
             .find(|(o, _)| *o == owner)
             .map(|(_, c)| c.clone())
@@ -168,7 +168,7 @@ impl PassthroughFs {
         // that range holds it alone.
         let conflict = from_flock(&fl, 0);
         let mut pid = 0;
-        let others: Vec<Arc<LockCtx>> = lock(&inode.locks)
+        let others: Vec<Arc<LockCtx>> = lock(&inode.cold().locks)
             .iter()
             .filter(|(o, _)| *o != args.owner)
             .map(|(_, c)| c.clone())

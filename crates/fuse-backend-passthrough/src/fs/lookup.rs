@@ -58,7 +58,7 @@ impl PassthroughFs {
         let inode = created.counted.inode();
         let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if self.no_open() {
-            let mut slot = lock(&inode.lazy);
+            let mut slot = lock(&inode.cold().lazy);
             if slot.is_none() {
                 *slot = Some(Arc::new(Handle::file(fd, inode.nodeid, flags)));
             } else if writer {
@@ -141,7 +141,7 @@ impl PassthroughFs {
             .flatten();
         let entry = Entry {
             nodeid: inode.nodeid,
-            generation: inode.generation,
+            generation: u64::from(inode.generation),
             attr: attr_from_statx(fresh.as_ref().unwrap_or(st)),
             attr_timeout,
             entry_timeout,

@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -111,9 +111,9 @@ pub struct PassthroughFs {
     watcher: Mutex<Option<Arc<SourceWatcher>>>,
     /// The number of the running source watch (0: none): a directory
     /// whose [`Inode::watched`] holds it is marked in that watch.
-    watch_epoch: AtomicU64,
+    watch_epoch: AtomicU32,
     /// The number the next source watch gets.
-    next_watch: AtomicU64,
+    next_watch: AtomicU32,
     /// The protocol minor version the kernel offered at INIT (0: none
     /// yet), for a notifier taken before INIT was answered.
     kernel_minor: AtomicU32,
@@ -136,7 +136,7 @@ impl std::fmt::Debug for PassthroughFs {
 
 /// Set in [`Inode::attrs_watched`] with a watch's number: marking the file
 /// failed in that watch (not tried again).
-const MARK_FAILED: u64 = 1 << 63;
+const MARK_FAILED: u32 = 1 << 31;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -208,8 +208,8 @@ impl PassthroughFs {
             asyncs: async_fs::AsyncServing::new(),
             notifier: Mutex::new(None),
             watcher: Mutex::new(None),
-            watch_epoch: AtomicU64::new(0),
-            next_watch: AtomicU64::new(1),
+            watch_epoch: AtomicU32::new(0),
+            next_watch: AtomicU32::new(1),
             kernel_minor: AtomicU32::new(0),
             nowait_devices: Mutex::default(),
         })
@@ -417,7 +417,7 @@ impl PassthroughFs {
             // Never open a device, FIFO or socket on the kernel's behalf.
             return Err(errno(libc::EBADF));
         }
-        let mut slot = lock(&inode.lazy);
+        let mut slot = lock(&inode.cold().lazy);
         if let Some(h) = &*slot {
             return Ok(h.clone());
         }

@@ -82,7 +82,7 @@ impl PassthroughFs {
         if parent.watched.load(Ordering::Acquire) == epoch {
             return crate::WATCHED_ENTRY_TIMEOUT;
         }
-        if parent.ftype != libc::S_IFDIR {
+        if parent.ftype() != libc::S_IFDIR {
             return self.entry_timeout;
         }
         match self.mark_in_watch(epoch, parent, &parent.watched, |w, fd| {
@@ -104,9 +104,9 @@ impl PassthroughFs {
     /// `epoch` (set up meanwhile).
     fn mark_in_watch(
         &self,
-        epoch: u64,
+        epoch: u32,
         inode: &Inode,
-        marked_in: &AtomicU64,
+        marked_in: &AtomicU32,
         watch: impl FnOnce(&SourceWatcher, BorrowedFd<'_>) -> io::Result<()>,
     ) -> io::Result<bool> {
         let Some(watcher) = lock(&self.watcher).clone() else {
@@ -184,7 +184,7 @@ impl PassthroughFs {
         if !inode.is_reg() {
             return;
         }
-        let mut writers = lock(&inode.writers);
+        let mut writers = lock(&inode.cold().writers);
         *writers += 1;
         if *writers > 1 {
             return;
@@ -222,7 +222,7 @@ impl PassthroughFs {
         if !inode.is_reg() {
             return;
         }
-        let mut writers = lock(&inode.writers);
+        let mut writers = lock(&inode.cold().writers);
         *writers = writers.saturating_sub(1);
         if *writers == 0 {
             inode.has_writers.store(false, Ordering::Release);

@@ -79,7 +79,7 @@ impl PassthroughFs {
                         .iter()
                         .find(|(_, h)| h.nodeid == inode.nodeid)
                         .map(|(_, h)| h.clone())
-                        .or_else(|| lock(&inode.lazy).clone());
+                        .or_else(|| inode.cold_if_made().and_then(|c| lock(&c.lazy).clone()));
                     match open {
                         Some(h) => add_fd(h.fd())?,
                         None => {
@@ -96,7 +96,7 @@ impl PassthroughFs {
                 inode.key.ino,
                 inode.key.dev,
                 inode.key.mnt_id,
-                inode.ftype,
+                inode.ftype(),
                 inode.refs(),
             ));
         }
@@ -115,11 +115,14 @@ impl PassthroughFs {
             ));
         }
         for inode in inodes.iter().chain(std::iter::once(root)) {
-            if let Some(h) = lock(&inode.lazy).as_ref() {
+            let Some(cold) = inode.cold_if_made() else {
+                continue;
+            };
+            if let Some(h) = lock(&cold.lazy).as_ref() {
                 let at = add_fd(h.fd())?;
                 text.push_str(&format!("lazy {} {} {at}\n", inode.nodeid, h.flags));
             }
-            for (owner, ctx) in lock(&inode.locks).iter() {
+            for (owner, ctx) in lock(&cold.locks).iter() {
                 let at = add_fd(ctx.fd.as_fd())?;
                 let fhs = lock(&ctx.fhs);
                 let fhs = if fhs.is_empty() {
@@ -247,7 +250,7 @@ impl PassthroughFs {
                     };
                     self.handles.restore(fh, handle, next_fh)?;
                     if kind == "file" && flags & libc::O_ACCMODE != libc::O_RDONLY {
-                        let mut writers = lock(&inode.writers);
+                        let mut writers = lock(&inode.cold().writers);
                         *writers += 1;
                         inode.has_writers.store(true, Ordering::Release);
                     }
@@ -261,9 +264,9 @@ impl PassthroughFs {
                         .inodes
                         .get(nodeid)
                         .map_err(|_| bad(format!("lazy handle of unknown node {nodeid}")))?;
-                    *lock(&inode.lazy) = Some(Arc::new(Handle::file(fd, nodeid, flags)));
+                    *lock(&inode.cold().lazy) = Some(Arc::new(Handle::file(fd, nodeid, flags)));
                     if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                        *lock(&inode.writers) += 1;
+                        *lock(&inode.cold().writers) += 1;
                         inode.has_writers.store(true, Ordering::Release);
                     }
                 }
@@ -289,7 +292,7 @@ impl PassthroughFs {
                         pid: std::sync::atomic::AtomicU32::new(pid),
                         fhs: Mutex::new(fhs),
                     };
-                    lock(&inode.locks).push((owner, Arc::new(ctx)));
+                    lock(&inode.cold().locks).push((owner, Arc::new(ctx)));
                 }
                 Some("passthrough") => {
                     let nodeid = num(w.next(), line)?;

@@ -285,9 +285,9 @@ impl InodeFile {
         }
     }
 
-    pub(crate) fn generation(&self, ino: u64) -> u64 {
+    pub(crate) fn generation(&self, ino: u64) -> u32 {
         match &self.0 {
-            Repr::Handle(h) => h.handle.generation(ino).map_or(0, u64::from),
+            Repr::Handle(h) => h.handle.generation(ino).unwrap_or(0),
             Repr::Fd(_) => 0,
         }
     }
