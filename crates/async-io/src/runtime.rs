@@ -409,7 +409,13 @@ impl SharedRing {
     /// Waits until a completion of the user's SQEs has been reaped (by the runtime's
     /// driver task, which the ring's eventfd wakes).
     pub async fn completions_ready(&self) {
-        poll_fn(|cx| self.driver.poll_foreign(cx)).await
+        poll_fn(|cx| self.poll_completions(cx)).await
+    }
+
+    /// Ready when a completion of the user's SQEs has been reaped and waits for
+    /// [`SharedRing::take_completions`]; otherwise `cx`'s waker is woken when one is.
+    pub fn poll_completions(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        self.driver.poll_foreign(cx)
     }
 
     /// Counters of the ring (the runtime's own submissions and every completion).

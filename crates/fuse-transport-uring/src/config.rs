@@ -129,6 +129,17 @@ pub struct UringConfig {
     /// refused ([`crate::UringError::Config`]) rather than quietly served
     /// the synchronous way.
     pub runtime: Option<UringRuntime>,
+    /// With the io_uring runtime ([`UringRuntime::IoUring`]): one io_uring
+    /// per ring thread carries both the FUSE commands and the file IO the
+    /// file system submits through `async-io`, instead of a FUSE ring plus
+    /// the runtime's own ring joined by an eventfd. A request whose file
+    /// IO goes to the ring then costs no second ring's round trip: its
+    /// reply is committed from the serving loop that reaped the IO's
+    /// completion. Zero-copy queues ([`UringConfig::zero_copy`]) keep two
+    /// rings (their fixed-buffer operations wait in the ring they run on;
+    /// logged once). Ignored without a runtime or with the tokio one.
+    /// Default `false`.
+    pub one_ring: bool,
 }
 
 /// The runtime of the ring threads in async mode ([`UringConfig::runtime`]).
@@ -200,6 +211,7 @@ impl Default for UringConfig {
             enabled: true,
             fault: None,
             runtime: None,
+            one_ring: false,
         }
     }
 }
@@ -316,6 +328,14 @@ impl UringConfig {
     #[must_use]
     pub fn runtime(mut self, runtime: impl Into<Option<UringRuntime>>) -> Self {
         self.runtime = runtime.into();
+        self
+    }
+
+    /// Sets [`UringConfig::one_ring`]: the io_uring runtime's ring carries
+    /// the FUSE commands too.
+    #[must_use]
+    pub fn one_ring(mut self, on: bool) -> Self {
+        self.one_ring = on;
         self
     }
 }

@@ -110,6 +110,8 @@ struct Layout {
     pooled_queues: usize,
     /// Async mode: the runtime type's name.
     async_runtime: Option<&'static str>,
+    /// The runtime's ring carries the FUSE commands too.
+    one_ring: bool,
 }
 
 /// Refuses what this build cannot serve.
@@ -317,6 +319,20 @@ impl UringSession {
         let registered = pools.iter().flatten().any(|p| p.registered);
         let zero_copy = pooled_queues > 0 && pools.iter().flatten().all(|p| p.zero_copy);
 
+        let one_ring = config.one_ring && config.runtime == Some(UringRuntime::IoUring);
+        let one_ring = one_ring
+            && {
+                let zero_copy_queues = pools.iter().flatten().any(|p| p.zero_copy);
+                if zero_copy_queues {
+                    // A zero-copy operation waits for its completion in the ring
+                    // it runs on, taking every other completion off it meanwhile,
+                    // which on a shared ring would be the runtime's too.
+                    tracing::info!(
+                    "one ring per queue not used with zero copy: the FUSE ring and the runtime's ring stay apart"
+                );
+                }
+                !zero_copy_queues
+            };
         let layout = ThreadLayout::new(nr_queues, config);
         let mut plans: Vec<ThreadPlan> = Vec::with_capacity(layout.threads);
         for t in 0..layout.threads {
@@ -333,6 +349,8 @@ impl UringSession {
                 fault: config.fault,
                 #[cfg(feature = "async")]
                 runtime: config.runtime.map(Into::into),
+                #[cfg(feature = "async")]
+                one_ring,
             });
         }
         for (qid, pool) in pools.into_iter().enumerate() {
@@ -353,6 +371,7 @@ impl UringSession {
             rings: Some(layout),
             pooled_queues,
             async_runtime: config.runtime.map(UringRuntime::as_str),
+            one_ring,
         };
 
         let (report_tx, report_rx) = mpsc::channel();
@@ -629,6 +648,9 @@ impl Session for UringSession {
                 },
                 counted(rings.entries_per_queue(), "entry"),
                 match l.async_runtime {
+                    Some(rt) if l.one_ring => format!(
+                        " served concurrently on a {rt} runtime whose ring carries the FUSE commands"
+                    ),
                     Some(rt) => format!(" served concurrently on a {rt} runtime"),
                     None => String::new(),
                 },
