@@ -601,6 +601,19 @@ mod tests {
     use super::UringRuntime;
 
     #[test]
+    fn one_ring_is_opt_in_and_keeps_the_async_layout() {
+        assert!(!super::UringConfig::default().one_ring);
+        let config = super::UringConfig::default()
+            .runtime(super::UringRuntime::IoUring)
+            .one_ring(true);
+        assert!(config.one_ring);
+        // Still one ring thread per queue, serving its entries as tasks.
+        let l = super::ThreadLayout::new(4, &config);
+        assert_eq!(l.threads, 4);
+        assert_eq!(l.entries_per_thread(0), super::DEFAULT_ASYNC_ENTRIES);
+    }
+
+    #[test]
     fn uring_runtime_matches_async_io_runtime_type() {
         for rt in async_io::RuntimeType::ALL {
             let ours = UringRuntime::from(rt);
