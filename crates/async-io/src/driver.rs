@@ -3,8 +3,10 @@
 //! # Shape
 //!
 //! One [`Driver`] owns one ring and a table of operations (a slab indexed by the low 32
-//! bits of each SQE's `user_data`; the high 32 bits carry a generation so a stale cancel
-//! can never hit a reused slot). An operation is an [`Op<T>`] future: creating it pushes
+//! bits of each SQE's `user_data`; the next 31 bits carry a generation so a stale cancel
+//! can never hit a reused slot, and the top bit, [`DRIVER_KEY`], marks the driver's own
+//! SQEs, so that a ring shared with another user's uring commands ([`crate::SharedRing`])
+//! can tell whose each completion is). An operation is an [`Op<T>`] future: creating it pushes
 //! an SQE into the submission queue and parks `T` (the owned buffers, iovec arrays, path
 //! strings and a clone of the fd the SQE points at) in the future.
 //!
