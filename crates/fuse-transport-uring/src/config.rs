@@ -135,9 +135,10 @@ pub struct UringConfig {
     /// the runtime's own ring joined by an eventfd. A request whose file
     /// IO goes to the ring then costs no second ring's round trip: its
     /// reply is committed from the serving loop that reaped the IO's
-    /// completion. Zero-copy queues ([`UringConfig::zero_copy`]) keep two
-    /// rings (their fixed-buffer operations wait in the ring they run on;
-    /// logged once). Ignored without a runtime or with the tokio one.
+    /// completion. Queues with buffer pools (Linux 7.3) keep two rings,
+    /// logged: zero copy's fixed-buffer operations wait in the ring they
+    /// run on, and pools on a shared ring hung in a VM test under load (not
+    /// understood yet). Ignored without a runtime or with the tokio one.
     /// Default `false`.
     pub one_ring: bool,
 }
