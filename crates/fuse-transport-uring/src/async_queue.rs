@@ -47,8 +47,9 @@
 //! system's tasks may wait for), and a read's completion wakes the read's
 //! task, which writes its reply, committed on the loop's next turn, on
 //! the same ring. There is no second ring and no second eventfd.
-//! Zero-copy queues keep two rings: a zero-copy operation waits in its
-//! ring, taking every completion off it meanwhile.
+//! Queues with buffer pools keep two rings (see `UringConfig::one_ring`):
+//! a zero-copy operation waits in its ring, taking every completion off
+//! it meanwhile, and pools on a shared ring hung in VM runs under load.
 //!
 //! Setup and teardown keep the rule that memory the kernel may touch
 //! outlives the ring: the runtime (with the ring) is built before the

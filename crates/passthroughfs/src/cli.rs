@@ -191,7 +191,7 @@ pub struct Args {
     /// io_uring carries both the FUSE commands and the backing files' IO,
     /// so a READ that goes to the disk costs no second ring's round trip
     /// (without it each ring thread runs the FUSE ring and the runtime's
-    /// own). Zero-copy queues keep two rings (logged).
+    /// own). Queues with buffer pools (Linux 7.3) keep two rings (logged).
     #[arg(long)]
     pub uring_one_ring: bool,
 
