@@ -3,8 +3,10 @@
 //! # Shape
 //!
 //! One [`Driver`] owns one ring and a table of operations (a slab indexed by the low 32
-//! bits of each SQE's `user_data`; the high 32 bits carry a generation so a stale cancel
-//! can never hit a reused slot). An operation is an [`Op<T>`] future: creating it pushes
+//! bits of each SQE's `user_data`; the next 31 bits carry a generation so a stale cancel
+//! can never hit a reused slot, and the top bit, [`DRIVER_KEY`], marks the driver's own
+//! SQEs, so that a ring shared with another user's uring commands ([`crate::SharedRing`])
+//! can tell whose each completion is). An operation is an [`Op<T>`] future: creating it pushes
 //! an SQE into the submission queue and parks `T` (the owned buffers, iovec arrays, path
 //! strings and a clone of the fd the SQE points at) in the future.
 //!
@@ -51,12 +53,75 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 
 use crate::sys;
 
 /// `user_data` of SQEs whose completion nobody waits for (cancel requests).
 const UNTRACKED: u64 = u64::MAX;
+
+/// Set in the `user_data` of every SQE the driver makes itself (its operations and
+/// [`UNTRACKED`]). An SQE pushed onto a shared ring by its other user (see
+/// [`crate::SharedRing`]) has it clear, and its completion is handed back to that user
+/// instead of an operation slot.
+pub(crate) const DRIVER_KEY: u64 = 1 << 63;
+
+/// Generations are 31 bits wide, so that a key never loses [`DRIVER_KEY`].
+const GENERATION_MASK: u32 = 0x7fff_ffff;
+
+/// The ring itself: 64-byte SQEs, or 128-byte ones (`IORING_SETUP_SQE128`) when the ring
+/// is shared with uring commands that need them (FUSE over io_uring).
+enum Ring {
+    Sqe64(IoUring),
+    Sqe128(IoUring<squeue::Entry128, cqueue::Entry>),
+}
+
+/// Runs `$body` with `$r` bound to the ring, whichever its SQE size.
+macro_rules! with_ring {
+    ($ring:expr, $r:ident => $body:expr) => {
+        match $ring {
+            Ring::Sqe64($r) => $body,
+            Ring::Sqe128($r) => $body,
+        }
+    };
+}
+
+impl Ring {
+    /// Pushes `sqe` (converted to 128 bytes on a SQE128 ring).
+    ///
+    /// # Safety
+    /// As `SubmissionQueue::push`: the SQE's pointers and fds stay valid until its CQE.
+    unsafe fn push(&mut self, sqe: &squeue::Entry) -> Result<(), squeue::PushError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                Ring::Sqe64(r) => r.submission().push(sqe),
+                Ring::Sqe128(r) => r.submission().push(&squeue::Entry128::from(sqe.clone())),
+            }
+        }
+    }
+
+    fn sq_is_empty(&mut self) -> bool {
+        with_ring!(self, r => r.submission().is_empty())
+    }
+
+    /// `(cq_overflow, taskrun)` flags of the submission queue.
+    fn sq_flags(&mut self) -> (bool, bool) {
+        with_ring!(self, r => {
+            let sq = r.submission();
+            (sq.cq_overflow(), sq.taskrun())
+        })
+    }
+
+    fn submitter(&self) -> Submitter<'_> {
+        with_ring!(self, r => r.submitter())
+    }
+
+    /// Takes every CQE off the completion queue into `out` as `(user_data, result)`.
+    fn drain_cq(&mut self, out: &mut Vec<(u64, i32)>) {
+        with_ring!(self, r => out.extend(r.completion().map(|c| (c.user_data(), c.result()))))
+    }
+}
 
 /// The result of one completed SQE.
 #[derive(Debug, Clone, Copy)]
@@ -115,25 +180,30 @@ impl Slab {
         };
         let slot = &mut self.slots[idx as usize];
         slot.state = Some(state);
-        (u64::from(slot.generation) << 32) | u64::from(idx)
+        DRIVER_KEY | (u64::from(slot.generation) << 32) | u64::from(idx)
+    }
+
+    /// The slot of `key` if `key` is a driver key of the slot's current generation.
+    fn slot_mut(&mut self, key: u64) -> Option<&mut Slot> {
+        if key & DRIVER_KEY == 0 {
+            return None;
+        }
+        let slot = self.slots.get_mut((key & 0xffff_ffff) as usize)?;
+        if u64::from(slot.generation) != (key & !DRIVER_KEY) >> 32 {
+            return None;
+        }
+        Some(slot)
     }
 
     fn get_mut(&mut self, key: u64) -> Option<&mut Lifecycle> {
-        let slot = self.slots.get_mut((key & 0xffff_ffff) as usize)?;
-        if u64::from(slot.generation) != key >> 32 {
-            return None;
-        }
-        slot.state.as_mut()
+        self.slot_mut(key)?.state.as_mut()
     }
 
     fn remove(&mut self, key: u64) -> Option<Lifecycle> {
         let idx = (key & 0xffff_ffff) as u32;
-        let slot = self.slots.get_mut(idx as usize)?;
-        if u64::from(slot.generation) != key >> 32 {
-            return None;
-        }
+        let slot = self.slot_mut(key)?;
         let state = slot.state.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
+        slot.generation = slot.generation.wrapping_add(1) & GENERATION_MASK;
         self.free.push(idx);
         self.live -= 1;
         Some(state)
@@ -141,8 +211,15 @@ impl Slab {
 }
 
 struct Inner {
-    ring: IoUring,
+    ring: Ring,
     ops: Slab,
+    /// Completions of SQEs pushed by the ring's other user (`user_data` without
+    /// [`DRIVER_KEY`]), waiting to be taken ([`Driver::take_foreign`]).
+    foreign: Vec<(u64, i32)>,
+    /// Woken when `foreign` gets a completion.
+    foreign_waker: Option<Waker>,
+    /// Reaped CQEs being dispatched (kept, so that reaping allocates nothing).
+    scratch: Vec<(u64, i32)>,
     /// The driver task's waker, woken once per batch of pushes.
     flush_waker: Option<Waker>,
     flush_pending: bool,
@@ -163,6 +240,53 @@ pub struct DriverStats {
     pub cq_overflows: u64,
 }
 
+/// How to build a [`Driver`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DriverOptions {
+    /// Submission queue slots (rounded up to a power of two).
+    pub entries: u32,
+    /// Least completion queue size (it is at least twice `entries` and 1024 anyway).
+    pub cq_entries: u32,
+    /// Register an eventfd signalled on every completion.
+    pub with_eventfd: bool,
+    /// `DEFER_TASKRUN` where the kernel allows it.
+    pub defer_taskrun: bool,
+    /// 128-byte SQEs (`IORING_SETUP_SQE128`), for sharing the ring with uring commands.
+    pub sqe128: bool,
+}
+
+/// Builds a ring with `S`-sized SQEs.
+fn build<S: squeue::EntryMarker>(
+    cq: u32,
+    entries: u32,
+    defer_taskrun: bool,
+) -> io::Result<IoUring<S, cqueue::Entry>> {
+    // DEFER_TASKRUN (optional, see `Builder::defer_taskrun`): completions that need this
+    // thread's context wait on a local list until we enter with GETEVENTS, instead of
+    // interrupting the thread. The kernel still signals the eventfd when such work is
+    // queued, and TASKRUN_FLAG (IORING_SQ_TASKRUN) tells `reap_locked` an enter is due.
+    // It requires SINGLE_ISSUER, which the thread-bound driver satisfies. Kernels before
+    // 6.1 refuse these flags: fall back to a plain ring.
+    let plain = || IoUring::builder().setup_cqsize(cq).build(entries);
+    if defer_taskrun {
+        IoUring::builder()
+            .setup_cqsize(cq)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(entries)
+            .or_else(|e| {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    plain()
+                } else {
+                    Err(e)
+                }
+            })
+    } else {
+        plain()
+    }
+}
+
 /// One io_uring ring with its operation table. See the module docs.
 pub(crate) struct Driver {
     inner: RefCell<Inner>,
@@ -176,33 +300,39 @@ impl Driver {
     /// registered to be signalled on every completion (see [`Driver::eventfd`]). With
     /// `defer_taskrun`, the ring is set up with `DEFER_TASKRUN` where the kernel allows it.
     pub fn new(entries: u32, with_eventfd: bool, defer_taskrun: bool) -> io::Result<Driver> {
+        Driver::with_options(DriverOptions {
+            entries,
+            with_eventfd,
+            defer_taskrun,
+            ..DriverOptions::default()
+        })
+    }
+
+    /// [`Driver::new`] with every option.
+    pub fn with_options(o: DriverOptions) -> io::Result<Driver> {
+        let DriverOptions {
+            entries,
+            cq_entries,
+            with_eventfd,
+            defer_taskrun,
+            sqe128,
+        } = o;
         // A roomy completion queue: buffered writes complete from io-wq workers in bursts,
         // and CQEs beyond it go through the kernel's slower overflow list.
-        let cq = (entries.next_power_of_two() * 2).max(1024);
-        // DEFER_TASKRUN (optional, see `Builder::defer_taskrun`): completions that need this
-        // thread's context wait on a local list until we enter with GETEVENTS, instead of
-        // interrupting the thread. The kernel still signals the eventfd when such work is
-        // queued, and TASKRUN_FLAG (IORING_SQ_TASKRUN) tells `reap_locked` an enter is due.
-        // It requires SINGLE_ISSUER, which the thread-bound driver satisfies. Kernels before
-        // 6.1 refuse these flags: fall back to a plain ring.
-        let plain = || IoUring::builder().setup_cqsize(cq).build(entries);
-        let ring = if defer_taskrun {
-            IoUring::builder()
-                .setup_cqsize(cq)
-                .setup_single_issuer()
-                .setup_defer_taskrun()
-                .setup_taskrun_flag()
-                .build(entries)
-                .or_else(|e| {
-                    if e.raw_os_error() == Some(libc::EINVAL) {
-                        plain()
-                    } else {
-                        Err(e)
-                    }
-                })?
-        } else {
-            plain()?
-        };
+        let cq = (entries.next_power_of_two() * 2).max(1024).max(cq_entries);
+        if sqe128 {
+            return Driver::finish(
+                Ring::Sqe128(build(cq, entries, defer_taskrun)?),
+                with_eventfd,
+            );
+        }
+        Driver::finish(
+            Ring::Sqe64(build(cq, entries, defer_taskrun)?),
+            with_eventfd,
+        )
+    }
+
+    fn finish(ring: Ring, with_eventfd: bool) -> io::Result<Driver> {
         let eventfd = if with_eventfd {
             let efd = sys::eventfd()?;
             ring.submitter().register_eventfd(efd.as_raw_fd())?;
@@ -214,6 +344,9 @@ impl Driver {
             inner: RefCell::new(Inner {
                 ring,
                 ops: Slab::default(),
+                foreign: Vec::new(),
+                foreign_waker: None,
+                scratch: Vec::new(),
                 flush_waker: None,
                 flush_pending: false,
             }),
@@ -279,7 +412,7 @@ impl Driver {
             loop {
                 // SAFETY: the SQE's pointers are valid per `submit`'s contract (or it is a
                 // cancel request without pointers).
-                let pushed = unsafe { inner.ring.submission().push(&sqe) }.is_ok();
+                let pushed = unsafe { inner.ring.push(&sqe) }.is_ok();
                 if pushed {
                     break;
                 }
@@ -318,7 +451,7 @@ impl Driver {
                     self.reap_locked(inner, deferred);
                     // The kernel consumes every SQE unless it runs out of memory; if some are
                     // left, go again as long as it makes progress.
-                    if n == 0 || inner.ring.submission().is_empty() {
+                    if n == 0 || inner.ring.sq_is_empty() {
                         return Ok(());
                     }
                 }
@@ -345,10 +478,7 @@ impl Driver {
     fn reap_locked(&self, inner: &mut Inner, deferred: &mut Deferred) -> usize {
         let mut n = self.reap_ring(inner, deferred);
         loop {
-            let (overflow, taskrun) = {
-                let sq = inner.ring.submission();
-                (sq.cq_overflow(), sq.taskrun())
-            };
+            let (overflow, taskrun) = inner.ring.sq_flags();
             if !overflow && !taskrun {
                 break;
             }
@@ -373,15 +503,28 @@ impl Driver {
     }
 
     fn reap_ring(&self, inner: &mut Inner, deferred: &mut Deferred) -> usize {
-        let Inner { ring, ops, .. } = inner;
-        let mut n = 0;
-        for cqe in ring.completion() {
-            n += 1;
-            let key = cqe.user_data();
+        let mut cqes = std::mem::take(&mut inner.scratch);
+        inner.ring.drain_cq(&mut cqes);
+        let n = cqes.len();
+        let Inner {
+            ops,
+            foreign,
+            foreign_waker,
+            ..
+        } = inner;
+        for (key, res) in cqes.drain(..) {
             if key == UNTRACKED {
                 continue;
             }
-            let done = Completion { res: cqe.result() };
+            if key & DRIVER_KEY == 0 {
+                // Not ours: the shared ring's other user's (a uring command).
+                foreign.push((key, res));
+                if let Some(w) = foreign_waker.take() {
+                    deferred.wakers.push(w);
+                }
+                continue;
+            }
+            let done = Completion { res };
             match ops.get_mut(key) {
                 Some(state @ (Lifecycle::Submitted | Lifecycle::Waiting(_))) => {
                     if let Lifecycle::Waiting(w) =
@@ -400,6 +543,7 @@ impl Driver {
                 }
             }
         }
+        inner.scratch = cqes;
         self.bump(|s| s.cqes += n as u64);
         n
     }
@@ -410,7 +554,7 @@ impl Driver {
         {
             let mut inner = self.inner.borrow_mut();
             inner.flush_pending = false;
-            if !inner.ring.submission().is_empty() {
+            if !inner.ring.sq_is_empty() {
                 if let Err(e) = self.submit_locked(&mut inner, 0, &mut deferred) {
                     tracing::error!("io_uring submit failed: {e}");
                 }
@@ -419,6 +563,60 @@ impl Driver {
             }
         }
         deferred.run();
+    }
+
+    /// Whether the ring has 128-byte SQEs (built with [`DriverOptions::sqe128`]).
+    pub fn is_sqe128(&self) -> bool {
+        matches!(self.inner.borrow().ring, Ring::Sqe128(_))
+    }
+
+    /// Runs `f` on the ring itself, if it has 128-byte SQEs (`EINVAL` otherwise), for
+    /// the ring's other user: see [`crate::SharedRing::with_ring`] for the rules.
+    /// `EDEADLK` if the driver is in use further up the stack.
+    pub fn with_ring128<R>(
+        &self,
+        f: impl FnOnce(&mut IoUring<squeue::Entry128, cqueue::Entry>) -> R,
+    ) -> io::Result<R> {
+        let mut inner = self
+            .inner
+            .try_borrow_mut()
+            .map_err(|_| io::Error::from_raw_os_error(libc::EDEADLK))?;
+        match &mut inner.ring {
+            Ring::Sqe128(r) => Ok(f(r)),
+            Ring::Sqe64(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+    }
+
+    /// Moves the completions of SQEs the driver didn't make (see [`DRIVER_KEY`]) to `out`.
+    pub fn take_foreign(&self, out: &mut Vec<(u64, i32)>) {
+        out.append(&mut self.inner.borrow_mut().foreign);
+    }
+
+    /// Ready when a completion of an SQE the driver didn't make waits to be taken;
+    /// otherwise `cx`'s waker is woken when one is reaped.
+    pub fn poll_foreign(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.inner.borrow_mut();
+        if !inner.foreign.is_empty() {
+            return Poll::Ready(());
+        }
+        match &inner.foreign_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => inner.foreign_waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Submits everything queued, waits in `io_uring_enter` until at least `wait`
+    /// completions are there (0: none), and reaps them: the driver's own go to their
+    /// operations (waking their tasks), the others to [`Driver::take_foreign`].
+    pub fn enter(&self, wait: usize) -> io::Result<()> {
+        let mut deferred = Deferred::default();
+        let r = {
+            let mut inner = self.inner.borrow_mut();
+            self.submit_locked(&mut inner, wait, &mut deferred)
+        };
+        deferred.run();
+        r
     }
 
     /// Registers the waker of the task that calls [`Driver::flush`].
@@ -458,7 +656,7 @@ impl Driver {
                 inner.flush_pending = false;
                 let woken = flag.0.load(Ordering::Acquire);
                 let wait = usize::from(!woken && inner.ops.live > 0);
-                if wait > 0 || !inner.ring.submission().is_empty() {
+                if wait > 0 || !inner.ring.sq_is_empty() {
                     if let Err(e) = self.submit_locked(&mut inner, wait, &mut deferred) {
                         tracing::error!("io_uring submit failed: {e}");
                     }
@@ -493,12 +691,12 @@ impl Drop for Driver {
             .build()
             .user_data(UNTRACKED);
         // SAFETY: a cancel request carries no pointers.
-        while unsafe { inner.ring.submission().push(&cancel) }.is_err() {
-            let _ = inner.ring.submit();
+        while unsafe { inner.ring.push(&cancel) }.is_err() {
+            let _ = inner.ring.submitter().submit();
         }
         let mut garbage = Vec::new();
         while inner.ops.live > 0 {
-            match inner.ring.submit_and_wait(1) {
+            match inner.ring.submitter().submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
@@ -514,10 +712,11 @@ impl Drop for Driver {
                     return;
                 }
             }
-            let Inner { ring, ops, .. } = &mut *inner;
-            for cqe in ring.completion() {
-                let key = cqe.user_data();
+            let mut cqes = Vec::new();
+            inner.ring.drain_cq(&mut cqes);
+            for (key, _) in cqes {
                 if key != UNTRACKED {
+                    let ops = &mut inner.ops;
                     if let Some(Lifecycle::Ignored(data)) = ops.remove(key) {
                         garbage.push(data);
                     }

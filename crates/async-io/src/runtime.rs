@@ -14,7 +14,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::task::{JoinHandle, LocalSet};
 
-use crate::driver::{Driver, DriverStats};
+use crate::driver::{Driver, DriverOptions, DriverStats};
 use crate::{sys, Error};
 
 /// Default submission queue size of a runtime's ring.
@@ -150,7 +150,9 @@ impl Drop for EnterGuard {
 pub struct Builder {
     kind: RuntimeType,
     ring_entries: u32,
+    cq_entries: u32,
     defer_taskrun: bool,
+    uring_commands: bool,
 }
 
 impl Builder {
@@ -159,7 +161,9 @@ impl Builder {
         Builder {
             kind,
             ring_entries: DEFAULT_RING_ENTRIES,
+            cq_entries: 0,
             defer_taskrun: false,
+            uring_commands: false,
         }
     }
 
@@ -187,6 +191,25 @@ impl Builder {
         self
     }
 
+    /// The least completion queue size of the ring (it is at least twice
+    /// [`Builder::ring_entries`] and 1024 anyway). A ring shared with uring commands
+    /// ([`Builder::uring_commands`]) wants room for a completion of every command it may
+    /// have in flight. Ignored for [`RuntimeType::Tokio`].
+    pub fn cq_entries(mut self, entries: u32) -> Builder {
+        self.cq_entries = entries;
+        self
+    }
+
+    /// Whether to build the ring with 128-byte SQEs (`IORING_SETUP_SQE128`), so that
+    /// another user on the same thread can submit uring commands that need them (FUSE
+    /// over io_uring's) on the runtime's own ring, through [`Runtime::shared_ring`]. The
+    /// runtime's own operations work the same either way. Default false. Ignored for
+    /// [`RuntimeType::Tokio`].
+    pub fn uring_commands(mut self, on: bool) -> Builder {
+        self.uring_commands = on;
+        self
+    }
+
     /// Builds the runtime. For [`RuntimeType::IoUring`] this fails with
     /// [`Error::UringUnavailable`] when the ring cannot be set up.
     pub fn build(self) -> Result<Runtime, Error> {
@@ -200,8 +223,14 @@ impl Builder {
             RuntimeType::IoUring => {
                 uring_available()?;
                 let driver = Rc::new(
-                    Driver::new(self.ring_entries, true, self.defer_taskrun)
-                        .map_err(Error::UringUnavailable)?,
+                    Driver::with_options(DriverOptions {
+                        entries: self.ring_entries,
+                        cq_entries: self.cq_entries,
+                        with_eventfd: true,
+                        defer_taskrun: self.defer_taskrun,
+                        sqe128: self.uring_commands,
+                    })
+                    .map_err(Error::UringUnavailable)?,
                 );
                 let efd = driver
                     .eventfd()
@@ -306,6 +335,98 @@ impl Runtime {
     /// Counters of this runtime's ring (all zero on a tokio runtime).
     pub fn uring_stats(&self) -> DriverStats {
         self.driver.as_ref().map(|d| d.stats()).unwrap_or_default()
+    }
+
+    /// The runtime's ring, for submitting uring commands on it: `Some` on an io_uring
+    /// runtime built with [`Builder::uring_commands`], `None` otherwise.
+    pub fn shared_ring(&self) -> Option<SharedRing> {
+        self.driver
+            .as_ref()
+            .filter(|d| d.is_sqe128())
+            .map(|d| SharedRing { driver: d.clone() })
+    }
+}
+
+/// An io_uring runtime's ring lent to another user on the same thread (FUSE over
+/// io_uring's serving loop), which submits its own SQEs there and gets their completions
+/// back, so that one ring carries both its commands and the runtime's file IO. From
+/// [`Runtime::shared_ring`].
+///
+/// - The user's SQEs carry a `user_data` below [`SharedRing::USER_DATA_LIMIT`]; the
+///   runtime's own have the top bit set. Completions are sorted by that bit when reaped,
+///   by whoever reaps: the runtime's driver task (woken by the ring's eventfd, through
+///   tokio's reactor), [`SharedRing::enter`], or an operation that waits. The user's are
+///   kept until [`SharedRing::take_completions`].
+/// - It holds the runtime's ring open: drop it before the runtime, and before the memory
+///   that commands in flight point at (closing the ring cancels uring commands; the ring
+///   closes when the runtime and every `SharedRing` are gone and the runtime's own
+///   operations are done).
+/// - `!Send`: the ring is used on the runtime's thread only (`SINGLE_ISSUER`).
+#[derive(Clone)]
+pub struct SharedRing {
+    driver: Rc<Driver>,
+}
+
+impl SharedRing {
+    /// `user_data` of the user's SQEs must be below this (the runtime's own SQEs have
+    /// the top bit set).
+    pub const USER_DATA_LIMIT: u64 = crate::driver::DRIVER_KEY;
+
+    /// Runs `f` on the ring itself: to register files or buffers, and to push SQEs
+    /// (which the next [`SharedRing::enter`], or any submit of the runtime, hands to the
+    /// kernel). `EDEADLK` if the runtime's driver is in use further up the stack.
+    ///
+    /// # Safety
+    ///
+    /// `f` must not take completions off the completion queue (they may be the runtime's:
+    /// use [`SharedRing::take_completions`]) except while no operation of the runtime is
+    /// in flight, must push only SQEs whose `user_data` is below
+    /// [`SharedRing::USER_DATA_LIMIT`], and must keep the memory and descriptors every
+    /// pushed SQE names valid until its completion or until the ring is closed. It must
+    /// not unregister the eventfd, the runtime's way of seeing completions.
+    pub unsafe fn with_ring<R>(
+        &self,
+        f: impl FnOnce(&mut io_uring::IoUring<io_uring::squeue::Entry128>) -> R,
+    ) -> io::Result<R> {
+        self.driver.with_ring128(f)
+    }
+
+    /// Submits everything queued (the user's SQEs and the runtime's), sleeps in
+    /// `io_uring_enter` until at least `wait` completions are there (0: doesn't sleep,
+    /// but still runs the ring's deferred completion work), and reaps: the runtime's
+    /// completions wake their tasks (which run when the runtime next polls them), the
+    /// user's wait for [`SharedRing::take_completions`].
+    pub fn enter(&self, wait: usize) -> io::Result<()> {
+        self.driver.enter(wait)
+    }
+
+    /// Moves the completions of the user's SQEs reaped so far to `out`, as
+    /// `(user_data, result)`.
+    pub fn take_completions(&self, out: &mut Vec<(u64, i32)>) {
+        self.driver.take_foreign(out)
+    }
+
+    /// Waits until a completion of the user's SQEs has been reaped (by the runtime's
+    /// driver task, which the ring's eventfd wakes).
+    pub async fn completions_ready(&self) {
+        poll_fn(|cx| self.poll_completions(cx)).await
+    }
+
+    /// Ready when a completion of the user's SQEs has been reaped and waits for
+    /// [`SharedRing::take_completions`]; otherwise `cx`'s waker is woken when one is.
+    pub fn poll_completions(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        self.driver.poll_foreign(cx)
+    }
+
+    /// Counters of the ring (the runtime's own submissions and every completion).
+    pub fn stats(&self) -> DriverStats {
+        self.driver.stats()
+    }
+}
+
+impl fmt::Debug for SharedRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedRing").finish_non_exhaustive()
     }
 }
 

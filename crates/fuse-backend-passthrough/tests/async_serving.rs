@@ -2,7 +2,9 @@
 //! through its `AsyncFileSystem` by a `FuseDevTask`, on the tokio and the
 //! io_uring runtime, each with the thread pool off and on: file data,
 //! metadata, readdir, rename, xattrs, `O_DIRECT`, mmap, concurrent
-//! writers, lock waits. Needs root (CI runs as root); fails with the
+//! writers, lock waits; then the same over FUSE over io_uring in async mode
+//! on the io_uring runtime, with two rings per queue and with one. Needs
+//! root (CI runs as root) and, for the io_uring modes, `enable_uring`; fails with the
 //! reason otherwise.
 
 mod async_support;
@@ -20,8 +22,10 @@ use std::path::Path;
 use std::time::Duration;
 
 /// One test per mode: `tokio::NAME`, `tokio_pool::NAME`, `uring::NAME`,
-/// `uring_pool::NAME`, `tokio_2threads::NAME`, `uring_pool_2threads::NAME`,
-/// each calling `NAME(mode)`.
+/// `uring_pool::NAME`, `tokio_2threads::NAME`, `uring_pool_2threads::NAME`
+/// (over `/dev/fuse`), `uring_transport::NAME` and `uring_one_ring::NAME`
+/// (FUSE over io_uring on the io_uring runtime, two rings and one ring per
+/// queue), each calling `NAME(mode)`.
 macro_rules! per_mode {
     ($($name:ident),* $(,)?) => {
         mod tokio {
@@ -41,6 +45,12 @@ macro_rules! per_mode {
         }
         mod uring_pool_2threads {
             $(#[test] fn $name() { super::$name(super::Mode::ALL[5]) })*
+        }
+        mod uring_transport {
+            $(#[test] fn $name() { super::$name(super::Mode::ALL[6]) })*
+        }
+        mod uring_one_ring {
+            $(#[test] fn $name() { super::$name(super::Mode::ALL[7]) })*
         }
     };
 }

@@ -31,6 +31,32 @@
 //! that never waits (metadata, a page cache hit) costs what it costs the
 //! synchronous loop.
 //!
+//! ## One ring per queue ([`crate::UringConfig::one_ring`])
+//!
+//! On the io_uring runtime, the thread can instead run one ring: the
+//! runtime is built with 128-byte SQEs (`async_io::Builder::uring_commands`)
+//! and the FUSE commands go on the runtime's own ring
+//! (`async_io::SharedRing`). The two kinds of completions are told apart
+//! by `user_data`: the runtime's carry its top bit, the transport's
+//! (entry indexes, the wake poll) never do. Whoever reaps sorts them:
+//! the file IO's go to their tasks, the commands' wait for this loop. The
+//! loop is the same as above with the ring swapped: while no task waits
+//! it sleeps in the shared ring itself (`SharedRing::enter(1)`); while
+//! tasks wait, it waits in the reactor for the ring's one eventfd (the
+//! runtime's own, which also covers timers and other descriptors a file
+//! system's tasks may wait for), and a read's completion wakes the read's
+//! task, which writes its reply, committed on the loop's next turn, on
+//! the same ring. There is no second ring and no second eventfd.
+//! Queues with buffer pools keep two rings (see `UringConfig::one_ring`):
+//! a zero-copy operation waits in its ring, taking every completion off
+//! it meanwhile, and pools on a shared ring hung in VM runs under load.
+//!
+//! Setup and teardown keep the rule that memory the kernel may touch
+//! outlives the ring: the runtime (with the ring) is built before the
+//! entries are registered on it, and dropped, which closes the ring and
+//! cancels the entries still in the kernel, before the entries' memory
+//! goes; every `SharedRing` handle goes before the runtime.
+//!
 //! ## Memory
 //!
 //! A task reads its request from, and writes its reply into, its entry's
@@ -56,9 +82,10 @@
 //! connection, which fails it).
 
 use super::transaction::write_reply;
+use super::Handshake;
 use super::{reap_into, submit, QueueThread, Ring, DRAIN_TIMEOUT};
 use crate::zero_copy::FixedRing;
-use async_io::RuntimeType;
+use async_io::{RuntimeType, SharedRing};
 use fuse_abi::uring::UringReqHeader;
 use fuse_abi::InHeader;
 use fuse_server::opcode_table::opcode_info_raw;
@@ -111,6 +138,10 @@ pub(super) fn serve(
     let rt = async_io::Builder::new(kind)
         .build()
         .map_err(|e| io::Error::other(format!("building the {kind} runtime: {e}")))?;
+    if kind == RuntimeType::IoUring {
+        // The runtime's own ring, beside the FUSE ring.
+        count_ring(thread);
+    }
     let efd = crate::sys::EventFd::new()?;
     ring.submitter().register_eventfd(efd.raw()).map_err(|e| {
         io::Error::new(
@@ -128,7 +159,14 @@ pub(super) fn serve(
         // descriptor, open until the `AsyncFd` (which owns it) is dropped.
         let efd = unsafe { AsyncFd::register_with_interest(RingEventFd(efd), Interest::READABLE) }
             .map_err(io::Error::from)?;
-        serve_loop(thread, &fixed, &efd).await
+        serve_loop(
+            thread,
+            &Rings::Two {
+                fixed: &fixed,
+                efd: &efd,
+            },
+        )
+        .await
     });
     // Every task (and the transport memory views it holds) goes first;
     // the ring and the entries' memory after, in `queue::run`.
@@ -140,11 +178,175 @@ pub(super) fn serve(
     result
 }
 
-async fn serve_loop(
-    t: &mut QueueThread,
-    fixed: &FixedRing,
-    efd: &AsyncFd<RingEventFd>,
-) -> io::Result<()> {
+/// Counts a ring opened by the thread.
+fn count_ring(t: &QueueThread) {
+    t.shared.counters.rings.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Runs a ring thread with one ring ([`crate::UringConfig::one_ring`]):
+/// builds the io_uring runtime with a ring for FUSE commands, registers
+/// the entries on it, serves, and tears down in the order the module docs
+/// give.
+pub(super) fn run_one_ring(mut thread: QueueThread, handshake: Handshake) -> io::Result<()> {
+    let (sq, cq) = thread.ring_sizes();
+    let rt = match async_io::Builder::new(RuntimeType::IoUring)
+        .uring_commands(true)
+        .ring_entries(sq.max(async_io::DEFAULT_RING_ENTRIES))
+        .cq_entries(cq)
+        .defer_taskrun(thread.plan.defer_taskrun)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = handshake
+                .report
+                .send(Err(format!("building the io_uring runtime: {e}")));
+            return Ok(());
+        }
+    };
+    let Some(shared) = rt.shared_ring() else {
+        let _ = handshake
+            .report
+            .send(Err("the io_uring runtime has no ring to share".into()));
+        return Ok(());
+    };
+    count_ring(&thread);
+    let rings = Rings::One(&shared);
+    let registered = match rings.with(|ring| thread.register_with(ring)) {
+        Ok(r) => r,
+        Err(e) => Err(format!("using the runtime's ring: {e}")),
+    };
+    let result = match registered {
+        Err(e) => {
+            let _ = handshake.report.send(Err(e));
+            Ok(())
+        }
+        // The entries are registered before any task of the runtime runs,
+        // so `start` may reap the ring itself (the contract of
+        // `SharedRing::with_ring`).
+        Ok(()) => match rings.with(|ring| thread.start(ring, handshake)) {
+            Ok(Ok(true)) => rt.block_on(serve_loop(&mut thread, &rings)),
+            Ok(Ok(false)) => Ok(()),
+            Ok(Err(e)) | Err(e) => Err(e),
+        },
+    };
+    if thread.in_flight > 0 {
+        tracing::debug!(
+            entries = thread.in_flight,
+            "closing a ring with entries in the kernel (they are cancelled)"
+        );
+    }
+    // The tasks, then the ring (the last handle to it is the runtime's),
+    // then the entries' memory.
+    drop(shared);
+    drop(rt);
+    drop(thread);
+    result
+}
+
+/// The ring (or rings) the serving loop runs on.
+enum Rings<'a> {
+    /// The FUSE ring, lent through `fixed`, its eventfd watched by the
+    /// reactor; the runtime (if io_uring) has a ring of its own.
+    Two {
+        fixed: &'a FixedRing,
+        efd: &'a AsyncFd<RingEventFd>,
+    },
+    /// The runtime's ring, which carries the FUSE commands too.
+    One(&'a SharedRing),
+}
+
+impl Rings<'_> {
+    /// Runs `f` on the FUSE ring. `f` only pushes and submits: completions
+    /// are taken by [`Rings::take`] (on a shared ring some are the
+    /// runtime's).
+    fn with<R>(&self, f: impl FnOnce(&mut Ring) -> R) -> io::Result<R> {
+        match self {
+            Rings::Two { fixed, .. } => fixed.with(f),
+            // SAFETY: the transport's SQEs carry entry indexes and
+            // `WAKE_USER_DATA`, below the limit, and point at memory that
+            // outlives the ring (`run_one_ring` drops the runtime first);
+            // the loop's closures take no completions off the ring.
+            Rings::One(shared) => unsafe { shared.with_ring(f) },
+        }
+    }
+
+    /// Where zero-copy operations run (none with one ring: no queue of the
+    /// thread has zero copy then).
+    fn fixed(&self) -> *const FixedRing {
+        match self {
+            Rings::Two { fixed, .. } => *fixed,
+            Rings::One(_) => std::ptr::null(),
+        }
+    }
+
+    /// Moves the FUSE ring's completions reaped so far to `out`.
+    fn take(&self, t: &QueueThread, out: &mut Vec<(u64, i32)>) {
+        match self {
+            Rings::Two { fixed, .. } => fixed.take_others(out),
+            Rings::One(shared) => {
+                let before = out.len();
+                shared.take_completions(out);
+                let n = out.len() - before;
+                if n > 0 {
+                    t.shared
+                        .counters
+                        .runtime_ring_completions
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Submits what is queued; with `sleep`, sleeps in the ring until a
+    /// completion comes. Then reaps into `out` (and, with one ring, hands
+    /// the runtime its own completions).
+    fn enter(&self, t: &QueueThread, sleep: bool, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
+        match self {
+            Rings::Two { fixed, .. } => fixed.with(|ring| -> io::Result<()> {
+                if sleep {
+                    super::wait(ring)?;
+                } else {
+                    enter(ring)?;
+                }
+                reap_into(ring, out);
+                Ok(())
+            })?,
+            Rings::One(shared) => {
+                shared
+                    .enter(usize::from(sleep))
+                    .map_err(|e| io::Error::new(e.kind(), format!("io_uring_enter: {e}")))?;
+                self.take(t, out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until the FUSE ring has completions, a task finishes, or
+    /// `tick` passes.
+    async fn wait(&self, finished: &Finished, tick: Option<Duration>) {
+        match self {
+            Rings::Two { efd, .. } => wait(efd, finished, tick).await,
+            Rings::One(shared) => {
+                let ready = poll_fn(|cx| {
+                    if !finished.entries.borrow().is_empty() {
+                        return Poll::Ready(());
+                    }
+                    *finished.waker.borrow_mut() = Some(cx.waker().clone());
+                    shared.poll_completions(cx)
+                });
+                match tick {
+                    Some(d) => {
+                        let _ = tokio::time::timeout(d, ready).await;
+                    }
+                    None => ready.await,
+                }
+            }
+        }
+    }
+}
+
+async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
     let finished = Rc::new(Finished::default());
     // Entries whose task runs (in user space, not committed yet).
     let mut busy = 0usize;
@@ -153,17 +355,18 @@ async fn serve_loop(
     // allocates nothing once they have grown.
     let (mut batch, mut done) = (Vec::new(), Vec::new());
     loop {
-        // Completions a task's zero-copy operation reaped while waiting.
-        fixed.take_others(&mut t.pending);
+        // Completions a task's zero-copy operation (or, with one ring,
+        // the runtime) reaped.
+        take(rings, t);
         std::mem::swap(&mut batch, &mut t.pending);
         for &(user_data, res) in &batch {
-            start(t, fixed, &finished, &mut busy, user_data, res)?;
+            start(t, rings, &finished, &mut busy, user_data, res)?;
         }
         batch.clear();
         std::mem::swap(&mut done, &mut *finished.entries.borrow_mut());
         for &(index, commit_id) in &done {
             busy -= 1;
-            fixed.with(|ring| t.commit(ring, index, commit_id))??;
+            rings.with(|ring| t.commit(ring, index, commit_id))??;
         }
         done.clear();
         if t.shared.stop.load(Ordering::Acquire) {
@@ -180,7 +383,7 @@ async fn serve_loop(
                 }
                 // Hand in the replies written so far; closing the ring then
                 // cancels the entries waiting in the kernel.
-                fixed.with(submit)??;
+                rings.with(submit)??;
                 return Ok(());
             }
         }
@@ -198,7 +401,7 @@ async fn serve_loop(
                 return Ok(());
             }
         }
-        fixed.take_others(&mut t.pending);
+        take(rings, t);
         if !t.pending.is_empty() {
             continue;
         }
@@ -207,19 +410,11 @@ async fn serve_loop(
             // can bring work: wait in the ring itself, as the synchronous
             // loop does (one system call that submits the commits and
             // sleeps), not through the reactor (eventfd, epoll, enter).
-            fixed.with(|ring| -> io::Result<()> {
-                super::wait(ring)?;
-                reap_into(ring, &mut t.pending);
-                Ok(())
-            })??;
+            enter_into(rings, t, true)?;
             continue;
         }
         // Submit the commits and run the ring's completion work.
-        fixed.with(|ring| -> io::Result<()> {
-            enter(ring)?;
-            reap_into(ring, &mut t.pending);
-            Ok(())
-        })??;
+        enter_into(rings, t, false)?;
         if !t.pending.is_empty() {
             continue;
         }
@@ -227,8 +422,24 @@ async fn serve_loop(
             continue;
         }
         let tick = (t.stopping || t.gone).then_some(Duration::from_millis(50));
-        wait(efd, &finished, tick).await;
+        rings.wait(&finished, tick).await;
     }
+}
+
+/// Moves the FUSE ring's completions reaped so far to the thread's
+/// pending ones.
+fn take(rings: &Rings<'_>, t: &mut QueueThread) {
+    let mut pending = std::mem::take(&mut t.pending);
+    rings.take(t, &mut pending);
+    t.pending = pending;
+}
+
+/// [`Rings::enter`] into the thread's pending completions.
+fn enter_into(rings: &Rings<'_>, t: &mut QueueThread, sleep: bool) -> io::Result<()> {
+    let mut pending = std::mem::take(&mut t.pending);
+    let r = rings.enter(t, sleep, &mut pending);
+    t.pending = pending;
+    r
 }
 
 /// `io_uring_enter` submitting what is queued and, with `GETEVENTS`,
@@ -288,13 +499,13 @@ async fn wait(efd: &AsyncFd<RingEventFd>, finished: &Finished, tick: Option<Dura
 /// Handles one completion: a request becomes a task.
 fn start(
     t: &mut QueueThread,
-    fixed: &FixedRing,
+    rings: &Rings<'_>,
     finished: &Rc<Finished>,
     busy: &mut usize,
     user_data: u64,
     res: i32,
 ) -> io::Result<()> {
-    let Some(index) = fixed.with(|ring| t.take_completion(ring, user_data, res))?? else {
+    let Some(index) = rings.with(|ring| t.take_completion(ring, user_data, res))?? else {
         return Ok(());
     };
     if t.stopping {
@@ -344,13 +555,13 @@ fn start(
     // SAFETY: the entry belongs to the task until its commit; `fixed`
     // outlives every task (the runtime is dropped first, in `serve`), on
     // this thread.
-    let tx = unsafe { t.transaction(index, &view, fixed) };
+    let tx = unsafe { t.transaction(index, &view, rings.fixed()) };
     let qid = qid as usize;
     let opcode = view.opcode;
     if opcode_info_raw(opcode).is_some_and(|i| i.waits_indefinitely()) {
         // A lock wait holds its entry for as long as the lock is taken.
         let nodeid = header.map_or(fuse_abi::ROOT_ID, |h| h.nodeid);
-        fixed.with(|ring| t.keep_entries_free(ring, index, nodeid))??;
+        rings.with(|ring| t.keep_entries_free(ring, index, nodeid))??;
     }
     let shared = t.shared.clone();
     let finished = finished.clone();

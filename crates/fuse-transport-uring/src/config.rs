@@ -129,6 +129,18 @@ pub struct UringConfig {
     /// refused ([`crate::UringError::Config`]) rather than quietly served
     /// the synchronous way.
     pub runtime: Option<UringRuntime>,
+    /// With the io_uring runtime ([`UringRuntime::IoUring`]): one io_uring
+    /// per ring thread carries both the FUSE commands and the file IO the
+    /// file system submits through `async-io`, instead of a FUSE ring plus
+    /// the runtime's own ring joined by an eventfd. A request whose file
+    /// IO goes to the ring then costs no second ring's round trip: its
+    /// reply is committed from the serving loop that reaped the IO's
+    /// completion. Queues with buffer pools (Linux 7.3) keep two rings,
+    /// logged: zero copy's fixed-buffer operations wait in the ring they
+    /// run on, and pools on a shared ring hung in a VM test under load (not
+    /// understood yet). Ignored without a runtime or with the tokio one.
+    /// Default `false`.
+    pub one_ring: bool,
 }
 
 /// The runtime of the ring threads in async mode ([`UringConfig::runtime`]).
@@ -200,6 +212,7 @@ impl Default for UringConfig {
             enabled: true,
             fault: None,
             runtime: None,
+            one_ring: false,
         }
     }
 }
@@ -316,6 +329,14 @@ impl UringConfig {
     #[must_use]
     pub fn runtime(mut self, runtime: impl Into<Option<UringRuntime>>) -> Self {
         self.runtime = runtime.into();
+        self
+    }
+
+    /// Sets [`UringConfig::one_ring`]: the io_uring runtime's ring carries
+    /// the FUSE commands too.
+    #[must_use]
+    pub fn one_ring(mut self, on: bool) -> Self {
+        self.one_ring = on;
         self
     }
 }
@@ -579,6 +600,19 @@ mod layout_tests {
 #[cfg(all(test, feature = "async"))]
 mod tests {
     use super::UringRuntime;
+
+    #[test]
+    fn one_ring_is_opt_in_and_keeps_the_async_layout() {
+        assert!(!super::UringConfig::default().one_ring);
+        let config = super::UringConfig::default()
+            .runtime(super::UringRuntime::IoUring)
+            .one_ring(true);
+        assert!(config.one_ring);
+        // Still one ring thread per queue, serving its entries as tasks.
+        let l = super::ThreadLayout::new(4, &config);
+        assert_eq!(l.threads, 4);
+        assert_eq!(l.entries_per_thread(0), super::DEFAULT_ASYNC_ENTRIES);
+    }
 
     #[test]
     fn uring_runtime_matches_async_io_runtime_type() {

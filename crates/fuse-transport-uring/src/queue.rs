@@ -66,8 +66,11 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `user_data` of the wake eventfd's poll.
-const WAKE_USER_DATA: u64 = u64::MAX;
+/// `user_data` of the wake eventfd's poll. Below
+/// `async_io::SharedRing::USER_DATA_LIMIT`, as every `user_data` of the
+/// transport's own is (entry indexes), so that it may share a runtime's
+/// ring.
+const WAKE_USER_DATA: u64 = 1 << 62;
 
 /// Distance between two entries' headers in the header mapping.
 const HEADER_STRIDE: usize = 512;
@@ -127,6 +130,10 @@ pub(crate) struct ThreadPlan {
     /// Async mode: the runtime the thread serves its entries on.
     #[cfg(feature = "async")]
     pub(crate) runtime: Option<async_io::RuntimeType>,
+    /// Async mode on the io_uring runtime: its ring is the thread's only
+    /// one and carries the FUSE commands (`UringConfig::one_ring`).
+    #[cfg(feature = "async")]
+    pub(crate) one_ring: bool,
 }
 
 /// Setup handshake with the session: the thread reports once its entries
@@ -204,6 +211,10 @@ pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -
             return Ok(());
         }
     };
+    #[cfg(feature = "async")]
+    if thread.plan.one_ring {
+        return async_queue::run_one_ring(thread, handshake);
+    }
     let mut ring = match thread.create_ring() {
         Ok(r) => r,
         Err(e) => {
@@ -357,7 +368,8 @@ impl QueueThread {
         })
     }
 
-    fn create_ring(&mut self) -> Result<Ring, String> {
+    /// Submission and completion queue sizes of the thread's ring.
+    fn ring_sizes(&self) -> (u32, u32) {
         // At most one SQE per entry, plus the wake poll.
         let sq = (self.entries.len() + 2).next_power_of_two() as u32;
         // Room in the completion queue for a CQE of every entry the thread
@@ -365,11 +377,29 @@ impl QueueThread {
         // overflowing completion queue holds CQEs back from the ring
         // thread (and with them the entries, which stay out of reach of
         // the kernel's requests).
-        let most =
-            self.plan.queues.len() * (self.plan.entries_per_queue.max(1) + MAX_ADDED_ENTRIES) + 2;
-        let cq = (most.next_power_of_two() as u32).clamp(2 * sq, MAX_CQ_ENTRIES);
+        let cq = (self.most_entries().next_power_of_two() as u32).clamp(2 * sq, MAX_CQ_ENTRIES);
+        (sq, cq)
+    }
+
+    /// The most entries (plus the wake poll) the thread may ever have.
+    fn most_entries(&self) -> usize {
+        self.plan.queues.len() * (self.plan.entries_per_queue.max(1) + MAX_ADDED_ENTRIES) + 2
+    }
+
+    fn create_ring(&mut self) -> Result<Ring, String> {
+        let (sq, cq) = self.ring_sizes();
         let ring = build_ring_with_cq(sq, cq, self.plan.defer_taskrun)
             .map_err(|e| format!("creating an io_uring: {e}"))?;
+        self.shared.counters.rings.fetch_add(1, Ordering::Relaxed);
+        self.register_with(&ring)?;
+        Ok(ring)
+    }
+
+    /// Registers what the thread's commands name with `ring`: the
+    /// `/dev/fuse` descriptor (fixed file 0), the pool or the zero-copy
+    /// buffer table.
+    fn register_with(&mut self, ring: &Ring) -> Result<(), String> {
+        let most = self.most_entries();
         ring.submitter()
             .register_files(&[self.plan.dev_fd])
             .map_err(|e| format!("registering /dev/fuse with an io_uring: {e}"))?;
@@ -389,15 +419,15 @@ impl QueueThread {
             // The pool (or an empty slot) at 0, then an empty slot for
             // every entry the thread may ever have, lock waits' included.
             let slots = (zero_copy::FIRST_ENTRY_SLOT + most).min(zero_copy::MAX_TABLE_SLOTS);
-            register_table(&ring, registered.map(|p| &*p.region), slots).map_err(|e| {
+            register_table(ring, registered.map(|p| &*p.region), slots).map_err(|e| {
                 format!("registering a buffer table of {slots} slots with an io_uring: {e}")
             })?;
             self.table_slots = slots;
         } else if let Some(pool) = registered {
-            register_pool(&ring, &pool.region)
+            register_pool(ring, &pool.region)
                 .map_err(|e| format!("registering the buffer pools with an io_uring: {e}"))?;
         }
-        Ok(ring)
+        Ok(())
     }
 
     /// The slot of the ring's buffer table entry `index` names in its

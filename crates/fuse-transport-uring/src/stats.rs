@@ -28,6 +28,8 @@ pub(crate) struct Counters {
     pub(crate) zero_copy_writes: AtomicU64,
     pub(crate) zero_copy_bytes: AtomicU64,
     pub(crate) zero_copy_copied_bytes: AtomicU64,
+    pub(crate) rings: AtomicU64,
+    pub(crate) runtime_ring_completions: AtomicU64,
     mappings: Mutex<Vec<Arc<Mapping>>>,
 }
 
@@ -46,6 +48,8 @@ impl Counters {
             zero_copy_writes: AtomicU64::new(0),
             zero_copy_bytes: AtomicU64::new(0),
             zero_copy_copied_bytes: AtomicU64::new(0),
+            rings: AtomicU64::new(0),
+            runtime_ring_completions: AtomicU64::new(0),
             mappings: Mutex::new(Vec::new()),
         }
     }
@@ -115,6 +119,8 @@ impl Counters {
             zero_copy_writes: self.zero_copy_writes.load(Ordering::Relaxed),
             zero_copy_bytes: self.zero_copy_bytes.load(Ordering::Relaxed),
             zero_copy_copied_bytes: self.zero_copy_copied_bytes.load(Ordering::Relaxed),
+            rings: self.rings.load(Ordering::Relaxed),
+            runtime_ring_completions: self.runtime_ring_completions.load(Ordering::Relaxed),
             memory: self.memory(),
         }
     }
@@ -175,6 +181,15 @@ pub struct UringStats {
     /// the pages (`O_DIRECT` alignment). 0 for a file system that names
     /// descriptors.
     pub zero_copy_copied_bytes: u64,
+    /// io_urings the ring threads opened: one per thread, two per thread in
+    /// async mode on an io_uring runtime with its own ring (the FUSE ring
+    /// and the runtime's), one per thread with
+    /// [`crate::UringConfig::one_ring`].
+    pub rings: u64,
+    /// Completions of FUSE uring commands (REGISTER, COMMIT_AND_FETCH) and
+    /// of the stop poll that came through an `async-io` runtime's own ring
+    /// ([`crate::UringConfig::one_ring`]); 0 in the other modes.
+    pub runtime_ring_completions: u64,
     /// The transport's buffer memory.
     pub memory: TransportMemory,
 }

@@ -25,8 +25,31 @@ use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
 
-fn async_config(runtime: RuntimeType) -> UringConfig {
-    UringConfig::default().runtime(UringRuntime::from(runtime))
+/// The async modes: the tokio runtime, the io_uring runtime with a ring
+/// of its own beside the FUSE ring, and the io_uring runtime whose ring
+/// carries the FUSE commands (`UringConfig::one_ring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Tokio,
+    Uring,
+    OneRing,
+}
+
+const MODES: [Mode; 3] = [Mode::Tokio, Mode::Uring, Mode::OneRing];
+
+impl Mode {
+    fn runtime(self) -> RuntimeType {
+        match self {
+            Mode::Tokio => RuntimeType::Tokio,
+            Mode::Uring | Mode::OneRing => RuntimeType::IoUring,
+        }
+    }
+
+    fn config(self) -> UringConfig {
+        UringConfig::default()
+            .runtime(UringRuntime::from(self.runtime()))
+            .one_ring(self == Mode::OneRing)
+    }
 }
 
 fn end(session: UringSession, mnt: &Path) {
@@ -46,9 +69,10 @@ fn end(session: UringSession, mnt: &Path) {
     drop(session);
 }
 
-fn writers_on(runtime: RuntimeType) {
+fn writers_on(mode: Mode) {
     require_root_and_uring();
-    let m = mount(async_config(runtime));
+    let runtime = mode.runtime();
+    let m = mount(mode.config());
     assert!(
         m.session.mode().uses_uring(),
         "{:?}",
@@ -69,18 +93,47 @@ fn writers_on(runtime: RuntimeType) {
         assert!(counters.get(op) > 0);
         assert_eq!(m.session.ring_requests(op), counters.get(op), "{op:?}");
     }
+    // One ring thread per queue in async mode; how many rings each runs,
+    // and which ring the FUSE commands completed on.
+    let stats = m.session.stats();
+    let queues = stats.requests_per_queue.len() as u64;
+    match mode {
+        Mode::Tokio => assert_eq!(stats.rings, queues, "{stats:?}"),
+        Mode::Uring => assert_eq!(stats.rings, 2 * queues, "{stats:?}"),
+        Mode::OneRing => {
+            assert_eq!(stats.rings, queues, "{stats:?}");
+            assert!(
+                transport.contains("whose ring carries the FUSE commands"),
+                "{transport}"
+            );
+        }
+    }
+    if mode == Mode::OneRing {
+        // Every request's entry came back through the runtime's ring.
+        assert!(
+            stats.runtime_ring_completions >= stats.ring_requests(),
+            "{stats:?}"
+        );
+    } else {
+        assert_eq!(stats.runtime_ring_completions, 0, "{stats:?}");
+    }
     let Mounted { session, mnt, .. } = m;
     end(session, &mnt);
 }
 
 #[test]
 fn async_tokio_ring_threads_serve_four_parallel_writers() {
-    writers_on(RuntimeType::Tokio);
+    writers_on(Mode::Tokio);
 }
 
 #[test]
 fn async_uring_ring_threads_serve_four_parallel_writers() {
-    writers_on(RuntimeType::IoUring);
+    writers_on(Mode::Uring);
+}
+
+#[test]
+fn async_one_ring_threads_serve_four_parallel_writers() {
+    writers_on(Mode::OneRing);
 }
 
 /// READs that complete only once `want` of them are in the file system at
@@ -241,7 +294,7 @@ impl AsyncFileSystem for SlowReads {
 /// Four readers on one CPU, so that their READs go to one queue: each
 /// READ completes only when all four are in the file system at once,
 /// which needs the queue's entries served concurrently.
-fn one_queue_serves_its_entries_concurrently(runtime: RuntimeType) {
+fn one_queue_serves_its_entries_concurrently(mode: Mode) {
     require_root_and_uring();
     init_logging();
     let readers = 4;
@@ -259,7 +312,7 @@ fn one_queue_serves_its_entries_concurrently(runtime: RuntimeType) {
         Server::new_async(fs.clone()),
         dir.path(),
         &fuse_transport_dev::MountOptions::default(),
-        async_config(runtime).entries_per_queue(8),
+        mode.config().entries_per_queue(8),
     )
     .expect("mounting");
     assert!(
@@ -299,12 +352,17 @@ fn one_queue_serves_its_entries_concurrently(runtime: RuntimeType) {
 
 #[test]
 fn async_tokio_ring_thread_serves_one_queues_entries_concurrently() {
-    one_queue_serves_its_entries_concurrently(RuntimeType::Tokio);
+    one_queue_serves_its_entries_concurrently(Mode::Tokio);
 }
 
 #[test]
 fn async_uring_ring_thread_serves_one_queues_entries_concurrently() {
-    one_queue_serves_its_entries_concurrently(RuntimeType::IoUring);
+    one_queue_serves_its_entries_concurrently(Mode::Uring);
+}
+
+#[test]
+fn async_one_ring_thread_serves_one_queues_entries_concurrently() {
+    one_queue_serves_its_entries_concurrently(Mode::OneRing);
 }
 
 /// Two READs issued on one CPU (so on one queue) meet in the file system
@@ -386,8 +444,8 @@ fn sync_default_serves_several_requests_per_queue() {
 #[test]
 fn async_a_panicking_file_system_does_not_take_a_queue_down() {
     require_root_and_uring();
-    for runtime in RuntimeType::ALL {
-        let m = mount(async_config(runtime));
+    for mode in MODES {
+        let m = mount(mode.config());
         for cpu in online_cpus() {
             let mnt = m.mnt.clone();
             std::thread::spawn(move || {
@@ -410,8 +468,8 @@ fn async_a_panicking_file_system_does_not_take_a_queue_down() {
 #[test]
 fn async_stop_while_four_writers_run_neither_hangs_nor_crashes() {
     require_root_and_uring();
-    for runtime in RuntimeType::ALL {
-        let m = mount(async_config(runtime));
+    for mode in MODES {
+        let m = mount(mode.config());
         let writers = start_writers(&m.mnt, 4, 4);
         assert_all_writing(&writers);
         let Mounted { session, mnt, .. } = m;
@@ -421,12 +479,13 @@ fn async_stop_while_four_writers_run_neither_hangs_nor_crashes() {
 }
 
 /// Buffer pools (Linux 7.3) with async handlers: pool use proven by the
-/// counters, content verified.
+/// counters, content verified. One ring per queue asked for with pools
+/// keeps two rings (`vm_one_ring_with_pools_keeps_two_rings`).
 #[test]
 fn vm_async_pools_serve_four_writers() {
     require_root_and_uring();
-    for runtime in RuntimeType::ALL {
-        let m = mount(async_config(runtime).bufs_per_queue(4));
+    for mode in [Mode::Tokio, Mode::Uring] {
+        let m = mount(mode.config().bufs_per_queue(4));
         assert!(
             matches!(m.session.mode(), UringMode::Pools { .. }),
             "no buffer pools: {:?} ({:?}); this test needs Linux 7.3 (cargo xtask test-in-vm)",
@@ -437,6 +496,45 @@ fn vm_async_pools_serve_four_writers() {
         let stats = m.session.stats();
         assert!(stats.pooled_requests > 0, "{stats:?}");
         assert_eq!(stats.bad_requests, 0, "{stats:?}");
+        let Mounted { session, mnt, .. } = m;
+        end(session, &mnt);
+    }
+}
+
+/// One ring per queue asked for with buffer pools (Linux 7.3, root), with
+/// and without zero copy: the session keeps two rings per queue (zero
+/// copy's operations wait in their ring; pools on a shared ring hung in
+/// VM runs under load), serves, and says so.
+#[test]
+fn vm_one_ring_with_pools_keeps_two_rings() {
+    require_root_and_uring();
+    for zero_copy in [true, false] {
+        let m = mount(
+            Mode::OneRing
+                .config()
+                .bufs_per_queue(4)
+                .zero_copy(zero_copy),
+        );
+        assert!(
+            matches!(m.session.mode(), UringMode::Pools { zero_copy: z, .. } if z == zero_copy),
+            "{:?} ({:?}); this test needs Linux 7.3 as root (cargo xtask test-in-vm)",
+            m.session.mode(),
+            m.session.fallback_reason()
+        );
+        let transport = m.session.transport();
+        assert!(
+            !transport.contains("whose ring carries the FUSE commands"),
+            "{transport}"
+        );
+        parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);
+        let stats = m.session.stats();
+        assert!(stats.pooled_requests > 0, "{stats:?}");
+        assert_eq!(
+            stats.rings,
+            2 * stats.requests_per_queue.len() as u64,
+            "{stats:?}"
+        );
+        assert_eq!(stats.runtime_ring_completions, 0, "{stats:?}");
         let Mounted { session, mnt, .. } = m;
         end(session, &mnt);
     }

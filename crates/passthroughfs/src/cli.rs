@@ -187,6 +187,14 @@ pub struct Args {
     #[arg(long)]
     pub uring_no_zero_copy: bool,
 
+    /// io_uring with --runtime uring: one ring per queue. The runtime's
+    /// io_uring carries both the FUSE commands and the backing files' IO,
+    /// so a READ that goes to the disk costs no second ring's round trip
+    /// (without it each ring thread runs the FUSE ring and the runtime's
+    /// own). Queues with buffer pools (Linux 7.3) keep two rings (logged).
+    #[arg(long)]
+    pub uring_one_ring: bool,
+
     /// io_uring: ring entries per queue (requests a queue serves at once),
     /// split among its threads; 0: one per ring thread, 8 per thread with
     /// --runtime tokio|uring.

@@ -178,11 +178,20 @@ impl Plan {
                 || args.uring_queues != 0
                 || args.uring_threads_per_queue != 0
                 || args.uring_unregistered_pools
-                || args.uring_no_zero_copy)
+                || args.uring_no_zero_copy
+                || args.uring_one_ring)
         {
             return Err(Failure(
                 "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue, \
-                 --uring-unregistered-pools and --uring-no-zero-copy need --uring (-o io_uring)"
+                 --uring-unregistered-pools, --uring-no-zero-copy and --uring-one-ring need \
+                 --uring (-o io_uring)"
+                    .into(),
+            ));
+        }
+        if args.uring_one_ring && args.runtime != passthroughfs::Runtime::Uring {
+            return Err(Failure(
+                "--uring-one-ring needs --runtime uring: the ring it shares is the io_uring \
+                 runtime's"
                     .into(),
             ));
         }
@@ -229,7 +238,8 @@ impl Plan {
                     &session_config,
                 )?
                 .registered_pools(!args.uring_unregistered_pools)
-                .zero_copy(!args.uring_no_zero_copy),
+                .zero_copy(!args.uring_no_zero_copy)
+                .one_ring(args.uring_one_ring),
             )
         } else {
             None

@@ -182,6 +182,9 @@ const OPTIONS: &[Opt] = &[
     flag("uring_no_zero_copy", "--uring-no-zero-copy", |a| {
         a.uring_no_zero_copy = true
     }),
+    flag("uring_one_ring", "--uring-one-ring", |a| {
+        a.uring_one_ring = true
+    }),
     value("uring_queues=", "--uring-queues N", |a, v| {
         a.uring_queues = number(v)?;
         Ok(())

@@ -43,6 +43,9 @@ pub enum TargetKind {
         pool: bool,
         /// `--passthrough` (required to be on), else `--no-passthrough`.
         kpt: bool,
+        /// `--uring-one-ring`: the io_uring runtime's ring carries the
+        /// FUSE commands too (one ring per queue).
+        one_ring: bool,
     },
     /// libfuse's passthrough_ll.
     Libfuse,
@@ -112,8 +115,9 @@ impl TargetSpec {
                 runtime,
                 pool,
                 kpt,
+                one_ring,
             } => format!(
-                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}; the run's \
+                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}{}; the run's \
                  settings as --cache <policy>, --writeback, --no-xattr",
                 if *pool {
                     ", READ/WRITE thread pool"
@@ -122,6 +126,11 @@ impl TargetSpec {
                 },
                 if *kpt {
                     ", kernel passthrough (READ/WRITE bypass the daemon)"
+                } else {
+                    ""
+                },
+                if *one_ring {
+                    ", one ring per queue (the runtime's ring carries the FUSE commands)"
                 } else {
                     ""
                 }
@@ -173,6 +182,10 @@ impl TargetSpec {
     }
 }
 
+/// The target of FUSE over io_uring on the io_uring runtime with one ring
+/// per queue (the daemon's `--uring-one-ring`).
+pub const ONE_RING_TARGET: &str = "ours:uring/uring+onering";
+
 /// The report name of one of our modes: `ours:<transport>/<runtime>`, then
 /// `+pool` and `+kpt` (kernel passthrough).
 pub fn ours_name(transport: &str, runtime: &str, pool: bool, kpt: bool) -> String {
@@ -216,9 +229,21 @@ pub fn all_targets() -> Vec<TargetSpec> {
                 runtime,
                 pool,
                 kpt,
+                one_ring: false,
             },
         });
     }
+    // FUSE over io_uring with one ring per queue (`--uring-one-ring`).
+    v.push(TargetSpec {
+        name: ONE_RING_TARGET.into(),
+        kind: TargetKind::Ours {
+            transport: "uring",
+            runtime: "uring",
+            pool: false,
+            kpt: false,
+            one_ring: true,
+        },
+    });
     v.push(TargetSpec {
         name: "libfuse".into(),
         kind: TargetKind::Libfuse,
@@ -574,6 +599,7 @@ pub fn command_for(
             runtime,
             pool,
             kpt,
+            one_ring,
         } => {
             let mut args: Vec<String> = vec![
                 "--transport".into(),
@@ -585,6 +611,9 @@ pub fn command_for(
             ];
             if *pool {
                 args.push("--thread-pool".into());
+            }
+            if *one_ring {
+                args.push("--uring-one-ring".into());
             }
             // The daemon's default is kernel passthrough where available:
             // without it, every READ and WRITE goes through the transport
@@ -1237,6 +1266,7 @@ mod tests {
         assert!(names.contains(&"ours:uring/tokio+pool"));
         assert!(names.contains(&"ours:dev/sync+kpt"));
         assert!(names.contains(&"ours:uring/sync+kpt"));
+        assert!(names.contains(&ONE_RING_TARGET));
         assert_eq!(
             &names[names.len() - 9..],
             &[
@@ -1251,7 +1281,7 @@ mod tests {
                 "pfs:uring+open"
             ]
         );
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 3 + 1 + 4);
+        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 3 + 1 + 4);
     }
 
     #[test]
@@ -1285,6 +1315,14 @@ mod tests {
         assert_eq!(
             display_command(&bin, &args),
             "fuse-bench-daemon --transport uring --runtime tokio --cache auto --thread-pool \
+             --no-passthrough --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
+        );
+        let (bin, args) = command_for(find(ONE_RING_TARGET), &bins, &paths, &ms)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            display_command(&bin, &args),
+            "fuse-bench-daemon --transport uring --runtime uring --cache auto --uring-one-ring \
              --no-passthrough --writeback --no-xattr --threads 4 /w/target/bench/work/backing /w/target/bench/work/mnt"
         );
         // The two passthroughfs targets differ only in the confinement.

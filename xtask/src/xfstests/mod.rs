@@ -49,7 +49,9 @@ pub struct XfstestsArgs {
     full: bool,
     /// A mode to run (repeatable): dev (/dev/fuse, default options), uring
     /// (--uring --no-passthrough), uring-pool (--runtime uring
-    /// --thread-pool --no-passthrough --max-nodes 1000). Default: all.
+    /// --thread-pool --no-passthrough --max-nodes 1000), uring-one-ring
+    /// (--uring --runtime uring --uring-one-ring --no-passthrough; only when
+    /// named, not in the lists). Default: dev, uring and uring-pool.
     #[arg(long, value_enum, value_name = "MODE")]
     mode: Vec<Mode>,
     /// Run these tests instead of the curated lists (comma-separated), e.g.
@@ -88,6 +90,12 @@ pub enum Mode {
     /// (`--max-nodes 1000`): the daemon offers nodes to the kernel to prune
     /// all the time under the suites' churn.
     UringPool,
+    /// FUSE over io_uring in async mode on the io_uring runtime with one
+    /// ring per queue (`--uring --runtime uring --uring-one-ring
+    /// --no-passthrough`): the FUSE commands and the backing files' IO on
+    /// one ring. Run only when named (`--mode uring-one-ring`); the
+    /// curated lists don't name it.
+    UringOneRing,
 }
 
 impl Mode {
@@ -100,6 +108,7 @@ impl Mode {
             Mode::Dev => "dev",
             Mode::Uring => "uring",
             Mode::UringPool => "uring-pool",
+            Mode::UringOneRing => "uring-one-ring",
         }
     }
 
@@ -114,6 +123,7 @@ impl Mode {
             Mode::Dev => "",
             Mode::Uring => ",uring,no_passthrough",
             Mode::UringPool => ",runtime=uring,thread_pool,no_passthrough,max_nodes=1000",
+            Mode::UringOneRing => ",uring,runtime=uring,uring_one_ring,no_passthrough",
         }
     }
 
@@ -124,6 +134,7 @@ impl Mode {
             Mode::Dev => "transport=/dev/fuse, ",
             Mode::Uring => "transport=io_uring",
             Mode::UringPool => "a task on a uring runtime",
+            Mode::UringOneRing => "whose ring carries the FUSE commands",
         }
     }
 
@@ -133,6 +144,7 @@ impl Mode {
             Mode::Dev => "(default options)",
             Mode::Uring => "--uring --no-passthrough",
             Mode::UringPool => "--runtime uring --thread-pool --no-passthrough --max-nodes 1000",
+            Mode::UringOneRing => "--uring --runtime uring --uring-one-ring --no-passthrough",
         }
     }
 }

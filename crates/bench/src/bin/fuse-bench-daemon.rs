@@ -4,7 +4,7 @@
 //! ```text
 //! fuse-bench-daemon [--transport dev|uring] [--runtime sync|tokio|uring]
 //!                   [--threads N] [--thread-pool] [--uring-bufs N]
-//!                   [--uring-entries N] [--cache never|auto|always]
+//!                   [--uring-entries N] [--uring-one-ring] [--cache never|auto|always]
 //!                   [--writeback] [--no-passthrough] ... SOURCE MOUNTPOINT
 //! ```
 //!

@@ -93,6 +93,12 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N")]
     pub uring_entries: Option<usize>,
 
+    /// io_uring with `--runtime uring`: one ring per queue, the runtime's,
+    /// carrying both the FUSE commands and the file IO
+    /// (`UringConfig::one_ring`).
+    #[arg(long)]
+    pub uring_one_ring: bool,
+
     /// io_uring: keep serving over `/dev/fuse` when io_uring can't be used
     /// (without it the daemon fails instead of measuring the wrong
     /// transport).

@@ -96,6 +96,7 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
     let uring_only = [
         ("--uring-bufs", args.uring_bufs.is_some()),
         ("--uring-entries", args.uring_entries.is_some()),
+        ("--uring-one-ring", args.uring_one_ring),
         ("--allow-fallback", args.allow_fallback),
     ];
     if args.transport != Transport::Uring {
@@ -138,7 +139,8 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                     runtime,
                     &dev,
                 )
-                .map_err(invalid)?,
+                .map_err(invalid)?
+                .one_ring(args.uring_one_ring),
                 require_pools: args.uring_bufs.is_some_and(|n| n > 0),
                 allow_fallback: args.allow_fallback,
             })
@@ -230,6 +232,7 @@ mod tests {
             "16",
             "--threads",
             "1",
+            "--uring-one-ring",
         ]))
         .unwrap()
         {
@@ -241,6 +244,7 @@ mod tests {
                 assert_eq!(config.bufs_per_queue, 0);
                 assert_eq!(config.entries_per_queue, 16);
                 assert_eq!(config.threads, 1);
+                assert!(config.one_ring);
                 assert!(!require_pools);
                 assert!(!allow_fallback);
             }

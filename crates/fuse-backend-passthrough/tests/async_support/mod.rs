@@ -1,13 +1,16 @@
 //! A passthrough served through its `AsyncFileSystem` by a `FuseDevTask`
 //! on an `async-io` runtime (tokio or io_uring) on a thread of its own,
-//! with or without the thread pool; stopped with `TaskHandle::stop` and
-//! unmounted (lazily as a last resort) on drop or panic.
+//! with or without the thread pool, or by FUSE over io_uring's ring threads
+//! in async mode; stopped with `TaskHandle::stop` (or the session's
+//! `stop`) and unmounted (lazily as a last resort) on drop or panic.
 #![allow(dead_code)]
 
 use async_io::RuntimeType;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::Server;
+use fuse_server::Session;
 use fuse_transport_dev::{FuseDevTask, MountOptions, TaskConfig, TaskHandle};
+use fuse_transport_uring::{UringConfig, UringRuntime, UringSession};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
@@ -22,28 +25,64 @@ pub struct Mode {
     /// `PassthroughFs::enable_async_thread_pool`.
     pub pool: bool,
     /// Serving threads: a `FuseDevTask` and `threads - 1` siblings, each
-    /// on a runtime of its own.
+    /// on a runtime of its own (`/dev/fuse` only).
     pub threads: usize,
+    /// The transport.
+    pub transport: Transport,
+}
+
+/// The transport a test mount is served by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `FuseDevTask`s over `/dev/fuse`.
+    Dev,
+    /// FUSE over io_uring in async mode (a ring thread per queue, each
+    /// running the mode's runtime): the FUSE ring, and on the io_uring
+    /// runtime its own ring beside it.
+    Uring,
+    /// [`Transport::Uring`] on the io_uring runtime with one ring per
+    /// queue (`UringConfig::one_ring`).
+    UringOneRing,
 }
 
 impl Mode {
     /// Every runtime with the pool off and on, on one thread; then both
     /// runtimes on two threads (tokio without the pool, io_uring with it).
-    pub const ALL: [Mode; 6] = [
+    /// Then FUSE over io_uring on the io_uring runtime, with two rings
+    /// per queue and with one.
+    pub const ALL: [Mode; 8] = [
         Mode::new(RuntimeType::Tokio, false, 1),
         Mode::new(RuntimeType::Tokio, true, 1),
         Mode::new(RuntimeType::IoUring, false, 1),
         Mode::new(RuntimeType::IoUring, true, 1),
         Mode::new(RuntimeType::Tokio, false, 2),
         Mode::new(RuntimeType::IoUring, true, 2),
+        Mode::over_uring(false),
+        Mode::over_uring(true),
     ];
 
-    /// A mode.
+    /// A mode over `/dev/fuse`.
     pub const fn new(runtime: RuntimeType, pool: bool, threads: usize) -> Self {
         Self {
             runtime,
             pool,
             threads,
+            transport: Transport::Dev,
+        }
+    }
+
+    /// FUSE over io_uring on the io_uring runtime, without the pool; with
+    /// `one_ring`, one ring per queue.
+    pub const fn over_uring(one_ring: bool) -> Self {
+        Self {
+            runtime: RuntimeType::IoUring,
+            pool: false,
+            threads: 1,
+            transport: if one_ring {
+                Transport::UringOneRing
+            } else {
+                Transport::Uring
+            },
         }
     }
 }
@@ -157,6 +196,8 @@ pub struct AsyncMount {
     pub mode: Mode,
     handle: Option<TaskHandle>,
     thread: Option<JoinHandle<io::Result<()>>>,
+    /// Over io_uring: the session.
+    session: Option<UringSession>,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -196,6 +237,33 @@ impl AsyncMount {
         let fs = Arc::new(PassthroughFs::new(&src, config).expect("PassthroughFs::new"));
         fs.enable_async_thread_pool(mode.pool);
         let server = Server::new_async(fs.clone());
+        if mode.transport != Transport::Dev {
+            require_uring();
+            let config = UringConfig::default()
+                .runtime(UringRuntime::from(mode.runtime))
+                .one_ring(mode.transport == Transport::UringOneRing);
+            let session = UringSession::mount(server, &mnt, &options("m"), config)
+                .unwrap_or_else(|e| panic!("mounting over io_uring: {e}"));
+            assert!(
+                session.mode().uses_uring(),
+                "not served over io_uring: {:?}",
+                session.fallback_reason()
+            );
+            if mode.transport == Transport::UringOneRing {
+                let t = session.transport();
+                assert!(t.contains("whose ring carries the FUSE commands"), "{t}");
+            }
+            return Self {
+                fs,
+                src,
+                mnt,
+                mode,
+                handle: None,
+                thread: None,
+                session: Some(session),
+                dir: Some(dir),
+            };
+        }
         let (handle, mnt, thread) =
             serve_tasks(mode.runtime, mode.threads, server, &mnt, options("m"));
         Self {
@@ -205,6 +273,7 @@ impl AsyncMount {
             mode,
             handle: Some(handle),
             thread: Some(thread),
+            session: None,
             dir: Some(dir),
         }
     }
@@ -222,6 +291,10 @@ impl AsyncMount {
     /// Stops the task (it lets running requests finish, unmounts, and
     /// calls the file system's `destroy`) and waits for its thread.
     pub fn unmount(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.stop();
+            s.wait().expect("the io_uring session ended with an error");
+        }
         if let Some(h) = self.handle.take() {
             h.stop();
         }
@@ -241,6 +314,10 @@ impl AsyncMount {
 
 impl Drop for AsyncMount {
     fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.stop();
+            let _ = s.wait();
+        }
         if let Some(h) = self.handle.take() {
             h.stop();
         }
@@ -262,6 +339,18 @@ impl Drop for AsyncMount {
             }
         }
     }
+}
+
+/// Fails the test (never passes silently) unless FUSE over io_uring is
+/// enabled (`/sys/module/fuse/parameters/enable_uring`).
+pub fn require_uring() {
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .map(|s| s.trim() == "Y")
+        .unwrap_or(false);
+    assert!(
+        on,
+        "FUSE over io_uring is off: echo Y > /sys/module/fuse/parameters/enable_uring (as root)"
+    );
 }
 
 /// Whether `path` is a mountpoint.
