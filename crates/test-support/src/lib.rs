@@ -10,7 +10,10 @@ pub mod mountinfo;
 pub mod process;
 
 pub use mountinfo::{is_mounted, mounts_with_exact_source, mounts_with_source};
-pub use process::{process_mark, process_start_time};
+pub use process::{
+    gone, process_mark, process_start_time, processes_of, thread_names, thread_wchans,
+    threads_stopped,
+};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -40,7 +43,10 @@ pub fn require_uring() {
              {URING_PARAM}` as root; `cargo xtask test` does)",
             v.trim()
         ),
-        Err(e) => panic!("FUSE over io_uring is not available: reading {URING_PARAM}: {e}"),
+        Err(e) => panic!(
+            "FUSE over io_uring is not available: cannot read {URING_PARAM} ({e}): the kernel \
+             lacks it (6.14+ with CONFIG_FUSE_IO_URING)"
+        ),
     }
 }
 
