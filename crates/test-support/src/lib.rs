@@ -9,7 +9,10 @@
 pub mod mountinfo;
 pub mod process;
 
-pub use mountinfo::{is_mounted, mounts_with_exact_source, mounts_with_source};
+pub use mountinfo::{
+    detach, is_mounted, mounts_with_exact_source, mounts_with_source, remove_unless_mounted,
+    MountGuard,
+};
 pub use process::{
     gone, process_mark, process_start_time, processes_of, thread_names, thread_wchans,
     threads_stopped,

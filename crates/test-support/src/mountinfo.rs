@@ -113,6 +113,38 @@ pub fn is_mounted(path: &Path) -> bool {
     mounts().iter().any(|m| m.mount_point == path)
 }
 
+/// Detaches whatever is still mounted on `path` (a lazy unmount, as
+/// `umount -l`), for the clean-up of a test that failed half-way; an error
+/// is left alone (there is nothing more a clean-up can do).
+pub fn detach(path: &Path) {
+    if !is_mounted(path) {
+        return;
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path; umount2 takes no other pointer.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+}
+
+/// Removes `dir` unless something is still mounted at `mnt` inside it:
+/// then it is left behind, as removing it would walk into the mount.
+pub fn remove_unless_mounted(dir: tempfile::TempDir, mnt: &Path) {
+    if is_mounted(mnt) {
+        std::mem::forget(dir);
+    }
+}
+
+/// Detaches the mount at its path on drop, if one is still there: a
+/// failing test leaves no mount behind.
+pub struct MountGuard(pub PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        detach(&self.0);
+    }
+}
+
 /// The `mountinfo` lines of the FUSE mounts whose source starts with
 /// `prefix`.
 pub fn mounts_with_source(prefix: &str) -> Vec<String> {

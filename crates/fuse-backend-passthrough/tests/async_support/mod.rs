@@ -234,13 +234,9 @@ impl Drop for AsyncMount {
                 let _ = t.join();
             }
         }
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
         if let Some(dir) = self.dir.take() {
-            if is_mounted(&self.mnt) {
-                std::mem::forget(dir);
-            }
+            test_support::remove_unless_mounted(dir, &self.mnt);
         }
     }
 }

@@ -74,13 +74,7 @@ impl TestMount {
 
     /// A second mount of the same backing directory as `other`.
     pub fn same_source(other: &TestMount, config: PassthroughConfig) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("pt-test-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        chmod(dir.path(), 0o755);
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (dir, mnt) = mountpoint_only();
         Self::over(dir, other.src.clone(), mnt, config, test_options())
     }
 
@@ -88,13 +82,7 @@ impl TestMount {
     /// (the caller removes it).
     pub fn of_source(src: &Path, config: PassthroughConfig, options: MountOptions) -> Self {
         require_root();
-        let dir = tempfile::Builder::new()
-            .prefix("pt-test-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        chmod(dir.path(), 0o755);
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (dir, mnt) = mountpoint_only();
         Self::over(dir, src.to_path_buf(), mnt, config, options)
     }
 
@@ -157,6 +145,14 @@ impl TestMount {
     }
 }
 
+/// Scratch directories of a mount whose source is elsewhere: the holder
+/// (other users can reach it) and the mountpoint in it.
+fn mountpoint_only() -> (tempfile::TempDir, PathBuf) {
+    let s = test_support::shared_scratch("pt-test-");
+    std::fs::remove_dir(&s.src).expect("removing the unused source directory");
+    (s.dir, s.mnt)
+}
+
 impl Drop for TestMount {
     fn drop(&mut self) {
         if let Some(session) = self.session.take() {
@@ -164,14 +160,10 @@ impl Drop for TestMount {
             let _ = session.wait();
         }
         self.fs.set_notifier(None);
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
         // Only remove the directories once nothing is mounted on them.
         if let Some(dir) = self.dir.take() {
-            if is_mounted(&self.mnt) {
-                std::mem::forget(dir);
-            }
+            test_support::remove_unless_mounted(dir, &self.mnt);
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 #[allow(unused_imports)]
 pub use test_support::{
     gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped, with_timeout,
-    Scratch as Dirs,
+    MountGuard, Scratch as Dirs,
 };
 
 /// Fresh directories for a daemon's source and mountpoint.
@@ -237,9 +237,7 @@ impl Drop for Daemon {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
     }
 }
 
@@ -264,17 +262,6 @@ pub fn umount_and_wait(mnt: &Path) {
             || gone(pid),
             || format!("daemon {pid} still runs after umount"),
         );
-    }
-}
-
-/// Unmounts (lazily) on drop, if still mounted.
-pub struct MountGuard(pub PathBuf);
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = fuse_transport_dev::unmount_path(&self.0, true);
-        }
     }
 }
 
