@@ -175,13 +175,7 @@ pub fn file_name(i: usize) -> CString {
     CString::new(format!("f.{i}")).expect("no NUL in a formatted number")
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
+use fuse_server::sys::cvt;
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes())

@@ -1,7 +1,30 @@
 //! Request opcodes, notification codes and extension types.
 
 /// Declares a `u32` enum with a fallible conversion from the wire value.
+///
+/// With `=> "NAME"` after each value, also the kernel's name of each
+/// (`kernel_name`), so a value and its name are written on one line.
 macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $value:expr => $kname:literal ),* $(,)?
+        }
+    ) => {
+        wire_enum! {
+            $(#[$meta])*
+            pub enum $name { $( $(#[$vmeta])* $variant = $value ),* }
+        }
+
+        impl $name {
+            /// The kernel's name of the value, e.g. `"FUSE_LOOKUP"`.
+            pub const fn kernel_name(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $kname, )*
+                }
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:expr ),* $(,)? }
@@ -44,175 +67,113 @@ wire_enum! {
     /// A request opcode (`enum fuse_opcode`).
     pub enum Opcode {
         /// Look up a name in a directory.
-        Lookup = 1,
+        Lookup = 1 => "FUSE_LOOKUP",
         /// Drop lookup references (no reply).
-        Forget = 2,
+        Forget = 2 => "FUSE_FORGET",
         /// Get attributes.
-        Getattr = 3,
+        Getattr = 3 => "FUSE_GETATTR",
         /// Set attributes.
-        Setattr = 4,
+        Setattr = 4 => "FUSE_SETATTR",
         /// Read a symlink.
-        Readlink = 5,
+        Readlink = 5 => "FUSE_READLINK",
         /// Create a symlink.
-        Symlink = 6,
+        Symlink = 6 => "FUSE_SYMLINK",
         /// Create a node.
-        Mknod = 8,
+        Mknod = 8 => "FUSE_MKNOD",
         /// Create a directory.
-        Mkdir = 9,
+        Mkdir = 9 => "FUSE_MKDIR",
         /// Remove a file.
-        Unlink = 10,
+        Unlink = 10 => "FUSE_UNLINK",
         /// Remove a directory.
-        Rmdir = 11,
+        Rmdir = 11 => "FUSE_RMDIR",
         /// Rename.
-        Rename = 12,
+        Rename = 12 => "FUSE_RENAME",
         /// Create a hard link.
-        Link = 13,
+        Link = 13 => "FUSE_LINK",
         /// Open a file.
-        Open = 14,
+        Open = 14 => "FUSE_OPEN",
         /// Read data.
-        Read = 15,
+        Read = 15 => "FUSE_READ",
         /// Write data.
-        Write = 16,
+        Write = 16 => "FUSE_WRITE",
         /// File system statistics.
-        Statfs = 17,
+        Statfs = 17 => "FUSE_STATFS",
         /// Release an open file.
-        Release = 18,
+        Release = 18 => "FUSE_RELEASE",
         /// Sync a file.
-        Fsync = 20,
+        Fsync = 20 => "FUSE_FSYNC",
         /// Set an extended attribute.
-        Setxattr = 21,
+        Setxattr = 21 => "FUSE_SETXATTR",
         /// Get an extended attribute.
-        Getxattr = 22,
+        Getxattr = 22 => "FUSE_GETXATTR",
         /// List extended attributes.
-        Listxattr = 23,
+        Listxattr = 23 => "FUSE_LISTXATTR",
         /// Remove an extended attribute.
-        Removexattr = 24,
+        Removexattr = 24 => "FUSE_REMOVEXATTR",
         /// Flush on close.
-        Flush = 25,
+        Flush = 25 => "FUSE_FLUSH",
         /// Initialize the connection.
-        Init = 26,
+        Init = 26 => "FUSE_INIT",
         /// Open a directory.
-        Opendir = 27,
+        Opendir = 27 => "FUSE_OPENDIR",
         /// Read directory entries.
-        Readdir = 28,
+        Readdir = 28 => "FUSE_READDIR",
         /// Release an open directory.
-        Releasedir = 29,
+        Releasedir = 29 => "FUSE_RELEASEDIR",
         /// Sync a directory.
-        Fsyncdir = 30,
+        Fsyncdir = 30 => "FUSE_FSYNCDIR",
         /// Test for a POSIX lock.
-        Getlk = 31,
+        Getlk = 31 => "FUSE_GETLK",
         /// Take or release a POSIX lock.
-        Setlk = 32,
+        Setlk = 32 => "FUSE_SETLK",
         /// Take a POSIX lock, waiting.
-        Setlkw = 33,
+        Setlkw = 33 => "FUSE_SETLKW",
         /// Check access.
-        Access = 34,
+        Access = 34 => "FUSE_ACCESS",
         /// Create and open a file.
-        Create = 35,
+        Create = 35 => "FUSE_CREATE",
         /// Interrupt a request (no reply).
-        Interrupt = 36,
+        Interrupt = 36 => "FUSE_INTERRUPT",
         /// Map a block (block device backed file systems).
-        Bmap = 37,
+        Bmap = 37 => "FUSE_BMAP",
         /// Connection is shutting down.
-        Destroy = 38,
+        Destroy = 38 => "FUSE_DESTROY",
         /// ioctl(2).
-        Ioctl = 39,
+        Ioctl = 39 => "FUSE_IOCTL",
         /// poll(2).
-        Poll = 40,
+        Poll = 40 => "FUSE_POLL",
         /// Reply to a RETRIEVE notification (no reply).
-        NotifyReply = 41,
+        NotifyReply = 41 => "FUSE_NOTIFY_REPLY",
         /// Drop many lookup references (no reply).
-        BatchForget = 42,
+        BatchForget = 42 => "FUSE_BATCH_FORGET",
         /// fallocate(2).
-        Fallocate = 43,
+        Fallocate = 43 => "FUSE_FALLOCATE",
         /// Read directory entries with attributes.
-        Readdirplus = 44,
+        Readdirplus = 44 => "FUSE_READDIRPLUS",
         /// Rename with flags.
-        Rename2 = 45,
+        Rename2 = 45 => "FUSE_RENAME2",
         /// lseek(2) with SEEK_DATA / SEEK_HOLE.
-        Lseek = 46,
+        Lseek = 46 => "FUSE_LSEEK",
         /// copy_file_range(2) (32-bit result).
-        CopyFileRange = 47,
+        CopyFileRange = 47 => "FUSE_COPY_FILE_RANGE",
         /// DAX: set up a mapping.
-        Setupmapping = 48,
+        Setupmapping = 48 => "FUSE_SETUPMAPPING",
         /// DAX: remove mappings.
-        Removemapping = 49,
+        Removemapping = 49 => "FUSE_REMOVEMAPPING",
         /// Sync the file system.
-        Syncfs = 50,
+        Syncfs = 50 => "FUSE_SYNCFS",
         /// Create an unnamed temporary file.
-        Tmpfile = 51,
+        Tmpfile = 51 => "FUSE_TMPFILE",
         /// statx(2).
-        Statx = 52,
+        Statx = 52 => "FUSE_STATX",
         /// copy_file_range(2) with a 64-bit result.
-        CopyFileRange64 = 53,
+        CopyFileRange64 = 53 => "FUSE_COPY_FILE_RANGE_64",
         /// CUSE: initialize a character device.
-        CuseInit = 4096,
+        CuseInit = 4096 => "CUSE_INIT",
         /// Reserved: CUSE_INIT in the wrong byte order.
-        CuseInitBswapReserved = 1048576,
+        CuseInitBswapReserved = 1048576 => "CUSE_INIT_BSWAP_RESERVED",
         /// Reserved: FUSE_INIT in the wrong byte order.
-        FuseInitBswapReserved = 436207616,
-    }
-}
-
-impl Opcode {
-    /// The kernel's name of the opcode, e.g. `"FUSE_LOOKUP"`.
-    pub const fn kernel_name(self) -> &'static str {
-        match self {
-            Opcode::Lookup => "FUSE_LOOKUP",
-            Opcode::Forget => "FUSE_FORGET",
-            Opcode::Getattr => "FUSE_GETATTR",
-            Opcode::Setattr => "FUSE_SETATTR",
-            Opcode::Readlink => "FUSE_READLINK",
-            Opcode::Symlink => "FUSE_SYMLINK",
-            Opcode::Mknod => "FUSE_MKNOD",
-            Opcode::Mkdir => "FUSE_MKDIR",
-            Opcode::Unlink => "FUSE_UNLINK",
-            Opcode::Rmdir => "FUSE_RMDIR",
-            Opcode::Rename => "FUSE_RENAME",
-            Opcode::Link => "FUSE_LINK",
-            Opcode::Open => "FUSE_OPEN",
-            Opcode::Read => "FUSE_READ",
-            Opcode::Write => "FUSE_WRITE",
-            Opcode::Statfs => "FUSE_STATFS",
-            Opcode::Release => "FUSE_RELEASE",
-            Opcode::Fsync => "FUSE_FSYNC",
-            Opcode::Setxattr => "FUSE_SETXATTR",
-            Opcode::Getxattr => "FUSE_GETXATTR",
-            Opcode::Listxattr => "FUSE_LISTXATTR",
-            Opcode::Removexattr => "FUSE_REMOVEXATTR",
-            Opcode::Flush => "FUSE_FLUSH",
-            Opcode::Init => "FUSE_INIT",
-            Opcode::Opendir => "FUSE_OPENDIR",
-            Opcode::Readdir => "FUSE_READDIR",
-            Opcode::Releasedir => "FUSE_RELEASEDIR",
-            Opcode::Fsyncdir => "FUSE_FSYNCDIR",
-            Opcode::Getlk => "FUSE_GETLK",
-            Opcode::Setlk => "FUSE_SETLK",
-            Opcode::Setlkw => "FUSE_SETLKW",
-            Opcode::Access => "FUSE_ACCESS",
-            Opcode::Create => "FUSE_CREATE",
-            Opcode::Interrupt => "FUSE_INTERRUPT",
-            Opcode::Bmap => "FUSE_BMAP",
-            Opcode::Destroy => "FUSE_DESTROY",
-            Opcode::Ioctl => "FUSE_IOCTL",
-            Opcode::Poll => "FUSE_POLL",
-            Opcode::NotifyReply => "FUSE_NOTIFY_REPLY",
-            Opcode::BatchForget => "FUSE_BATCH_FORGET",
-            Opcode::Fallocate => "FUSE_FALLOCATE",
-            Opcode::Readdirplus => "FUSE_READDIRPLUS",
-            Opcode::Rename2 => "FUSE_RENAME2",
-            Opcode::Lseek => "FUSE_LSEEK",
-            Opcode::CopyFileRange => "FUSE_COPY_FILE_RANGE",
-            Opcode::Setupmapping => "FUSE_SETUPMAPPING",
-            Opcode::Removemapping => "FUSE_REMOVEMAPPING",
-            Opcode::Syncfs => "FUSE_SYNCFS",
-            Opcode::Tmpfile => "FUSE_TMPFILE",
-            Opcode::Statx => "FUSE_STATX",
-            Opcode::CopyFileRange64 => "FUSE_COPY_FILE_RANGE_64",
-            Opcode::CuseInit => "CUSE_INIT",
-            Opcode::CuseInitBswapReserved => "CUSE_INIT_BSWAP_RESERVED",
-            Opcode::FuseInitBswapReserved => "FUSE_INIT_BSWAP_RESERVED",
-        }
+        FuseInitBswapReserved = 436207616 => "FUSE_INIT_BSWAP_RESERVED",
     }
 }
 

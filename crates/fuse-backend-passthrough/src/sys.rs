@@ -3,6 +3,7 @@
 //! Every raw call is wrapped once here; the rest of the crate uses these
 //! functions. Paths are `&CStr` so nothing allocates.
 
+use fuse_server::sys::{cvt, cvt_retry, cvt_size};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -10,22 +11,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 /// An error with `errno`.
 pub(crate) fn errno(n: i32) -> io::Error {
     io::Error::from_raw_os_error(n)
-}
-
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn check_long(r: libc::c_long) -> io::Result<libc::c_long> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 /// The empty path, for `AT_EMPTY_PATH` calls on the fd itself.
@@ -168,7 +153,7 @@ pub(crate) fn openat(
 ) -> io::Result<OwnedFd> {
     with_spare_fds(|| {
         // SAFETY: `name` is NUL-terminated; the result is a new fd we own.
-        let fd = check(unsafe {
+        let fd = cvt(unsafe {
             libc::openat(
                 dir.as_raw_fd(),
                 name.as_ptr(),
@@ -185,7 +170,7 @@ pub(crate) fn openat(
 pub(crate) fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     with_spare_fds(|| {
         // SAFETY: as in `openat`.
-        let fd = check(unsafe {
+        let fd = cvt(unsafe {
             libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
         })?;
         // SAFETY: a new fd owned by nobody else.
@@ -205,7 +190,7 @@ pub(crate) fn statx(
 ) -> io::Result<libc::statx> {
     let mut st = std::mem::MaybeUninit::<libc::statx>::zeroed();
     // SAFETY: `st` is valid for writes of a statx struct; `name` is NUL-terminated.
-    check(unsafe { libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, st.as_mut_ptr()) })?;
+    cvt(unsafe { libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, st.as_mut_ptr()) })?;
     // SAFETY: zero-initialized, then filled by the kernel.
     Ok(unsafe { st.assume_init() })
 }
@@ -224,7 +209,7 @@ pub(crate) fn statx_fd(fd: BorrowedFd<'_>, mask: u32) -> io::Result<libc::statx>
 pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs64> {
     let mut st = std::mem::MaybeUninit::<libc::statfs64>::zeroed();
     // SAFETY: `st` is valid for writes.
-    check(unsafe { libc::fstatfs64(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    cvt(unsafe { libc::fstatfs64(fd.as_raw_fd(), st.as_mut_ptr()) })?;
     // SAFETY: filled by the kernel.
     Ok(unsafe { st.assume_init() })
 }
@@ -241,7 +226,7 @@ pub(crate) fn fsid(fd: BorrowedFd<'_>) -> io::Result<[i32; 2]> {
 /// added).
 pub(crate) fn fanotify_init(flags: libc::c_uint) -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked.
-    let fd = check(unsafe {
+    let fd = cvt(unsafe {
         libc::fanotify_init(
             flags | libc::FAN_CLOEXEC,
             (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint,
@@ -260,7 +245,7 @@ pub(crate) fn fanotify_mark_dir(
     dir: BorrowedFd<'_>,
 ) -> io::Result<()> {
     // SAFETY: valid descriptors and a NUL-terminated path.
-    check(unsafe {
+    cvt(unsafe {
         libc::fanotify_mark(
             group.as_raw_fd(),
             flags | libc::FAN_MARK_ONLYDIR,
@@ -282,7 +267,7 @@ pub(crate) fn fanotify_mark_path(
     path: &CStr,
 ) -> io::Result<()> {
     // SAFETY: a valid descriptor and a NUL-terminated path.
-    check(unsafe {
+    cvt(unsafe {
         libc::fanotify_mark(
             group.as_raw_fd(),
             flags,
@@ -297,7 +282,7 @@ pub(crate) fn fanotify_mark_path(
 /// A new `eventfd(2)` (close-on-exec), to wake a thread in `poll`.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked.
-    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
     // SAFETY: a new descriptor of ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -305,7 +290,7 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
 /// `mkdirat(2)`.
 pub(crate) fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
 }
 
 /// `mknodat(2)`.
@@ -316,19 +301,19 @@ pub(crate) fn mknodat(
     dev: libc::dev_t,
 ) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
+    cvt(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, dev) }).map(drop)
 }
 
 /// `symlinkat(2)`.
 pub(crate) fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     // SAFETY: both strings are NUL-terminated.
-    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
 }
 
 /// `unlinkat(2)`.
 pub(crate) fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
 }
 
 /// `renameat2(2)`.
@@ -340,7 +325,7 @@ pub(crate) fn renameat2(
     flags: u32,
 ) -> io::Result<()> {
     // SAFETY: both names are NUL-terminated.
-    check(unsafe {
+    cvt(unsafe {
         libc::renameat2(
             olddir.as_raw_fd(),
             oldname.as_ptr(),
@@ -357,7 +342,7 @@ pub(crate) fn renameat2(
 /// `CAP_DAC_READ_SEARCH`.
 pub(crate) fn link_proc(old: &CStr, newdir: BorrowedFd<'_>, newname: &CStr) -> io::Result<()> {
     // SAFETY: both names are NUL-terminated.
-    check(unsafe {
+    cvt(unsafe {
         libc::linkat(
             libc::AT_FDCWD,
             old.as_ptr(),
@@ -380,17 +365,13 @@ pub(crate) fn readlink_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usiz
             buf.len(),
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt_size(n)
 }
 
 /// `fchownat(2)` of the fd itself (`AT_EMPTY_PATH`).
 pub(crate) fn fchown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: plain call on an fd.
-    check(unsafe {
+    cvt(unsafe {
         libc::fchownat(
             fd.as_raw_fd(),
             EMPTY.as_ptr(),
@@ -405,33 +386,33 @@ pub(crate) fn fchown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()
 /// `fchmod(2)` of an open file.
 pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     // SAFETY: plain call on an fd.
-    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
+    cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
 }
 
 /// `chmod(2)` of a path (following it).
 pub(crate) fn chmod_path(path: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: `path` is NUL-terminated.
-    check(unsafe { libc::chmod(path.as_ptr(), mode) }).map(drop)
+    cvt(unsafe { libc::chmod(path.as_ptr(), mode) }).map(drop)
 }
 
 /// `truncate(2)` of a path (following it).
 pub(crate) fn truncate_path(path: &CStr, size: u64) -> io::Result<()> {
     let size = i64::try_from(size).map_err(|_| errno(libc::EINVAL))?;
     // SAFETY: `path` is NUL-terminated.
-    check(unsafe { libc::truncate64(path.as_ptr(), size) }).map(drop)
+    cvt(unsafe { libc::truncate64(path.as_ptr(), size) }).map(drop)
 }
 
 /// `ftruncate(2)`.
 pub(crate) fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
     let size = i64::try_from(size).map_err(|_| errno(libc::EINVAL))?;
     // SAFETY: plain call on an fd.
-    check(unsafe { libc::ftruncate64(fd.as_raw_fd(), size) }).map(drop)
+    cvt(unsafe { libc::ftruncate64(fd.as_raw_fd(), size) }).map(drop)
 }
 
 /// `utimensat(2)` of the fd itself (`AT_EMPTY_PATH`).
 pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
     // SAFETY: `times` points to two timespecs.
-    check(unsafe {
+    cvt(unsafe {
         libc::utimensat(
             fd.as_raw_fd(),
             EMPTY.as_ptr(),
@@ -445,13 +426,13 @@ pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io:
 /// `futimens(3)` of an open file.
 pub(crate) fn futimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
     // SAFETY: `times` points to two timespecs.
-    check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
+    cvt(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
 }
 
 /// `faccessat2(2)` of the fd itself, with the effective (file system) ids.
 pub(crate) fn faccess_fd(fd: BorrowedFd<'_>, mode: i32) -> io::Result<()> {
     // SAFETY: raw syscall with valid arguments.
-    check_long(unsafe {
+    cvt(unsafe {
         libc::syscall(
             libc::SYS_faccessat2,
             fd.as_raw_fd(),
@@ -466,7 +447,7 @@ pub(crate) fn faccess_fd(fd: BorrowedFd<'_>, mode: i32) -> io::Result<()> {
 /// `fsync(2)` or `fdatasync(2)`.
 pub(crate) fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
     // SAFETY: plain calls on an fd.
-    check(unsafe {
+    cvt(unsafe {
         if datasync {
             libc::fdatasync(fd.as_raw_fd())
         } else {
@@ -479,7 +460,7 @@ pub(crate) fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
 /// `syncfs(2)`.
 pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain call on an fd.
-    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+    cvt(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
 }
 
 /// `fallocate(2)`.
@@ -487,18 +468,14 @@ pub(crate) fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) ->
     let offset = i64::try_from(offset).map_err(|_| errno(libc::EINVAL))?;
     let len = i64::try_from(len).map_err(|_| errno(libc::EINVAL))?;
     // SAFETY: plain call on an fd.
-    check(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
+    cvt(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
 }
 
 /// `lseek(2)`.
 pub(crate) fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<u64> {
     // SAFETY: plain call on an fd.
     let r = unsafe { libc::lseek64(fd.as_raw_fd(), offset, whence) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as u64)
-    }
+    cvt(r).map(|r| r as u64)
 }
 
 /// `copy_file_range(2)`.
@@ -523,17 +500,13 @@ pub(crate) fn copy_file_range(
             flags,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt_size(n)
 }
 
 /// `getdents64(2)` into `buf`; returns the bytes filled (0 at the end).
 pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of its length.
-    let n = check_long(unsafe {
+    let n = cvt(unsafe {
         libc::syscall(
             libc::SYS_getdents64,
             fd.as_raw_fd(),
@@ -547,31 +520,27 @@ pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize
 /// `fcntl(2)` with a `struct flock` (the OFD lock commands).
 pub(crate) fn fcntl_lock(fd: BorrowedFd<'_>, cmd: i32, fl: &mut libc::flock64) -> io::Result<()> {
     // SAFETY: `fl` is a valid flock struct for the kernel to read and write.
-    check(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock64) }).map(drop)
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock64) }).map(drop)
 }
 
 /// `flock(2)`.
 pub(crate) fn flock(fd: BorrowedFd<'_>, op: i32) -> io::Result<()> {
     // SAFETY: plain call on an fd.
-    check(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)
+    cvt(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)
 }
 
 /// `dup(2)` then `close(2)`: releases the process's classic POSIX locks
 /// on the file, and reports the errors a close would (NFS-like backends).
 pub(crate) fn close_dup(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: dup of a valid fd.
-    let dup = check(unsafe { libc::dup(fd.as_raw_fd()) })?;
+    let dup = cvt(unsafe { libc::dup(fd.as_raw_fd()) })?;
     // SAFETY: `dup` is ours, closed once.
-    check(unsafe { libc::close(dup) }).map(drop)
+    cvt(unsafe { libc::close(dup) }).map(drop)
 }
 
 /// Value of an xattr call: `getxattr`, `listxattr` and friends on a path.
 fn xattr_result(n: isize) -> io::Result<usize> {
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt_size(n)
 }
 
 /// `getxattr(2)` of a path (following it); an empty `buf` asks for the size.
@@ -599,7 +568,7 @@ pub(crate) fn listxattr(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
 /// `setxattr(2)` of a path (following it).
 pub(crate) fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
     // SAFETY: `value` is valid for reads of its length.
-    check(unsafe {
+    cvt(unsafe {
         libc::setxattr(
             path.as_ptr(),
             name.as_ptr(),
@@ -614,22 +583,16 @@ pub(crate) fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> io
 /// `removexattr(2)` of a path (following it).
 pub(crate) fn removexattr(path: &CStr, name: &CStr) -> io::Result<()> {
     // SAFETY: both strings are NUL-terminated.
-    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+    cvt(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
 }
 
 /// `read(2)` into `buf`, retried on EINTR.
 pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
+    cvt_retry(|| {
         // SAFETY: `buf` is valid for writes of its length.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
+        unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+    })
+    .map(|n| n as usize)
 }
 
 /// Device number in the kernel's 32-bit encoding (`new_encode_dev`), as
@@ -774,7 +737,7 @@ pub(crate) fn name_to_handle_fd_flags(
     let mut mnt_id: libc::c_int = 0;
     // SAFETY: `raw` is a file_handle with `handle_bytes` bytes of room;
     // `mnt_id` is valid for writes; the path is the empty string.
-    check_long(unsafe {
+    cvt(unsafe {
         libc::syscall(
             libc::SYS_name_to_handle_at,
             fd.as_raw_fd(),
@@ -810,7 +773,7 @@ pub(crate) fn open_by_handle(
     with_spare_fds(|| {
         // SAFETY: `raw` is a valid file_handle of `len` bytes; the result
         // is a new descriptor or an error.
-        let fd = check_long(unsafe {
+        let fd = cvt(unsafe {
             libc::syscall(
                 libc::SYS_open_by_handle_at,
                 mount_fd.as_raw_fd(),
@@ -830,7 +793,7 @@ pub(crate) fn nofile_limits() -> io::Result<(u64, u64)> {
         rlim_max: 0,
     };
     // SAFETY: `rl` is valid for writes.
-    check(unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut rl) })?;
+    cvt(unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut rl) })?;
     Ok((rl.rlim_cur, rl.rlim_max))
 }
 
@@ -846,7 +809,7 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
             rlim_max: hard,
         };
         // SAFETY: `rl` is a valid rlimit.
-        check(unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &rl) })?;
+        cvt(unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &rl) })?;
     }
     Ok((soft, hard))
 }
@@ -871,11 +834,7 @@ pub(crate) fn preadv2_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) ->
     };
     // SAFETY: one iovec over `buf`, valid for writes of its length.
     let n = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_NOWAIT) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt_size(n)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@
 use crate::types::Entry;
 use fuse_abi::{Dirent, Direntplus};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use zerocopy::IntoBytes;
 
 /// Destination of a READ reply's data: transport memory the data is read into.
@@ -194,49 +194,9 @@ impl ZeroCopyReader for SliceReader<'_> {
     }
 }
 
-/// `pread(2)`, retried on EINTR.
-pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    loop {
-        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-        let n = unsafe {
-            libc::pread64(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                offset as i64,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
-}
-
-/// `pwrite(2)`, retried on EINTR.
-pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<usize> {
-    loop {
-        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
-        let n = unsafe {
-            libc::pwrite64(
-                fd.as_raw_fd(),
-                buf.as_ptr().cast(),
-                buf.len(),
-                offset as i64,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
-}
+// The positioned I/O the zero-copy paths use; they live with the rest of
+// the system-call plumbing.
+pub use crate::sys::{pread, pwrite};
 
 /// Where READDIR puts its entries.
 pub trait DirentSink: Send {

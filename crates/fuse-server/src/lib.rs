@@ -39,6 +39,7 @@ pub mod request;
 mod request_log;
 pub mod server;
 pub mod session;
+pub mod sys;
 pub mod takeover;
 pub mod types;
 pub mod wire;

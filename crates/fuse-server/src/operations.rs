@@ -120,3 +120,99 @@ macro_rules! file_system_traits {
 }
 
 pub(crate) use file_system_traits;
+
+/// Implements [`FileSystem`](crate::FileSystem) for a type whose
+/// operations are inherent methods of the same names and signatures
+/// (a backend that keeps each concern's operations in a module of its
+/// own): the items written out, and one forward per operation named after
+/// `forward`, made from the operation list so no signature is written
+/// twice.
+///
+/// ```
+/// use fuse_server::{errno, AttrReply, Context, FileAttr, FileType};
+/// use std::io;
+/// use std::time::Duration;
+///
+/// struct Empty;
+///
+/// impl Empty {
+///     fn getattr(&self, _ctx: &Context, ino: u64, _fh: Option<u64>) -> io::Result<AttrReply> {
+///         if ino != fuse_server::ROOT_ID {
+///             return Err(errno::stale());
+///         }
+///         let attr = FileAttr::new(ino, FileType::Directory, 0o555);
+///         Ok(AttrReply { attr: attr.into(), timeout: Duration::from_secs(1) })
+///     }
+/// }
+///
+/// fuse_server::impl_file_system! {
+///     impl FileSystem for Empty {
+///         fn readlink(&self, _ctx: &Context, _ino: u64) -> io::Result<Vec<u8>> {
+///             Err(errno::invalid())
+///         }
+///     }
+///     forward { getattr }
+/// }
+/// ```
+///
+/// The types of the forwarded signatures are named as the operation list
+/// names them (`Context`, `CStr`, `Entry`, the argument structs): they must
+/// be in scope where the macro is used (`use fuse_server::*` and
+/// `std::ffi::CStr` bring them).
+#[macro_export]
+macro_rules! impl_file_system {
+    (
+        impl FileSystem for $ty:ty { $($items:tt)* }
+        forward { $($name:ident),* $(,)? }
+    ) => {
+        $crate::__file_system_operations! {
+            [$crate::__impl_file_system] [$ty] [$($items)*] [$($name)*]
+        }
+    };
+}
+
+/// [`impl_file_system`]'s second step, given the operation list: a local
+/// macro with one forward per operation, called for each name asked for.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __impl_file_system {
+    (
+        [$ty:ty] [$($items:tt)*] [$($want:ident)*]
+        operations {
+            $(
+                $(#[doc = $doc:literal])*
+                $kind:ident fn $name:ident ( $($arg:ident : $t:ty),* $(,)? ) $(-> $ret:ty)? ;
+            )*
+        }
+    ) => {
+        macro_rules! __forward_operation {
+            $(
+                ($name) => {
+                    $crate::__forward_operation! { $kind $ty, $name ($($arg: $t),*) $(-> $ret)? }
+                };
+            )*
+        }
+
+        impl $crate::FileSystem for $ty {
+            $($items)*
+            $( __forward_operation!($want); )*
+        }
+    };
+}
+
+/// One forward: the trait method calling the inherent method of the same
+/// name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __forward_operation {
+    (op $ty:ty, $name:ident ($($arg:ident: $t:ty),*) -> $ret:ty) => {
+        fn $name(&self, $($arg: $t),*) -> ::std::io::Result<$ret> {
+            <$ty>::$name(self, $($arg),*)
+        }
+    };
+    (oneway $ty:ty, $name:ident ($($arg:ident: $t:ty),*)) => {
+        fn $name(&self, $($arg: $t),*) {
+            <$ty>::$name(self, $($arg),*)
+        }
+    };
+}

@@ -1,5 +1,6 @@
 //! `/dev/fuse` file descriptor operations, each raw syscall wrapped once.
 
+use fuse_server::sys::{cvt_retry, cvt_size};
 use std::ffi::CStr;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -36,35 +37,24 @@ pub fn clone_fd(master: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// caller, which checks its stop flag.
 pub fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of its length.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    cvt_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
 /// Writes one reply or notification made of `parts` in one `writev(2)`;
 /// the kernel takes a message only whole, in one write.
 pub fn write_message(fd: BorrowedFd<'_>, parts: &[IoSlice<'_>]) -> io::Result<()> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    loop {
+    let n = cvt_retry(|| {
         // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the slices are live.
-        let n = unsafe { libc::writev(fd.as_raw_fd(), parts.as_ptr().cast(), parts.len() as i32) };
-        if n >= 0 {
-            if n as usize != total {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "short write to /dev/fuse",
-                ));
-            }
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
+        unsafe { libc::writev(fd.as_raw_fd(), parts.as_ptr().cast(), parts.len() as i32) }
+    })?;
+    if n as usize != total {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short write to /dev/fuse",
+        ));
     }
+    Ok(())
 }
 
 /// One request read from `/dev/fuse`, and the reply buffer it is answered

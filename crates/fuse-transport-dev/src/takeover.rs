@@ -41,6 +41,7 @@
 use crate::session::DevSession;
 #[cfg(feature = "tokio")]
 use crate::task::FuseDevTask;
+use fuse_server::sys::cvt_retry;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -346,16 +347,7 @@ fn send_fds(stream: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
         std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), payload);
-        loop {
-            let n = libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
+        cvt_retry(|| libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)).map(drop)
     }
 }
 
@@ -378,16 +370,7 @@ fn recv_fds(stream: &UnixStream, max: usize) -> io::Result<Vec<OwnedFd>> {
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = space as _;
-        let n = loop {
-            let n = libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-            if n >= 0 {
-                break n;
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        };
+        let n = cvt_retry(|| libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC))?;
         let mut fds = Vec::new();
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {

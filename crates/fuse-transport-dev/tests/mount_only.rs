@@ -16,6 +16,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
+use test_support::mountinfo::{mounts_at as mountinfo_for, Mount as MountInfo};
+use test_support::require_root;
+
 use fuse_transport_dev::mount::{
     is_fuse_mount, unmount_path, Mount, MountError, MountMethod, MountOptions,
 };
@@ -26,16 +29,6 @@ use fuse_transport_dev::mount::{
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
-}
-
-fn require_root() {
-    assert_eq!(
-        euid(),
-        0,
-        "this test mounts with mount(2) and needs root (or CAP_SYS_ADMIN in a user \
-         namespace, e.g. `unshare -U -r -m`); running with euid {}",
-        euid()
-    );
 }
 
 fn fusermount3() -> Option<PathBuf> {
@@ -100,63 +93,6 @@ impl Drop for TestDir {
             }
         }
     }
-}
-
-/// One line of /proc/self/mountinfo.
-#[derive(Debug)]
-struct MountInfo {
-    mount_options: Vec<String>,
-    fstype: String,
-    source: String,
-    super_options: Vec<String>,
-}
-
-/// Undoes the kernel's octal escaping (`\040` for a space, `\134` for `\`).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let value = bytes[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-            out.push(value as u8);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The mounts whose mount point is `path`, bottom first.
-fn mountinfo_for(path: &Path) -> Vec<MountInfo> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    let wanted = path.to_str().expect("UTF-8 test path");
-    let mut found = Vec::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        if fields.len() < dash + 4 || fields.len() < 6 || unescape(fields[4]) != wanted {
-            continue;
-        }
-        found.push(MountInfo {
-            mount_options: fields[5].split(',').map(str::to_owned).collect(),
-            fstype: unescape(fields[dash + 1]),
-            source: unescape(fields[dash + 2]),
-            super_options: fields[dash + 3].split(',').map(str::to_owned).collect(),
-        });
-    }
-    found
 }
 
 fn only_mount(path: &Path) -> MountInfo {

@@ -104,15 +104,9 @@ fn mount_hello(dir: &std::path::Path) -> DevSession {
 
 /// The file system type of the topmost mount on `path`, from mountinfo.
 fn mount_type(path: &std::path::Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = path.to_str().unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let point = pre.split(' ').nth(4)?;
-            (point == want).then(|| post.split(' ').next().unwrap_or("").to_string())
-        })
-        .next_back()
+    test_support::mountinfo::mounts_at(path)
+        .pop()
+        .map(|m| m.fstype)
 }
 
 #[test]

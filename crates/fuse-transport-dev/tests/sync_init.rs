@@ -11,30 +11,8 @@ use common::{require_root, Hello};
 use fuse_server::{FileSystem, InitConfig, KernelInit, Server, Session};
 use fuse_transport_dev::{DevSession, MountError, MountOptions, SessionConfig, SessionError};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-
-/// Whether this kernel takes `FUSE_DEV_IOC_SYNC_INIT` on a fresh
-/// `/dev/fuse` descriptor; `Err` says why not.
-fn kernel_offers_sync_init() -> Result<(), String> {
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("/dev/fuse can't be opened: {e}"))?;
-    // SAFETY: the ioctl takes no argument; the descriptor is ours and
-    // closed (never mounted) right after.
-    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "the kernel refuses FUSE_DEV_IOC_SYNC_INIT ({}; Linux 6.18+ has it)",
-            io::Error::last_os_error()
-        ))
-    }
-}
+use test_support::{is_mounted as mounted, kernel_offers_sync_init};
 
 /// Fails the test, with the reason, where the kernel has no synchronous
 /// INIT.
@@ -42,14 +20,6 @@ fn require_sync_init() {
     if let Err(reason) = kernel_offers_sync_init() {
         panic!("{reason}");
     }
-}
-
-fn mounted(path: &Path) -> bool {
-    let path = path.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(path))
 }
 
 /// [`Hello`], recording the name of the thread that answered INIT.

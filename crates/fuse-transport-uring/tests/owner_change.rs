@@ -387,14 +387,7 @@ fn end(mnt: &Path) {
     let _ = fuse_transport_dev::unmount_path(mnt, true);
 }
 
-fn require_root() {
-    assert_eq!(
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() },
-        0,
-        "this probe mounts and needs root"
-    );
-}
+use test_support::require_root;
 
 #[test]
 fn ring_entries_changing_owner_on_this_kernel_needs_root() {

@@ -51,14 +51,7 @@ fn end(m: Mounted) {
     drop(session);
 }
 
-fn is_mounted(mnt: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = mnt.to_string_lossy();
-    text.lines()
-        .any(|l| l.split(' ').nth(4).is_some_and(|p| p == want))
-}
+use test_support::is_mounted;
 
 /// Read and write requests all went through the rings: none were served
 /// by a `/dev/fuse` worker.

@@ -195,25 +195,9 @@ fn vectored(
     offset: u64,
     write: bool,
 ) -> io::Result<usize> {
-    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    loop {
-        // SAFETY: each iovec points at guest memory that stays mapped for
-        // the call (see `Segments`); the kernel checks the addresses.
-        let n = unsafe {
-            if write {
-                libc::pwritev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset)
-            } else {
-                libc::preadv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset)
-            }
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
+    // SAFETY: each iovec points at guest memory that stays mapped for the
+    // call (see `Segments`); the kernel checks the addresses.
+    unsafe { fuse_server::sys::pvectored(fd, iov, offset, write) }
 }
 
 /// `fd` was opened with `O_DIRECT` (whose transfers need aligned memory).

@@ -125,9 +125,7 @@ impl Drop for Daemon {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
     }
 }
 

@@ -13,7 +13,7 @@ mod common;
 mod daemon;
 
 use common::require_root;
-use daemon::{dirs, BIN};
+use daemon::{daemons_at, dirs, is_mounted, MountGuard, BIN};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -22,6 +22,23 @@ use std::time::{Duration, Instant};
 /// How long a daemon may take to come up or go away on a busy machine
 /// (only there so that a hang fails instead of waiting forever).
 const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
+fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
+    test_support::wait_or_fail(PATIENCE, what, why)
+}
+
+/// [`daemon::umount_and_wait`], failing also if no daemon served `mnt` or
+/// the mount stays.
+fn umount_and_wait(mnt: &Path) {
+    assert!(
+        !daemons_at(mnt).is_empty(),
+        "no daemon serves {}",
+        mnt.display()
+    );
+    daemon::umount_and_wait(mnt);
+    assert!(!is_mounted(mnt));
+}
 
 /// What `head -1` leaves: the write end of a pipe whose read end is
 /// closed (a write fails with EPIPE).
@@ -33,36 +50,6 @@ fn closed_pipe() -> OwnedFd {
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(read);
     write
-}
-
-/// Whether `path` is a mountpoint in this thread's mount namespace (a
-/// test below gives its thread one of its own; `/proc/self` would show
-/// the process's).
-fn is_mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
-    let want = path.to_string_lossy().replace(' ', "\\040");
-    info.lines().any(|l| l.split(' ').nth(4) == Some(&want))
-}
-
-/// Unmounts (lazily) on drop, if still mounted: a failing test leaves no
-/// mount behind.
-struct MountGuard(std::path::PathBuf);
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = fuse_transport_dev::unmount_path(&self.0, true);
-        }
-    }
-}
-
-/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
-fn wait_until(mut what: impl FnMut() -> bool, why: impl Fn() -> String) {
-    let start = Instant::now();
-    while !what() {
-        assert!(start.elapsed() < PATIENCE, "{}", why());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Waits for `child` to exit (killing it and failing if it doesn't).
@@ -81,62 +68,12 @@ fn wait_exit(child: &mut Child) -> ExitStatus {
     }
 }
 
-/// The processes of the daemon binary whose command line names `mnt`.
-fn daemons_at(mnt: &Path) -> Vec<i32> {
-    let mnt = mnt.to_string_lossy().into_owned();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
-        let names_mnt = cmdline
-            .split(|&b| b == 0)
-            .any(|a| String::from_utf8_lossy(a).ends_with(&mnt));
-        if exe == Path::new(BIN) && names_mnt {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Whether process `pid` is gone (or a zombie waiting for its reaper).
-fn gone(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .is_none_or(|state| state == "Z")
-}
-
 /// Writes a file through the mount and reads it back from the source.
 fn serves(src: &Path, mnt: &Path, name: &str) {
     let data = format!("written through the mount as {name}");
     std::fs::write(mnt.join(name), &data).unwrap();
     assert_eq!(std::fs::read_to_string(src.join(name)).unwrap(), data);
     assert_eq!(std::fs::read_to_string(mnt.join(name)).unwrap(), data);
-}
-
-/// Unmounts `mnt` with umount(8) and waits for the daemons serving it to
-/// exit; fails if the mount stays.
-fn umount_and_wait(mnt: &Path) {
-    let pids = daemons_at(mnt);
-    assert!(!pids.is_empty(), "no daemon serves {}", mnt.display());
-    let out = Command::new("umount").arg(mnt).output().unwrap();
-    assert!(
-        out.status.success(),
-        "umount: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for pid in pids {
-        wait_until(
-            || gone(pid),
-            || format!("daemon {pid} still runs after umount"),
-        );
-    }
-    assert!(!is_mounted(mnt));
 }
 
 /// Runs a command that starts a background daemon, to completion.

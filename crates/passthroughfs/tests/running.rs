@@ -19,7 +19,7 @@ use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a daemon may take to come up or go away on a busy machine
 /// (not a speed bound: only there so that a hang fails instead of waiting
@@ -38,6 +38,11 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
+fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
+    test_support::wait_or_fail(PATIENCE, what, why)
+}
+
 /// Fails unless `program` can be run, naming the package that has it.
 fn require_program(program: &str, package: &str) {
     let found = Command::new("sh")
@@ -48,69 +53,12 @@ fn require_program(program: &str, package: &str) {
     assert!(found, "{program} is needed (apt-get install {package})");
 }
 
-/// The `/proc/self/mountinfo` line of the mount at `mnt`.
+/// The `/proc/self/mountinfo` line of the (topmost) mount at `mnt`.
 fn mount_line(mnt: &Path) -> String {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = mnt.to_string_lossy().replace(' ', "\\040");
-    info.lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))
-        .unwrap_or_else(|| panic!("{} is not mounted:\n{info}", mnt.display()))
-        .to_owned()
-}
-
-/// The processes of this binary whose command line names `mnt`.
-fn daemons_at(mnt: &Path) -> Vec<i32> {
-    let mnt = mnt.to_string_lossy().into_owned();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
-        if exe == Path::new(BIN) && args.iter().any(|a| a.ends_with(&mnt)) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Whether process `pid` is gone (or a zombie waiting for its reaper).
-fn gone(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .is_none_or(|state| state == "Z")
-}
-
-/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
-fn wait_until(mut what: impl FnMut() -> bool, why: impl Fn() -> String) {
-    let start = Instant::now();
-    while !what() {
-        assert!(start.elapsed() < PATIENCE, "{}", why());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Unmounts `mnt` with umount(8) and waits for the daemons serving it to
-/// exit.
-fn umount_and_wait(mnt: &Path) {
-    let pids = daemons_at(mnt);
-    let out = output(Command::new("umount").arg(mnt));
-    assert!(out.status.success(), "umount: {}", text(&out.stderr));
-    for pid in pids {
-        wait_until(
-            || gone(pid),
-            || format!("daemon {pid} still runs after umount"),
-        );
-    }
+    test_support::mountinfo::mounts_at(mnt)
+        .pop()
+        .unwrap_or_else(|| panic!("{} is not mounted", mnt.display()))
+        .line
 }
 
 #[test]

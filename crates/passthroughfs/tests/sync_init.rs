@@ -14,31 +14,11 @@ mod daemon;
 
 use common::require_root;
 use daemon::*;
-use std::os::fd::AsRawFd;
+use test_support::kernel_offers_sync_init;
 
 /// What the serving file system logs when it takes up a connection whose
 /// INIT the stand-in answered.
 const TOOK_UP: &str = "a stand-in during mount(2)";
-
-/// `Err` with the reason if this kernel refuses `FUSE_DEV_IOC_SYNC_INIT`.
-fn kernel_offers_sync_init() -> Result<(), String> {
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("/dev/fuse can't be opened: {e}"))?;
-    // SAFETY: the ioctl takes no argument; the descriptor is closed, never
-    // mounted, right after.
-    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "the kernel refuses FUSE_DEV_IOC_SYNC_INIT ({}; Linux 6.18+ has it)",
-            std::io::Error::last_os_error()
-        ))
-    }
-}
 
 fn serves(transport: Transport, extra: &[&str]) -> String {
     let d = dirs();

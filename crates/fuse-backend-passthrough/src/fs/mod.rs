@@ -11,10 +11,10 @@ use crate::watch::{SourceWatchStats, SourceWatcher};
 use fuse_abi::{AccessMask, Attr, FileLock, FopenFlags, InitFlags, Kstatfs, ReleaseFlags, ROOT_ID};
 use fuse_server::{
     AttrReply, BackingFiles, Context, CopyFileRangeArgs, CreateArgs, DirentPlusSink, DirentSink,
-    Entry, FallocateArgs, FileSystem, FlushArgs, FsyncArgs, InitConfig, KernelInit, LockArgs,
-    LseekArgs, MkdirArgs, MknodArgs, Notifier, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs,
-    SetTime, SetattrArgs, SetxattrArgs, StatxArgs, StatxReply, WriteArgs, XattrReply,
-    ZeroCopyReader, ZeroCopyWriter,
+    Entry, FallocateArgs, FlushArgs, FsyncArgs, InitConfig, KernelInit, LockArgs, LseekArgs,
+    MkdirArgs, MknodArgs, Notifier, OpenArgs, Opened, ReadArgs, ReleaseArgs, RenameArgs, SetTime,
+    SetattrArgs, SetxattrArgs, StatxArgs, StatxReply, WriteArgs, XattrReply, ZeroCopyReader,
+    ZeroCopyWriter,
 };
 use std::ffi::{CStr, CString};
 use std::io;

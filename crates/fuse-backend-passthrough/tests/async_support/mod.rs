@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+// Each test binary uses a part of what the shared module offers.
+#[allow(unused_imports)]
+pub use test_support::{is_mounted, pattern, require_root, require_uring, wait_until};
 
 /// How a test mount is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,17 +88,6 @@ impl Mode {
             },
         }
     }
-}
-
-/// Fails the test (never passes silently) unless we are root.
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "these tests mount FUSE file systems with mount(2): they need root (CI runs them as \
-         root); without root use `cargo xtask test-in-userns`"
-    );
 }
 
 /// Fails the test unless io_uring runtimes can be built here.
@@ -211,19 +203,8 @@ impl AsyncMount {
     pub fn with(mode: Mode, config: PassthroughConfig) -> Self {
         require_root();
         require_runtime(mode.runtime);
-        let dir = tempfile::Builder::new()
-            .prefix("pt-async-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        let src = dir.path().join("src");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&src).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        for p in [dir.path(), &src] {
-            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .unwrap();
-        }
-        Self::over(mode, config, dir, src, mnt)
+        let s = test_support::shared_scratch("pt-async-");
+        Self::over(mode, config, s.dir, s.src, s.mnt)
     }
 
     /// A mount of an existing `src` (the directory `dir` holds `mnt`).
@@ -330,49 +311,11 @@ impl Drop for AsyncMount {
                 let _ = t.join();
             }
         }
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
         if let Some(dir) = self.dir.take() {
-            if is_mounted(&self.mnt) {
-                std::mem::forget(dir);
-            }
+            test_support::remove_unless_mounted(dir, &self.mnt);
         }
     }
-}
-
-/// Fails the test (never passes silently) unless FUSE over io_uring is
-/// enabled (`/sys/module/fuse/parameters/enable_uring`).
-pub fn require_uring() {
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .map(|s| s.trim() == "Y")
-        .unwrap_or(false);
-    assert!(
-        on,
-        "FUSE over io_uring is off: echo Y > /sys/module/fuse/parameters/enable_uring (as root)"
-    );
-}
-
-/// Whether `path` is a mountpoint.
-pub fn is_mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let want = path.to_string_lossy();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mp| mp == want)
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A page-aligned buffer for `O_DIRECT`.
@@ -387,19 +330,5 @@ impl Aligned {
     /// The bytes.
     pub fn as_mut(&mut self) -> &mut [u8] {
         &mut self.0
-    }
-}
-
-/// Polls `cond` until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if start.elapsed() > timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }

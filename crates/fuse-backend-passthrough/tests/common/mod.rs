@@ -15,21 +15,16 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Each test binary uses a part of what the shared module offers.
+#[allow(unused_imports)]
+pub use test_support::{
+    chmod, in_initial_user_namespace, is_mounted, mounts_with_exact_source, mounts_with_source,
+    pattern, process_mark, process_start_time, require_root, wait_until,
+};
 
 /// The fsname every test mount carries, to find leftovers.
 pub const FSNAME_PREFIX: &str = "pt-test";
-
-/// Fails the test (never passes silently) unless we are root.
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "these tests mount FUSE file systems with mount(2) and switch users: they need root \
-         (CI runs them as root); without root use `cargo xtask test-in-userns`"
-    );
-}
 
 /// A passthrough mounted in-process over a fresh backing directory.
 pub struct TestMount {
@@ -42,21 +37,6 @@ pub struct TestMount {
     pub mnt: PathBuf,
     /// Holds `src` and `mnt`; removed last.
     dir: Option<tempfile::TempDir>,
-}
-
-/// The start time of process `pid` (field 22 of /proc/PID/stat), which
-/// tells a process from a later one with the same (reused) pid.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: count from its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
-
-/// This process's mark in the fsname of its test mounts: `pid-starttime`.
-pub fn process_mark() -> String {
-    let pid = std::process::id();
-    format!("{pid}-{}", process_start_time(pid).unwrap_or(0))
 }
 
 /// Mount options of the tests: like pjdfstest's (`allow_other`,
@@ -87,29 +67,14 @@ impl TestMount {
     /// A mount with `config` and `options`.
     pub fn with(config: PassthroughConfig, options: MountOptions) -> Self {
         require_root();
-        let dir = tempfile::Builder::new()
-            .prefix("pt-test-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
         // Other users must reach the test files.
-        chmod(dir.path(), 0o755);
-        let src = dir.path().join("src");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&src).unwrap();
-        std::fs::create_dir(&mnt).unwrap();
-        chmod(&src, 0o755);
-        Self::over(dir, src, mnt, config, options)
+        let s = test_support::shared_scratch("pt-test-");
+        Self::over(s.dir, s.src, s.mnt, config, options)
     }
 
     /// A second mount of the same backing directory as `other`.
     pub fn same_source(other: &TestMount, config: PassthroughConfig) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("pt-test-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        chmod(dir.path(), 0o755);
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (dir, mnt) = mountpoint_only();
         Self::over(dir, other.src.clone(), mnt, config, test_options())
     }
 
@@ -117,13 +82,7 @@ impl TestMount {
     /// (the caller removes it).
     pub fn of_source(src: &Path, config: PassthroughConfig, options: MountOptions) -> Self {
         require_root();
-        let dir = tempfile::Builder::new()
-            .prefix("pt-test-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        chmod(dir.path(), 0o755);
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
+        let (dir, mnt) = mountpoint_only();
         Self::over(dir, src.to_path_buf(), mnt, config, options)
     }
 
@@ -186,6 +145,14 @@ impl TestMount {
     }
 }
 
+/// Scratch directories of a mount whose source is elsewhere: the holder
+/// (other users can reach it) and the mountpoint in it.
+fn mountpoint_only() -> (tempfile::TempDir, PathBuf) {
+    let s = test_support::shared_scratch("pt-test-");
+    std::fs::remove_dir(&s.src).expect("removing the unused source directory");
+    (s.dir, s.mnt)
+}
+
 impl Drop for TestMount {
     fn drop(&mut self) {
         if let Some(session) = self.session.take() {
@@ -193,55 +160,12 @@ impl Drop for TestMount {
             let _ = session.wait();
         }
         self.fs.set_notifier(None);
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
         // Only remove the directories once nothing is mounted on them.
         if let Some(dir) = self.dir.take() {
-            if is_mounted(&self.mnt) {
-                std::mem::forget(dir);
-            }
+            test_support::remove_unless_mounted(dir, &self.mnt);
         }
     }
-}
-
-/// Whether `path` is a mountpoint (listed in /proc/self/mountinfo).
-pub fn is_mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let want = path.to_string_lossy();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mp| unescape_mountinfo(mp) == want)
-}
-
-/// FUSE mounts whose source is `source`.
-pub fn mounts_with_exact_source(source: &str) -> Vec<String> {
-    mounts_with_source(source)
-        .into_iter()
-        .filter(|l| l.split(" - ").nth(1).and_then(|s| s.split(' ').nth(1)) == Some(source))
-        .collect()
-}
-
-/// FUSE mounts whose source starts with `prefix`.
-pub fn mounts_with_source(prefix: &str) -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter(|l| {
-            let after = l.split(" - ").nth(1).unwrap_or("");
-            let mut f = after.split(' ');
-            let fstype = f.next().unwrap_or("");
-            let source = f.next().unwrap_or("");
-            fstype.starts_with("fuse") && source.starts_with(prefix)
-        })
-        .map(str::to_owned)
-        .collect()
-}
-
-fn unescape_mountinfo(s: &str) -> String {
-    s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
 }
 
 /// A NUL-terminated path.
@@ -252,11 +176,6 @@ pub fn c(p: &Path) -> CString {
 /// The errno of the last failed libc call.
 pub fn last_errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// `chmod(2)`.
-pub fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
 }
 
 /// `lstat` of a path.
@@ -331,20 +250,6 @@ pub fn drop_caches() {
         .expect("writing /proc/sys/vm/drop_caches (needs real root, not a user namespace)");
 }
 
-/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if start.elapsed() > timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Drops caches until the kernel has forgotten every inode of `t`.
 pub fn assert_refs_return_to_zero(t: &TestMount) {
     let ok = wait_until(Duration::from_secs(20), || {
@@ -393,27 +298,6 @@ impl Drop for Aligned {
             )
         }
     }
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// Whether this process runs in the initial user namespace (where the
-/// kernel lets root register backing files).
-pub fn in_initial_user_namespace() -> bool {
-    fs::read_to_string("/proc/self/uid_map")
-        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
-        .unwrap_or(false)
 }
 
 /// Fails (never passes silently) where passthrough can't work.

@@ -1,5 +1,6 @@
 //! Raw syscalls, each wrapped once.
 
+use fuse_server::sys::cvt;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -9,14 +10,6 @@ use std::path::Path;
 fn path_cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
-
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
 }
 
 pub(super) fn geteuid() -> u32 {
@@ -34,7 +27,7 @@ pub(super) fn open_cloexec(path: &CStr, flags: libc::c_int) -> io::Result<OwnedF
     loop {
         // SAFETY: `path` is a valid NUL-terminated string.
         let ret = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
-        match check(ret) {
+        match cvt(ret) {
             // SAFETY: open returned a new descriptor that nothing else owns.
             Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
@@ -62,13 +55,13 @@ pub(super) fn mount(
             data.as_ptr().cast(),
         )
     };
-    check(ret).map(drop)
+    cvt(ret).map(drop)
 }
 
 pub(super) fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
     let target = path_cstring(target)?;
     // SAFETY: `target` is a valid NUL-terminated string.
-    check(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
+    cvt(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
 }
 
 pub(super) fn statfs_is_fuse(path: &Path) -> io::Result<bool> {
@@ -78,7 +71,7 @@ pub(super) fn statfs_is_fuse(path: &Path) -> io::Result<bool> {
         // SAFETY: `path` is NUL-terminated and `buf` is writable and large
         // enough for a struct statfs.
         let ret = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
-        match check(ret) {
+        match cvt(ret) {
             Ok(_) => break,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(err) => return Err(err),
@@ -93,7 +86,7 @@ pub(super) fn statfs_is_fuse(path: &Path) -> io::Result<bool> {
 pub(super) fn socketpair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1 as RawFd; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    check(unsafe {
+    cvt(unsafe {
         libc::socketpair(
             libc::AF_UNIX,
             libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
@@ -109,7 +102,7 @@ pub(super) fn socketpair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 /// `F_DUPFD_CLOEXEC`: a duplicate numbered at least `min`.
 pub(super) fn dup_cloexec_min(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: `fd` is a valid open descriptor for the call's duration.
-    let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    let new = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
     // SAFETY: fcntl returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
@@ -119,14 +112,14 @@ pub(super) fn dup_cloexec_min(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<Owne
 pub(super) fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFD/F_SETFD only read and write the descriptor's flags;
     // an invalid `fd` gives EBADF.
-    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
     let flags = if on {
         flags | libc::FD_CLOEXEC
     } else {
         flags & !libc::FD_CLOEXEC
     };
     // SAFETY: as above.
-    check(unsafe { libc::fcntl(fd, libc::F_SETFD, flags) }).map(drop)
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flags) }).map(drop)
 }
 
 /// Receives one descriptor sent with `SCM_RIGHTS` (made `O_CLOEXEC`).
@@ -204,7 +197,7 @@ pub(super) fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
 pub(super) fn sync_init(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: the ioctl takes no argument.
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), fuse_abi::ioctl::DEV_IOC_SYNC_INIT as _) };
-    check(ret).map(drop)
+    cvt(ret).map(drop)
 }
 
 /// This thread's id.
@@ -218,5 +211,5 @@ pub(super) fn tgkill(tid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: tgkill has no memory arguments; `tid` is a thread of this
     // process that the caller knows is still running.
     let ret = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, signal) };
-    check(ret as libc::c_int).map(drop)
+    cvt(ret as libc::c_int).map(drop)
 }

@@ -136,10 +136,9 @@ impl UnmountWatcher {
 
     fn reap(&mut self) {
         let mut status = 0;
+        // Nothing to do if it fails: the child is gone either way.
         // SAFETY: our own child; it exits right after reading the pipe.
-        while unsafe { libc::waitpid(self.pid, &mut status, 0) } == -1
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
+        let _ = fuse_server::sys::cvt_retry(|| unsafe { libc::waitpid(self.pid, &mut status, 0) });
     }
 }
 

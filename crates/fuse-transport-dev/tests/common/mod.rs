@@ -124,7 +124,4 @@ impl FileSystem for Hello {
     }
 }
 
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test mounts with mount(2) and needs root (CI runs as root); run `cargo xtask test-in-userns` without root");
-}
+pub use test_support::require_root;

@@ -336,23 +336,8 @@ impl FileSystem for MemFs {
 /// Fails the test unless it runs as root with FUSE over io_uring switched
 /// on: a host without it must not pass these tests by falling back.
 pub fn require_root_and_uring() {
-    assert_eq!(
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() },
-        0,
-        "these tests mount with mount(2) and need root (CI runs as root)"
-    );
-    let param = "/sys/module/fuse/parameters/enable_uring";
-    match std::fs::read_to_string(param) {
-        Ok(v) if v.trim() == "Y" => {}
-        Ok(v) => panic!(
-            "FUSE over io_uring is switched off: {param} is {} (run `echo Y > {param}` as root; `cargo xtask test` does)",
-            v.trim()
-        ),
-        Err(e) => panic!(
-            "FUSE over io_uring is not available: cannot read {param} ({e}): the kernel lacks it (6.14+ with CONFIG_FUSE_IO_URING)"
-        ),
-    }
+    test_support::require_root();
+    test_support::require_uring();
 }
 
 /// A mounted [`MemFs`] served by a [`UringSession`].

@@ -30,11 +30,7 @@ fn cstr(p: &Path) -> Result<CString, Failure> {
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    fuse_server::sys::cvt(r).map(drop)
 }
 
 fn mount(

@@ -8,6 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+// Each test binary uses a part of what the shared module offers.
+#[allow(unused_imports)]
+pub use test_support::{
+    gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped, with_timeout,
+    MountGuard, Scratch as Dirs,
+};
+
+/// Fresh directories for a daemon's source and mountpoint.
+pub fn dirs() -> Dirs {
+    test_support::scratch("pt-fault-")
+}
 
 /// The daemon binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_passthroughfs");
@@ -38,40 +49,6 @@ impl Transport {
     }
 }
 
-/// Fails (never passes silently) unless FUSE over io_uring is enabled.
-pub fn require_uring() {
-    let v = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap_or_default();
-    assert_eq!(
-        v.trim(),
-        "Y",
-        "FUSE over io_uring is off: echo Y > /sys/module/fuse/parameters/enable_uring \
-         (cargo xtask test does)"
-    );
-}
-
-/// A source directory and a mountpoint in a fresh temporary directory.
-pub struct Dirs {
-    /// Holds both.
-    pub dir: tempfile::TempDir,
-    /// The backing directory.
-    pub src: PathBuf,
-    /// The mountpoint.
-    pub mnt: PathBuf,
-}
-
-/// Fresh directories.
-pub fn dirs() -> Dirs {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-fault-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    Dirs { dir, src, mnt }
-}
-
 /// A running daemon.
 pub struct Daemon {
     child: Option<Child>,
@@ -95,13 +72,6 @@ pub fn refused_at_start(src: &Path, mnt: &Path, args: &[&str]) -> String {
     assert!(!out.status.success(), "{args:?}: {err}");
     assert!(!is_mounted(mnt), "{args:?}: {err}");
     err
-}
-
-/// Whether `path` is a mountpoint.
-pub fn is_mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let want = path.to_string_lossy().replace(' ', "\\040");
-    info.lines().any(|l| l.split(' ').nth(4) == Some(&want))
 }
 
 impl Daemon {
@@ -253,50 +223,6 @@ impl Daemon {
     }
 }
 
-/// The names of a process's threads (to tell which one hangs).
-pub fn thread_names(pid: u32) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .map(|e| {
-            std::fs::read_to_string(e.path().join("comm"))
-                .unwrap_or_default()
-                .trim()
-                .to_owned()
-        })
-        .collect()
-}
-
-/// What each thread of process `pid` waits in: "NAME WCHAN" (WCHAN is 0
-/// for a running thread), to check where a thread is blocked.
-pub fn thread_wchans(pid: i32) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .map(|e| {
-            let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
-            format!("{} {}", read("comm").trim(), read("wchan"))
-        })
-        .collect()
-}
-
-/// Whether every thread of process `pid` is stopped (state T: SIGSTOP
-/// took effect everywhere, so none of them can take a request any more).
-pub fn threads_stopped(pid: i32) -> bool {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    rd.filter_map(|e| e.ok()).all(|e| {
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // The state follows the command name, which may hold spaces.
-        stat.rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "T")
-    })
-}
-
 /// The lines of a daemon's standard error that report errors or panics.
 pub fn error_lines(stderr: &str) -> Vec<&str> {
     stderr
@@ -311,34 +237,32 @@ impl Drop for Daemon {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if is_mounted(&self.mnt) {
-            let _ = fuse_transport_dev::unmount_path(&self.mnt, true);
-        }
+        test_support::detach(&self.mnt);
     }
 }
 
-/// Unmounts (lazily) on drop, if still mounted.
-pub struct MountGuard(pub PathBuf);
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = fuse_transport_dev::unmount_path(&self.0, true);
-        }
-    }
+/// The processes of the daemon binary whose command line names `mnt`.
+pub fn daemons_at(mnt: &Path) -> Vec<i32> {
+    test_support::processes_of(Path::new(BIN), mnt)
 }
 
-/// Runs `f` on a thread and waits at most `timeout` for it: `None` if it
-/// did not return (the thread is left behind, blocked).
-pub fn with_timeout<T: Send + 'static>(
-    timeout: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(timeout).ok()
+/// Unmounts `mnt` with umount(8) and waits for the daemons serving it to
+/// exit (failing after [`START_PATIENCE`]: a bound against hangs).
+pub fn umount_and_wait(mnt: &Path) {
+    let pids = daemons_at(mnt);
+    let out = Command::new("umount").arg(mnt).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for pid in pids {
+        test_support::wait_or_fail(
+            START_PATIENCE,
+            || gone(pid),
+            || format!("daemon {pid} still runs after umount"),
+        );
+    }
 }
 
 /// `s` without terminal colour sequences (`ESC [ ... m`).
