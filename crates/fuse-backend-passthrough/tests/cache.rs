@@ -168,6 +168,9 @@ const SEEN_WITHIN: Duration = Duration::from_secs(30);
 #[test]
 fn names_are_cached_for_long_in_watched_directories() {
     let t = TestMount::with(watched(), test_options());
+    // No cache drop of another test of this binary meanwhile (other
+    // processes may still drop caches: hence the attempts).
+    let _keep = kernel_keeps();
     let stats = t.fs.source_watch_stats();
     assert!(stats.watching, "the source isn't watched: {stats:?}");
     // Another test's drop_caches may evict the cached name meanwhile
@@ -253,6 +256,8 @@ fn names_changed_in_the_source_go_away_at_once_though_cached_for_long() {
 #[test]
 fn forgotten_directories_are_no_longer_watched_needs_root() {
     let t = TestMount::with(watched(), test_options());
+    // Counts what the kernel holds: no cache drop of another test meanwhile.
+    let keep = kernel_keeps();
     for i in 0..20 {
         fs::create_dir(t.s(&format!("d{i}"))).unwrap();
         fs::write(t.s(&format!("d{i}/f")), b"").unwrap();
@@ -262,6 +267,7 @@ fn forgotten_directories_are_no_longer_watched_needs_root() {
     assert!(stats.watched_dirs >= 21, "{stats:?}");
     // One removed in the source meanwhile (its mark goes with it).
     fs::remove_dir_all(t.s("d0")).unwrap();
+    drop(keep);
     assert_refs_return_to_zero(&t);
     // Only the root, whose node is never forgotten, stays watched.
     let stats = t.fs.source_watch_stats();
@@ -342,6 +348,8 @@ fn file_attributes_are_cached_for_long_in_the_default_policy() {
 fn file_changes_in_the_source_show_at_once_though_attributes_are_cached_for_long() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let t = TestMount::with(files_watched(), test_options());
+    // Counts what the kernel holds: no cache drop of another test meanwhile.
+    let _keep = kernel_keeps();
     fs::create_dir(t.s("d")).unwrap();
     for name in ["appended", "chmodded", "truncated", "touched", "linked"] {
         fs::write(t.s(&format!("d/{name}")), name).unwrap();
@@ -389,6 +397,8 @@ fn file_changes_in_the_source_show_at_once_though_attributes_are_cached_for_long
 #[test]
 fn forgotten_files_are_no_longer_watched_needs_root() {
     let t = TestMount::with(files_watched(), test_options());
+    // Counts what the kernel holds: no cache drop of another test meanwhile.
+    let keep = kernel_keeps();
     for i in 0..20 {
         fs::write(t.s(&format!("f{i}")), b"").unwrap();
         fs::metadata(t.m(&format!("f{i}"))).unwrap();
@@ -397,6 +407,7 @@ fn forgotten_files_are_no_longer_watched_needs_root() {
     assert!(stats.watched_files >= 20, "{stats:?}");
     // One removed in the source meanwhile (its mark goes with it).
     fs::remove_file(t.s("f0")).unwrap();
+    drop(keep);
     assert_refs_return_to_zero(&t);
     assert_eq!(t.fs.source_watch_stats().watched_files, 0);
 }
@@ -415,6 +426,8 @@ fn a_set_attribute_timeout_means_no_file_watch() {
 fn a_file_written_through_the_mount_still_follows_the_source() {
     use std::os::unix::fs::FileExt;
     let t = TestMount::with(files_watched(), test_options());
+    // Counts what the kernel holds: no cache drop of another test meanwhile.
+    let _keep = kernel_keeps();
     fs::write(t.s("f"), b"0123456789").unwrap();
     assert_eq!(read_through(&t, "f"), b"0123456789");
     // While the daemon holds a write handle, the file's own writes don't
@@ -447,6 +460,8 @@ fn a_file_written_through_the_mount_still_follows_the_source() {
 fn files_first_seen_in_a_listing_follow_the_source_needs_root() {
     use std::os::unix::fs::PermissionsExt;
     let t = TestMount::with(files_watched(), test_options());
+    // Counts what the kernel holds: no cache drop of another test meanwhile.
+    let _keep = kernel_keeps();
     fs::create_dir(t.s("d")).unwrap();
     for i in 0..50 {
         fs::write(t.s(&format!("d/f{i}")), b"x").unwrap();
