@@ -161,6 +161,47 @@ fn stat_on(cpu: usize, path: PathBuf) -> mpsc::Receiver<i32> {
     rx
 }
 
+/// Waits (up to a minute) until the connection serving `mnt` has `n`
+/// requests waiting for an answer (fusectl's `waiting`).
+fn wait_for_waiting(mnt: &Path, n: u64) {
+    let root = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(root)
+            .status();
+    }
+    // The connection's number is the mount's device minor, read from
+    // mountinfo: a stat of the mountpoint would wait for an answer too.
+    let mount = test_support::mountinfo::mounts_at(mnt)
+        .pop()
+        .expect("the mount in mountinfo");
+    let minor = mount
+        .line
+        .split(' ')
+        .nth(2)
+        .and_then(|dev| dev.split_once(':'))
+        .map(|(_, minor)| minor.to_string())
+        .expect("major:minor in mountinfo");
+    let waiting = root.join(minor).join("waiting");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now: u64 = std::fs::read_to_string(&waiting)
+            .unwrap_or_else(|e| panic!("{}: {e} (is fusectl mounted?)", waiting.display()))
+            .trim()
+            .parse()
+            .expect("a count");
+        if now >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} requests waiting after a minute, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// What a client saw: its errno, or `None` if it still waits.
 fn outcome(rx: &mpsc::Receiver<i32>, within: Duration) -> Option<i32> {
     rx.recv_timeout(within).ok()
@@ -259,9 +300,11 @@ fn probe() {
         .expect("nothing held");
     assert_eq!(q, 0);
     steps.send(Step::Pause).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
     let paused = stat_on(1, mnt.join("paused"));
-    std::thread::sleep(Duration::from_millis(300));
+    // Until the kernel has the request (the held one and this one wait):
+    // a client thread that runs late (a busy machine) would otherwise
+    // issue it after ring A closed, to ring B.
+    wait_for_waiting(&mnt, 2);
 
     // 3. Ring B registers on the same connection; ring A goes.
     let mut ring_b = ring_on(raw);
