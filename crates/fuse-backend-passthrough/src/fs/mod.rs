@@ -1,4 +1,4 @@
-//! [`PassthroughFs`]: the [`FileSystem`] implementation.
+//! [`PassthroughFs`]: the [`FileSystem`](fuse_server::FileSystem) implementation.
 
 use crate::config::{CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 use crate::creds::Creds;

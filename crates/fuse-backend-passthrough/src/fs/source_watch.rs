@@ -14,7 +14,7 @@ impl PassthroughFs {
     /// Starts the source watch if the configuration wants it, a notifier
     /// is set, none runs, and the protocol is known (from the notifier, or
     /// from INIT for a notifier taken before INIT was answered, when
-    /// [`FileSystem::init`] calls this again) and has
+    /// [`FileSystem::init`](fuse_server::FileSystem::init) calls this again) and has
     /// `FUSE_NOTIFY_INC_EPOCH`.
     pub(super) fn start_watch(&self) {
         if !self.cfg.source_watch_wanted() {
