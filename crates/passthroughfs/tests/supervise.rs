@@ -285,6 +285,16 @@ fn supervise_without_file_handles_is_refused_before_mounting() {
     );
 }
 
+/// A supervisor whose serving processes crash where the file it returns
+/// says (`PASSTHROUGHFS_CRASH_AT`, see passthroughfs's src/sandbox/escape.rs).
+fn start_with_crash_hook(d: &daemon::Dirs) -> (Daemon, std::path::PathBuf) {
+    let flag = d.dir.path().join("crash-at");
+    let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
+        cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
+    });
+    (daemon, flag)
+}
+
 /// The daemon's `lookup_refs` now (SIGUSR1's state line), or `None` once
 /// the log shows a FORGET that found too few references or no node.
 fn lookup_refs_or_forget_warning(daemon: &Daemon) -> Option<u64> {
@@ -323,10 +333,7 @@ fn a_crash_between_counting_and_journaling_a_lookup_reference_loses_none_needs_f
     // found one too few (or no node), the failure twenty crashes under load
     // hit about once in 55 runs.
     let d = dirs();
-    let flag = d.dir.path().join("crash-at-hand-over");
-    let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
-        cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
-    });
+    let (daemon, flag) = start_with_crash_hook(&d);
     std::fs::write(d.src.join("a"), b"data").unwrap();
     std::fs::hard_link(d.src.join("a"), d.src.join("b")).unwrap();
     let ino = std::fs::metadata(d.src.join("a")).unwrap().ino();
@@ -385,10 +392,7 @@ fn a_crash_after_making_a_handle_before_the_reply_leaks_none_needs_file_handles(
     // now the handle table notes it in the request's journal record and
     // the resend closes it first.
     let d = dirs();
-    let flag = d.dir.path().join("crash-at");
-    let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
-        cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
-    });
+    let (daemon, flag) = start_with_crash_hook(&d);
     std::fs::write(d.src.join("f"), b"data").unwrap();
     std::fs::create_dir(d.src.join("dir")).unwrap();
     for (n, name) in ["f", "dir", "new"].into_iter().enumerate() {
