@@ -368,6 +368,21 @@ pub(crate) fn readlink_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usiz
     cvt_size(n)
 }
 
+/// `readlinkat(2)` of `name` in `dir` into `buf`; returns the length.
+pub(crate) fn readlinkat(dir: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `name` is NUL-terminated; `buf` is valid for writes of its
+    // length.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    cvt_size(n)
+}
+
 /// `fchownat(2)` of the fd itself (`AT_EMPTY_PATH`).
 pub(crate) fn fchown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: plain call on an fd.

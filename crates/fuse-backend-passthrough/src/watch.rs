@@ -190,7 +190,11 @@ struct Marked {
 impl Marked {
     /// Records node `nodeid` as the object `fid`.
     fn insert(&mut self, nodeid: u64, fid: &Fid) {
-        let digest = fid.digest();
+        self.insert_digest(nodeid, fid.digest());
+    }
+
+    /// Records node `nodeid` as the object of digest `digest`.
+    fn insert_digest(&mut self, nodeid: u64, digest: u64) {
         if let Some(&old) = self.by_node.get(&nodeid) {
             if old == digest {
                 return;
@@ -288,18 +292,17 @@ impl Shared {
 
 /// An fanotify group watching directories of the source, and the thread
 /// that passes their changes on to the kernel. Dropping it stops the
-/// thread and drops every mark.
+/// thread and drops every mark (unless the group lives on in another
+/// process: a live upgrade moves it, see [`SourceWatcher::save`]).
 pub(crate) struct SourceWatcher {
     group: Arc<OwnedFd>,
     /// The group reports changed files' own handles (`FAN_REPORT_FID`), so
     /// files can be watched.
     watches_files: bool,
-    /// Written to stop the thread.
-    stop: OwnedFd,
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    /// Closed by the thread as it ends.
-    ended: Mutex<std::sync::mpsc::Receiver<()>>,
+    /// The thread reading the group, while one does: events queue in the
+    /// group meanwhile ([`SourceWatcher::stop_reading`]).
+    reader: Mutex<Option<Reader>>,
     /// File system ids by device number, so that marking an object costs
     /// no `fstatfs` once its file system has been seen.
     fsids: Mutex<HashMap<u64, [i32; 2]>>,
@@ -315,10 +318,41 @@ pub(crate) struct SourceWatcher {
     through_fs: Mutex<IdMap<Quiet>>,
 }
 
+/// The thread that reads a group's events and passes them on; dropping it
+/// stops the thread.
+struct Reader {
+    /// Written to stop the thread.
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+    /// Closed by the thread as it ends.
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+/// A source watch as a live upgrade moves it from one process to the next
+/// ([`SourceWatcher::save`], [`SourceWatcher::restore`]): the group, whose
+/// marks live as long as any process holds it, and what the watcher knows
+/// of them.
+pub(crate) struct SavedWatch {
+    /// A duplicate of the fanotify group's descriptor.
+    pub(crate) group: OwnedFd,
+    /// The group reports files' own handles.
+    pub(crate) watches_files: bool,
+    /// The group may place filesystem-wide marks.
+    pub(crate) privileged: bool,
+    /// Marked directories: node id and the digest of its fanotify id.
+    pub(crate) dirs: Vec<(u64, u64)>,
+    /// Watched regular files: node id, digest, and how a filesystem-wide
+    /// mark watches it (`None`: by a mark of its own).
+    pub(crate) files: Vec<(u64, u64, Option<Quiet>)>,
+    /// By device number: whether a filesystem-wide mark watches that file
+    /// system's files.
+    pub(crate) filesystems: Vec<(u64, bool)>,
+}
+
 /// Whether the writes of a file watched through a filesystem-wide mark
 /// are reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Quiet {
+pub(crate) enum Quiet {
     /// They are, and have been since it was watched.
     No,
     /// An ignore mark keeps them quiet while the daemon writes it
@@ -329,7 +363,28 @@ enum Quiet {
     Lifted,
 }
 
-/// How long dropping a [`SourceWatcher`] waits for its thread. A
+impl Quiet {
+    /// As a live upgrade's state writes it.
+    pub(crate) fn as_text(self) -> &'static str {
+        match self {
+            Quiet::No => "reported",
+            Quiet::Yes => "quiet",
+            Quiet::Lifted => "lifted",
+        }
+    }
+
+    /// Reads [`Quiet::as_text`]'s form.
+    pub(crate) fn from_text(text: &str) -> Option<Quiet> {
+        match text {
+            "reported" => Some(Quiet::No),
+            "quiet" => Some(Quiet::Yes),
+            "lifted" => Some(Quiet::Lifted),
+            _ => None,
+        }
+    }
+}
+
+/// How long stopping a [`SourceWatcher`]'s thread waits for it. A
 /// notification can block in the kernel on a directory lock held by a
 /// request that nobody answers any more (the session stopped first):
 /// such a thread is left behind (it ends when the connection does)
@@ -374,21 +429,45 @@ impl SourceWatcher {
             Some(group) => group,
             None => init(names)?,
         };
-        let group = Arc::new(group);
+        let watcher = Self::with_group(Arc::new(group), watches_files, privileged);
+        watcher.start_reading(notifier)?;
+        Ok(watcher)
+    }
+
+    /// A watcher of `group`, knowing no mark and reading nothing yet.
+    fn with_group(group: Arc<OwnedFd>, watches_files: bool, privileged: bool) -> Self {
+        Self {
+            group,
+            watches_files,
+            shared: Arc::new(Shared {
+                dirs: Mutex::new(Marked::default()),
+                files: Mutex::new(Marked::default()),
+                invalidations: AtomicU64::new(0),
+                file_invalidations: AtomicU64::new(0),
+                overflows: AtomicU64::new(0),
+                missed: AtomicU64::new(0),
+            }),
+            reader: Mutex::new(None),
+            fsids: Mutex::new(HashMap::new()),
+            privileged,
+            filesystems: Mutex::new(IdMap::default()),
+            through_fs: Mutex::new(IdMap::default()),
+        }
+    }
+
+    /// Starts the thread that reads the group's events and passes them on
+    /// through `notifier` (held weakly: the notifier holds the connection
+    /// open); a thread already reading is stopped first (it passed changes
+    /// on through another notifier).
+    pub(crate) fn start_reading(&self, notifier: Weak<Notifier>) -> io::Result<()> {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        drop(slot.take());
         let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
-        let shared = Arc::new(Shared {
-            dirs: Mutex::new(Marked::default()),
-            files: Mutex::new(Marked::default()),
-            invalidations: AtomicU64::new(0),
-            file_invalidations: AtomicU64::new(0),
-            overflows: AtomicU64::new(0),
-            missed: AtomicU64::new(0),
-        });
         let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
         let thread = {
-            let group = group.clone();
-            let shared = shared.clone();
+            let group = self.group.clone();
+            let shared = self.shared.clone();
             std::thread::Builder::new()
                 .name("source-watch".into())
                 .spawn(move || {
@@ -396,18 +475,115 @@ impl SourceWatcher {
                     drop(ended_tx);
                 })?
         };
-        Ok(Self {
-            group,
-            watches_files,
+        *slot = Some(Reader {
             stop,
-            shared,
             thread: Some(thread),
-            ended: Mutex::new(ended),
-            fsids: Mutex::new(HashMap::new()),
-            privileged,
-            filesystems: Mutex::new(IdMap::default()),
-            through_fs: Mutex::new(IdMap::default()),
+            ended,
+        });
+        Ok(())
+    }
+
+    /// Stops the thread that reads the group, keeping the group and its
+    /// marks: changes made meanwhile queue in the group until a thread
+    /// reads it again, here or in the process a live upgrade moves it to.
+    /// (A notification the thread sends may wait for a directory lock that
+    /// a client holds until its request is answered: a session pauses only
+    /// once this thread is stopped.)
+    pub(crate) fn stop_reading(&self) {
+        let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(reader);
+    }
+
+    /// The watch as a live upgrade moves it to another process: the group
+    /// and what the watcher knows of its marks. Call it with the thread
+    /// stopped ([`SourceWatcher::stop_reading`]) and no request served.
+    pub(crate) fn save(&self) -> io::Result<SavedWatch> {
+        // Copied first: the two tables are never locked together.
+        let through_fs: HashMap<u64, Quiet> = self
+            .through_fs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&n, &q)| (n, q))
+            .collect();
+        let mut dirs: Vec<(u64, u64)> = self
+            .shared
+            .dirs()
+            .by_node
+            .iter()
+            .map(|(&n, &d)| (n, d))
+            .collect();
+        dirs.sort_unstable();
+        let mut files: Vec<(u64, u64, Option<Quiet>)> = self
+            .shared
+            .files()
+            .by_node
+            .iter()
+            .map(|(&n, &d)| (n, d, through_fs.get(&n).copied()))
+            .collect();
+        files.sort_unstable_by_key(|&(n, _, _)| n);
+        let mut filesystems: Vec<(u64, bool)> = self
+            .filesystems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&dev, &marked)| (dev, marked))
+            .collect();
+        filesystems.sort_unstable();
+        Ok(SavedWatch {
+            group: self.group.as_fd().try_clone_to_owned()?,
+            watches_files: self.watches_files,
+            privileged: self.privileged,
+            dirs,
+            files,
+            filesystems,
         })
+    }
+
+    /// Takes over a watch another process saved ([`SourceWatcher::save`]),
+    /// its marks being for the same node ids here (the caller leaves out
+    /// nodes it doesn't have); nothing reads it until
+    /// [`SourceWatcher::start_reading`]. Fails on a descriptor that isn't
+    /// an fanotify group (asked of `proc_self_fd`, `/proc/self/fd`).
+    pub(crate) fn restore(saved: SavedWatch, proc_self_fd: BorrowedFd<'_>) -> io::Result<Self> {
+        let name = std::ffi::CString::new(saved.group.as_raw_fd().to_string())
+            .map_err(io::Error::other)?;
+        let mut buf = [0u8; 64];
+        let n = sys::readlinkat(proc_self_fd, &name, &mut buf)?;
+        let what = &buf[..n];
+        if what != b"anon_inode:[fanotify]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the source watch's descriptor is {:?}, not an fanotify group",
+                    String::from_utf8_lossy(what)
+                ),
+            ));
+        }
+        let watcher =
+            Self::with_group(Arc::new(saved.group), saved.watches_files, saved.privileged);
+        {
+            let mut dirs = watcher.shared.dirs();
+            for (node, digest) in saved.dirs {
+                dirs.insert_digest(node, digest);
+            }
+        }
+        {
+            let mut files = watcher.shared.files();
+            let mut through_fs = watcher.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+            for (node, digest, quiet) in saved.files {
+                files.insert_digest(node, digest);
+                if let Some(quiet) = quiet {
+                    through_fs.insert(node, quiet);
+                }
+            }
+        }
+        watcher
+            .filesystems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(saved.filesystems);
+        Ok(watcher)
     }
 
     /// Watches the directory of the `O_PATH` descriptor `dir`, node
@@ -700,7 +876,7 @@ impl SourceWatcher {
     }
 }
 
-impl Drop for SourceWatcher {
+impl Drop for Reader {
     fn drop(&mut self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to our eventfd.
@@ -708,8 +884,7 @@ impl Drop for SourceWatcher {
         let Some(t) = self.thread.take() else {
             return;
         };
-        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
-        match ended.recv_timeout(STOP_WAIT) {
+        match self.ended.recv_timeout(STOP_WAIT) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
                 "source watch: a notification to the kernel is still blocked; \
                  leaving its thread behind"

@@ -452,9 +452,9 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
     // Changes no reply carries (set-user-ID cleared by a WRITE) reach the
     // kernel's attribute cache through it.
     fs.set_notifier(session.notifier());
-    if args.take_over.is_some() {
-        fs.resumed();
-    }
+    // After a takeover or a restart: what the kernel cached on a source
+    // watch that didn't move here is dropped (nothing otherwise).
+    fs.resumed();
     if let (Some(set), Some(dev)) = (restart_signal, &dev_session) {
         spawn_restart_thread(set, dev.clone(), fs.clone())?;
     }
@@ -763,9 +763,10 @@ fn spawn_takeover_listener(
             };
             let _ = std::fs::remove_file(&path);
             tracing::info!("a new daemon asks to take over");
-            // The source watch stops while the workers still answer (see
-            // `pause_quietly`); the new daemon starts its own.
-            fs.set_notifier(None);
+            // The source watch stops reading while the workers still
+            // answer (see `pause_quietly`); its group and marks move to the
+            // new daemon, or it reads again here if the takeover fails.
+            fs.pause_notifications();
             let result = offer_mount(session.as_ref(), fs.as_ref(), &stream, timeout);
             match result {
                 // Released: the main thread's wait returns and sees it.

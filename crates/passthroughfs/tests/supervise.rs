@@ -425,3 +425,45 @@ fn a_crash_after_making_a_handle_before_the_reply_leaks_none_needs_file_handles(
         "{log}"
     );
 }
+
+#[test]
+fn names_removed_in_the_source_after_a_crash_or_restart_leave_the_mount_needs_file_handles() {
+    // The serving process's source watch lets the kernel cache names and
+    // attributes for a day. It dies with the process (a crash, or a
+    // planned restart), and the next one watches afresh: the kernel must
+    // drop what it cached on the old watch's word, or a name removed
+    // behind the mount's back in a directory the kernel doesn't ask about
+    // again stays visible for that day.
+    let d = dirs();
+    let daemon = start(&d.src, &d.mnt);
+    assert!(
+        daemon.stderr().contains("watching the source for changes"),
+        "this kernel has FUSE_NOTIFY_INC_EPOCH (Linux 6.18+): the daemon should watch the \
+         source: {}",
+        daemon.stderr()
+    );
+    std::fs::create_dir(d.mnt.join("dir")).unwrap();
+    for (n, restart) in [(0, false), (1, true), (2, false)] {
+        let name = format!("dir/gone{n}");
+        std::fs::write(d.mnt.join(&name), b"x").unwrap();
+        assert!(d.mnt.join(&name).exists());
+        if restart {
+            daemon.signal(libc::SIGUSR2);
+            wait_serving(&daemon, n + 1);
+        } else {
+            crash(&daemon, n);
+        }
+        std::fs::remove_file(d.src.join(&name)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while d.mnt.join(&name).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{name}, removed in the source after the {}, is still in the mount \
+                 after 60 s",
+                if restart { "restart" } else { "crash" }
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    stop(daemon);
+}

@@ -293,6 +293,112 @@ fn upgrades_under_fio_verify_and_a_git_loop() {
     assert!(!is_mounted(&d.mnt));
 }
 
+/// `-d`'s request lines in `log` that look `name` up in the root.
+fn lookups_of(log: &str, name: &str) -> Vec<String> {
+    let wanted = format!("name=\"{name}\"");
+    log.lines()
+        .filter(|l| {
+            l.contains("fuse_request") && l.contains("LOOKUP node=1") && l.contains(&wanted)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn upgrades_keep_cached_names_and_the_watch_that_covers_them() {
+    // An upgrade used to have the kernel drop every name it cached (an
+    // INC_EPOCH, as the new daemon watched the source afresh): the kernel
+    // then unhashes each cached dentry at its next use and looks it up
+    // again (here: the walk of `test -d`), and a process whose working directory is that dentry (a
+    // shell, git) got ENOENT from getcwd in the window between the two
+    // (`upgrades_change_runtimes_under_load`'s "git failed across", about
+    // once in 40 runs). Now the source watch moves with the upgrade: what
+    // the kernel cached stays valid (no LOOKUP after an upgrade for a name
+    // cached before it) and covered (a name removed behind the mount's
+    // back after the upgrade, in a directory only the moved watch marks,
+    // disappears from the mount).
+    use std::io::BufRead;
+    let args = ["--no-passthrough", "-d"];
+    let (d, sock_arg, mut daemon) = serving_with_socket(&args);
+    assert!(
+        daemon.stderr().contains("watching the source for changes"),
+        "this kernel has FUSE_NOTIFY_INC_EPOCH (Linux 6.18+): the daemon should watch the \
+         source: {}",
+        daemon.stderr()
+    );
+    let dir = d.mnt.join("cwd");
+    std::fs::create_dir(&dir).unwrap();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("cd \"$1\" && echo in && while read _; do test -d \"$1\" && pwd -P || exit 1; done")
+        .arg("sh")
+        .arg(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "in\n");
+    let mut take_args = args.to_vec();
+    take_args.extend(["--take-over", &sock_arg, "--takeover-socket", &sock_arg]);
+    for upgrade in 0..3 {
+        // Cached before the upgrade, by a reply in a marked directory.
+        std::fs::write(dir.join("gone"), b"x").unwrap();
+        daemon = self::upgrade(daemon, &d.src, &d.mnt, &take_args, upgrade);
+        let log = daemon.stderr();
+        assert!(
+            log.contains("source_watch=\"taken over\""),
+            "upgrade {upgrade}: {log}"
+        );
+        writeln!(input, "again").unwrap();
+        line.clear();
+        output.read_line(&mut line).unwrap();
+        if line.trim_end() != dir.to_str().unwrap() {
+            drop(input);
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "upgrade {upgrade}: the working directory in the mount: {line:?} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Only the moved watch marks `cwd` in this daemon (no request
+        // made this one mark it): its mark reports the removal.
+        std::fs::remove_file(d.src.join("cwd/gone")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while dir.join("gone").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "upgrade {upgrade}: a name removed in the source is still in the mount \
+                 after 60 s: the watch did not move"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // (A request's line is written after its reply: by now, after
+        // the requests above, the walk's would be in the log. The last
+        // daemon's whole log is checked again once it exits.)
+        let lookups = lookups_of(&daemon.stderr(), "cwd");
+        assert!(
+            lookups.is_empty(),
+            "upgrade {upgrade}: the kernel looked a cached name up again: {lookups:?}"
+        );
+    }
+    drop(input);
+    assert!(child.wait().unwrap().success());
+    daemon.signal(libc::SIGTERM);
+    let (status, log, _) = daemon.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{log}");
+    let lookups = lookups_of(&log, "cwd");
+    assert!(
+        lookups.is_empty(),
+        "the kernel looked a cached name up again: {lookups:?}"
+    );
+    assert!(!is_mounted(&d.mnt));
+}
+
 /// Kernel passthrough registers backing files, which the kernel allows
 /// only to `CAP_SYS_ADMIN` in the initial user namespace: real root.
 #[test]

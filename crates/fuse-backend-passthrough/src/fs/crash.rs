@@ -215,6 +215,13 @@ impl PassthroughFs {
             // attaches the connection's backing files.
             self.pt.restore_inode(nodeid, backing_id, opens);
         }
+        // The previous process's source watch died with it: names and
+        // attributes the kernel cached for long on its word are dropped
+        // once the session can notify ([`PassthroughFs::resumed`]), since
+        // nothing saw the changes made since.
+        if done.nodes > 0 && self.cfg.source_watch_wanted() {
+            self.watch_not_taken_over.store(true, Ordering::Release);
+        }
         if done.nodes > 0 || done.handles > 0 {
             tracing::info!(
                 nodes = done.nodes,

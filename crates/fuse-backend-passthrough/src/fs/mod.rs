@@ -114,6 +114,10 @@ pub struct PassthroughFs {
     watch_epoch: AtomicU32,
     /// The number the next source watch gets.
     next_watch: AtomicU32,
+    /// A live upgrade's state came without the previous process's source
+    /// watch, which may have had the kernel cache names and attributes for
+    /// long: [`PassthroughFs::resumed`] drops them.
+    watch_not_taken_over: AtomicBool,
     /// The protocol minor version the kernel offered at INIT (0: none
     /// yet), for a notifier taken before INIT was answered.
     kernel_minor: AtomicU32,
@@ -210,6 +214,7 @@ impl PassthroughFs {
             watcher: Mutex::new(None),
             watch_epoch: AtomicU32::new(0),
             next_watch: AtomicU32::new(1),
+            watch_not_taken_over: AtomicBool::new(false),
             kernel_minor: AtomicU32::new(0),
             nowait_devices: Mutex::default(),
         })
@@ -227,15 +232,38 @@ impl PassthroughFs {
     ///
     /// The notifier also starts the source watch where the configuration
     /// asks for it ([`PassthroughConfig::watch_source`]); `None` stops it.
+    /// A watch kept from before (paused with
+    /// [`PassthroughFs::pause_notifications`], or taken over with
+    /// [`PassthroughFs::restore_state`]) goes on with its marks, passing
+    /// the changes queued meanwhile on through the new notifier.
     pub fn set_notifier(&self, notifier: Option<Notifier>) {
         let notifier = notifier.map(Arc::new);
-        let had = std::mem::replace(&mut *lock(&self.notifier), notifier);
+        let had = std::mem::replace(&mut *lock(&self.notifier), notifier.clone());
         drop(had);
+        let kept = lock(&self.watcher).clone();
+        let mut expire = false;
+        if let (Some(notifier), Some(watcher)) = (notifier, kept) {
+            match watcher.start_reading(Arc::downgrade(&notifier)) {
+                Ok(()) => {
+                    self.start_pruner(true);
+                    return;
+                }
+                Err(e) => {
+                    // A new watch starts below; what the kernel cached on
+                    // this one's word is dropped after it.
+                    tracing::warn!("source watch: starting its thread again: {e}");
+                    expire = true;
+                }
+            }
+        }
         self.watch_epoch.store(0, Ordering::Release);
         let old = lock(&self.watcher).take();
         drop(old);
         self.start_watch();
         self.start_pruner(true);
+        if expire {
+            self.expire_kernel_caches();
+        }
     }
 
     /// The options in force.

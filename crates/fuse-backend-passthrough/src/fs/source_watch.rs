@@ -70,6 +70,22 @@ impl PassthroughFs {
         }
     }
 
+    /// Stops sending notifications, for a live upgrade: the source watch
+    /// stops passing changes on but keeps its marks (the changes queue
+    /// until the watch is read again: by the process the upgrade moves it
+    /// to, [`PassthroughFs::save_state`], or here again if the upgrade
+    /// fails, [`PassthroughFs::set_notifier`]), and the inode table's
+    /// pruner stops. Names and attributes the kernel cached on the watch's
+    /// word stay covered either way. Call it before the session pauses: a
+    /// notification may wait for a directory lock that a client holds
+    /// until its request is answered.
+    pub fn pause_notifications(&self) {
+        if let Some(watcher) = lock(&self.watcher).clone() {
+            watcher.stop_reading();
+        }
+        self.inodes.set_pruner(None);
+    }
+
     /// How long a name answered in `parent` may be cached: long if the
     /// source watch marks `parent` (it is marked here, before the caller
     /// reads the name, so any later change is reported), else the
