@@ -12,8 +12,9 @@
 //! - SIGKILL, the errors clients get (the kernel's; docs/security.md says
 //!   which path gives which): requests waiting in the kernel while the
 //!   daemon can't take them (SIGSTOP) get ECONNABORTED on `/dev/fuse` and
-//!   ECANCELED over io_uring; clients in loops see only those until they
-//!   get ENOTCONN;
+//!   ECANCELED over io_uring; clients in loops see only those (and, over
+//!   `/dev/fuse`, EIO for a request being copied to the daemon as it died)
+//!   until they get ENOTCONN;
 //! - the backing tree changed behind the mount (truncated, replaced by
 //!   rename, deleted, a directory removed or replaced by a file): the
 //!   mount shows the change once the timeouts pass, or a clean error,
@@ -458,14 +459,20 @@ fn issue(op: Op, n: usize, mnt: &Path, files: &OpFiles) -> Option<i32> {
 /// The errnos a client sees for requests cut off by the daemon's death,
 /// besides the ENOTCONN of requests made once the connection is gone:
 /// ECONNABORTED for a request the kernel had queued or handed to the daemon
-/// when the connection was aborted, on both transports; with io_uring also
-/// ECANCELED, for a request the kernel had assigned to a ring entry but
-/// whose hand-over to the daemon (task work on the ring) had not run yet:
-/// it runs cancelled once the daemon is dead (`fuse_uring_send_in_task`).
-/// See docs/security.md, "A daemon that dies".
+/// when the connection was aborted, on both transports; over /dev/fuse
+/// also EIO, for a request the kernel was copying into the daemon's read
+/// buffer when the SIGKILL came (`fuse_dev_do_read`: pinning a page of
+/// the daemon's buffer that has to be faulted in fails with EINTR once a
+/// fatal signal is pending, and a request whose copy failed ends with
+/// EIO; a WRITE, whose data spans pages, is the one seen); with io_uring
+/// also ECANCELED, for a request the kernel had assigned to a ring entry
+/// but whose hand-over to the daemon (task work on the ring) had not run
+/// yet: it runs cancelled once the daemon is dead
+/// (`fuse_uring_send_in_task`). See docs/security.md, "A daemon that
+/// dies".
 fn cut_off_errnos(transport: Transport) -> &'static [i32] {
     match transport {
-        Transport::Dev => &[libc::ECONNABORTED],
+        Transport::Dev => &[libc::ECONNABORTED, libc::EIO],
         Transport::Uring => &[libc::ECONNABORTED, libc::ECANCELED],
     }
 }
