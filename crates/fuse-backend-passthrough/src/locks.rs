@@ -21,6 +21,15 @@
 //!   that arrives before its request started waiting (another thread read
 //!   it first) is remembered for a while, so the wait ends as soon as it
 //!   starts.
+//! - A watchdog thread runs while any request waits ([`watchdog`]): every
+//!   [`WATCH_EVERY`] it signals again every wait already ended but not
+//!   left, and ends the wait of a request whose process has a signal
+//!   pending that would have made the kernel send INTERRUPT. The kernel
+//!   doesn't send one over FUSE-over-io_uring for a signal that comes
+//!   after a ring entry was assigned the request and before it was handed
+//!   to the daemon (`fuse_uring_prepare_send` sets `FR_SENT` without
+//!   looking at `FR_INTERRUPTED`, which `fuse_dev_do_read` does), and a
+//!   killed process would then wait, unkillable, until the lock is free.
 //! - A wait whose request was dropped (a stopped async session) is
 //!   interrupted, and a lock it took anyway is given back ([`LockHeld`]):
 //!   nobody was told it is held.
@@ -137,9 +146,14 @@ impl Drop for LockHeld {
 /// A thread waiting for a lock.
 struct Waiter {
     unique: u64,
+    /// The thread id of the process the request is for (0: unknown).
+    requester: u32,
     thread: libc::pthread_t,
     interrupted: Arc<AtomicBool>,
 }
+
+/// How often the [`watchdog`] looks at the waits.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// INTERRUPTs remembered for requests that weren't waiting yet.
 const RECENT_INTERRUPTS: usize = 256;
@@ -154,11 +168,14 @@ struct WaitList {
     waiters: Vec<Waiter>,
     /// Interrupted requests not (yet) seen waiting, oldest first.
     recent: VecDeque<u64>,
+    /// The [`watchdog`] runs (it ends once no request waits).
+    watched: bool,
 }
 
 /// The threads in a lock wait, and what ends their waits.
 pub(crate) struct Waits {
-    list: Mutex<WaitList>,
+    /// Shared with the [`watchdog`].
+    list: Arc<Mutex<WaitList>>,
     /// The session is stopping: every wait ends, none starts.
     stopping: AtomicBool,
     /// The signal that makes a blocking call return `EINTR`.
@@ -171,15 +188,16 @@ impl Waits {
     pub(crate) fn new(signal: i32) -> Self {
         install_interrupt_handler(signal);
         Self {
-            list: Mutex::new(WaitList::default()),
+            list: Arc::default(),
             stopping: AtomicBool::new(false),
             signal,
         }
     }
 
-    /// Waits for `op` on this thread, for request `unique`, until the lock
-    /// is taken or the wait is interrupted (`EINTR`).
-    pub(crate) fn wait(&self, unique: u64, op: &LockOp) -> io::Result<()> {
+    /// Waits for `op` on this thread, for request `unique` of thread
+    /// `requester` (the request's pid; 0 if unknown), until the lock is
+    /// taken or the wait is interrupted (`EINTR`).
+    pub(crate) fn wait(&self, unique: u64, requester: u32, op: &LockOp) -> io::Result<()> {
         let interrupted = Arc::new(AtomicBool::new(false));
         {
             let mut list = lock(&self.list);
@@ -192,10 +210,22 @@ impl Waits {
                 .map_err(|_| errno(libc::ENOMEM))?;
             list.waiters.push(Waiter {
                 unique,
+                requester,
                 // SAFETY: pthread_self has no preconditions.
                 thread: unsafe { libc::pthread_self() },
                 interrupted: interrupted.clone(),
             });
+            if !list.watched {
+                let (shared, signal) = (self.list.clone(), self.signal);
+                match std::thread::Builder::new()
+                    .name("pt-lock-watch".into())
+                    .stack_size(64 << 10)
+                    .spawn(move || watchdog(&shared, signal))
+                {
+                    Ok(_) => list.watched = true,
+                    Err(e) => tracing::warn!("starting the lock wait watchdog: {e}"),
+                }
+            }
         }
         let result = loop {
             if interrupted.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire) {
@@ -278,16 +308,124 @@ impl Waits {
     }
 }
 
+/// While requests wait for locks: every [`WATCH_EVERY`], signals again
+/// each waiter whose wait was ended but which hasn't left it (a signal
+/// that came just before its blocking call, and every one sent since,
+/// were used up before it), and ends the wait of each request whose
+/// requester has a signal pending that the kernel would have sent an
+/// INTERRUPT for (see the module docs). Ends once no request waits.
+fn watchdog(list: &Mutex<WaitList>, signal: i32) {
+    let mut told = false;
+    loop {
+        std::thread::sleep(WATCH_EVERY);
+        let asking: Vec<(u32, Arc<AtomicBool>)> = {
+            let mut list = lock(list);
+            if list.waiters.is_empty() {
+                list.watched = false;
+                return;
+            }
+            for w in list
+                .waiters
+                .iter()
+                .filter(|w| w.interrupted.load(Ordering::Acquire))
+            {
+                // SAFETY: a waiter leaves the list (under this lock)
+                // before its thread returns from `wait`.
+                unsafe { libc::pthread_kill(w.thread, signal) };
+            }
+            list.waiters
+                .iter()
+                .filter(|w| w.requester != 0 && !w.interrupted.load(Ordering::Acquire))
+                .map(|w| (w.requester, w.interrupted.clone()))
+                .collect()
+        };
+        // Read without the lock: INTERRUPTs and new waits go on meanwhile.
+        let signalled: Vec<Arc<AtomicBool>> = asking
+            .into_iter()
+            .filter(|(tid, _)| has_signal_pending(*tid))
+            .map(|(_, flag)| flag)
+            .collect();
+        if signalled.is_empty() {
+            continue;
+        }
+        let list = lock(list);
+        for w in list
+            .waiters
+            .iter()
+            .filter(|w| signalled.iter().any(|f| Arc::ptr_eq(f, &w.interrupted)))
+        {
+            if !std::mem::replace(&mut told, true) {
+                tracing::info!(
+                    unique = w.unique,
+                    requester = w.requester,
+                    "a process waiting for a lock has a signal pending and no INTERRUPT \
+                     came for its request (FUSE over io_uring doesn't send one for a signal \
+                     that comes before the request reaches the daemon): its wait ends"
+                );
+            } else {
+                tracing::debug!(
+                    unique = w.unique,
+                    "lock wait ended: its requester is signalled"
+                );
+            }
+            w.interrupted.store(true, Ordering::Release);
+            // SAFETY: as above.
+            unsafe { libc::pthread_kill(w.thread, signal) };
+        }
+    }
+}
+
+/// Whether thread `tid` has a signal pending that it neither blocks nor
+/// ignores: its own, or its process's if it is the only thread (the
+/// kernel wakes one thread for a process-wide signal; a fatal one is made
+/// every thread's own). Such a signal woke the thread's wait for its
+/// request, and the kernel sends INTERRUPT for it. `false` where
+/// `/proc/<tid>/status` can't be read (the thread is in another PID
+/// namespace, say).
+fn has_signal_pending(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    signal_pending_in(&status)
+}
+
+/// [`has_signal_pending`] of a `/proc/<tid>/status` text.
+fn signal_pending_in(status: &str) -> bool {
+    let field = |name: &str| -> Option<&str> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let mask = |name: &str| field(name).and_then(|v| u64::from_str_radix(v, 16).ok());
+    let (Some(own), Some(shared), Some(blocked), Some(ignored)) = (
+        mask("SigPnd"),
+        mask("ShdPnd"),
+        mask("SigBlk"),
+        mask("SigIgn"),
+    ) else {
+        return false;
+    };
+    let alone = field("Threads") == Some("1");
+    let pending = own | if alone { shared } else { 0 };
+    pending & !blocked & !ignored != 0
+}
+
 #[cfg(feature = "async")]
-/// Runs `op`'s wait for request `unique` on a thread of its own; the
-/// future yields the lock, given back if nobody claims it (the request was
-/// dropped meanwhile). Dropping the future ends the wait.
-pub(crate) fn wait_on_own_thread(waits: &Arc<Waits>, unique: u64, op: LockOp) -> LockWaitFuture {
+/// Runs `op`'s wait for request `unique` of thread `requester` on a thread
+/// of its own; the future yields the lock, given back if nobody claims it
+/// (the request was dropped meanwhile). Dropping the future ends the wait.
+pub(crate) fn wait_on_own_thread(
+    waits: &Arc<Waits>,
+    unique: u64,
+    requester: u32,
+    op: LockOp,
+) -> LockWaitFuture {
     let thread_waits = waits.clone();
     // Counters of their own: lock waits are no pool jobs.
     let counters = Arc::default();
     let inner = crate::pool::run_on_own_thread("pt-lock-wait", counters, move || {
-        thread_waits.wait(unique, &op)?;
+        thread_waits.wait(unique, requester, &op)?;
         Ok(LockHeld(Some(op)))
     });
     LockWaitFuture {
@@ -419,7 +557,7 @@ mod tests {
         let (_dir, _holder, waiter) = held_and_waiting();
         let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
         let w = waits.clone();
-        let t = std::thread::spawn(move || w.wait(7, &waiter));
+        let t = std::thread::spawn(move || w.wait(7, 0, &waiter));
         wait_until_waiting(&waits, 1);
         waits.interrupt(8);
         waits.interrupt(7);
@@ -433,7 +571,7 @@ mod tests {
         let (_dir, _holder, waiter) = held_and_waiting();
         let waits = Waits::new(libc::SIGRTMIN() + 5);
         waits.interrupt(9);
-        let r = waits.wait(9, &waiter);
+        let r = waits.wait(9, 0, &waiter);
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
         assert!(
             lock(&waits.list).recent.is_empty(),
@@ -449,7 +587,7 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|i| {
                 let (w, op) = (waits.clone(), waiter.clone());
-                std::thread::spawn(move || w.wait(i, &op))
+                std::thread::spawn(move || w.wait(i, 0, &op))
             })
             .collect();
         wait_until_waiting(&waits, 4);
@@ -458,15 +596,89 @@ mod tests {
             let r = t.join().unwrap();
             assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
         }
-        let r = waits.wait(99, &waiter);
+        let r = waits.wait(99, 0, &waiter);
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+    }
+
+    #[test]
+    fn a_pending_signal_is_read_from_proc_status() {
+        let status = |pnd: &str, shd: &str, blk: &str, ign: &str, threads: u32| {
+            format!(
+                "Name:\tx\nThreads:\t{threads}\nSigQ:\t0/1\nSigPnd:\t{pnd}\n\
+                 ShdPnd:\t{shd}\nSigBlk:\t{blk}\nSigIgn:\t{ign}\nSigCgt:\t0\n"
+            )
+        };
+        let none = "0000000000000000";
+        let sigkill = "0000000000000100";
+        assert!(!signal_pending_in(&status(none, none, none, none, 1)));
+        assert!(signal_pending_in(&status(sigkill, none, none, none, 4)));
+        // A process-wide one counts for a process of one thread.
+        assert!(signal_pending_in(&status(none, sigkill, none, none, 1)));
+        assert!(!signal_pending_in(&status(none, sigkill, none, none, 2)));
+        // Blocked or ignored: no INTERRUPT for it.
+        assert!(!signal_pending_in(&status(sigkill, none, sigkill, none, 1)));
+        assert!(!signal_pending_in(&status(sigkill, none, none, sigkill, 1)));
+        assert!(!signal_pending_in("SigPnd:\tzz\n"));
+    }
+
+    /// A process stopped with SIGSTOP keeps a signal sent to it pending.
+    fn stopped_child(pending: Option<i32>) -> std::process::Child {
+        let child = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // SAFETY: signals to our own child.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .contains(") T ")
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(signal) = pending {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, signal) };
+        }
+        child
+    }
+
+    #[test]
+    fn a_wait_whose_requester_has_a_signal_pending_ends_without_an_interrupt() {
+        // What the watchdog does for a request whose INTERRUPT the kernel
+        // never sends (see the module docs).
+        let (_dir, _holder, waiter) = held_and_waiting();
+        let mut child = stopped_child(Some(libc::SIGUSR1));
+        let waits = Waits::new(libc::SIGRTMIN() + 5);
+        let r = waits.wait(3, child.id(), &waiter);
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_wait_whose_requester_has_no_signal_pending_goes_on() {
+        let (_dir, _holder, waiter) = held_and_waiting();
+        let mut child = stopped_child(None);
+        let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
+        let (w, pid) = (waits.clone(), child.id());
+        let t = std::thread::spawn(move || w.wait(4, pid, &waiter));
+        wait_until_waiting(&waits, 1);
+        // Several of the watchdog's rounds: the wait goes on.
+        std::thread::sleep(WATCH_EVERY * 4);
+        assert!(!t.is_finished(), "the wait ended without a signal");
+        waits.interrupt(4);
+        let r = t.join().unwrap();
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]
     fn a_lock_taken_for_a_dropped_request_is_given_back() {
         let (dir, holder, waiter) = held_and_waiting();
         let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
-        let held = waits.wait(1, &holder).map(|()| LockHeld(Some(holder)));
+        let held = waits.wait(1, 0, &holder).map(|()| LockHeld(Some(holder)));
         // The holder already had it: taking it again succeeds at once.
         drop(held.unwrap());
         // Given back: the waiter takes it without waiting.

@@ -484,6 +484,7 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
         .clone()
         .filter(|_| args.supervise)
         .map(|d| (d, fs.clone()));
+    let stopping_fs = fs.clone();
     spawn_signal_thread(
         signals,
         session.mountpoint().to_path_buf(),
@@ -502,6 +503,13 @@ fn serve(plan: Plan, detach: &mut Detach, supervised: Option<Supervised>) -> Res
                     Err(e) => tracing::warn!("stopping without the supervisor: {e}"),
                 }
             }
+            // Notifications stop while the workers still answer: one the
+            // source watch sends (INVAL_ENTRY) may wait for a directory
+            // lock that a client holds until its request is answered. Sent
+            // after the workers stopped, it would wait for ever, holding
+            // the connection open: the process could not exit, nor its
+            // clients get an answer.
+            stopping_fs.pause_notifications();
             stopper.stop()
         },
     )?;

@@ -9,6 +9,14 @@
 //!   for the daemon's answer before the process can die; the daemon ends
 //!   the wait with EINTR, and the lock is not taken behind the dead
 //!   waiter's back.
+//! - A waiter killed while the daemon is stopped (SIGSTOP), before its
+//!   lock request reached the daemon: over `/dev/fuse` the kernel takes
+//!   the request back; over io_uring it sends no INTERRUPT for it (the
+//!   request sat in a ring entry, not yet handed over, on kernels that
+//!   take it off the queue when they assign it one), and the daemon's
+//!   lock wait watchdog ends the wait once the daemon runs again, seeing
+//!   the waiter's pending SIGKILL. Either way the waiter dies while the
+//!   lock is still held, takes no lock, and the holder's lock is unharmed.
 //! - 64 waiters on one lock: `ls` and `cat` on the mount still answer, and
 //!   when the holder lets go every waiter gets the lock in turn.
 //! - Over io_uring inside the namespace sandbox (`--uring --sandbox
@@ -390,6 +398,125 @@ fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
                     start.elapsed() < HANG,
                     "{what}: the lock stays taken after its holder let go and the only \
                      waiter was killed"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(probe);
+            let log = daemon.stderr();
+            assert!(error_lines(&log).is_empty(), "{what}: {log}");
+            drop(daemon);
+        }
+    }
+}
+
+/// A child process that opens `path`, says `open`, waits for a line on
+/// its standard input, then waits for an exclusive lock (`fcntl(F_SETLKW)`
+/// if `posix`, else `flock`).
+fn gated_waiter(path: &Path, posix: bool) -> (Child, std::process::ChildStdin) {
+    let mut child = Command::new("perl")
+        .args([
+            "-MFcntl",
+            "-MIO::Handle",
+            "-e",
+            "open(my $f, '+<', $ARGV[0]) or die \"open: $!\"; print \"open\\n\"; \
+             STDOUT->flush; my $go = <STDIN>; \
+             if ($ARGV[1] eq 'posix') { \
+               fcntl($f, F_SETLKW, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+               or die \"lock: $!\"; \
+             } else { flock($f, LOCK_EX) or die \"flock: $!\"; }",
+        ])
+        .arg(path)
+        .arg(if posix { "posix" } else { "flock" })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "open\n", "the gated waiter opened the file");
+    let stdin = child.stdin.take().unwrap();
+    (child, stdin)
+}
+
+/// Waits until process `pid` sleeps in the kernel waiting for a FUSE
+/// request's answer.
+fn wait_for_request_wait(pid: u32, what: &str) {
+    let start = Instant::now();
+    loop {
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if wchan == "request_wait_answer" {
+            return;
+        }
+        assert!(
+            start.elapsed() < HANG,
+            "{what}: the waiter never waited for its lock request (wchan {wchan:?})"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_waiter_killed_before_the_daemon_saw_its_request_dies_and_takes_no_lock() {
+    require_root();
+    for mode in modes() {
+        for posix in [false, true] {
+            let what = format!("{} ({})", mode.0, if posix { "fcntl" } else { "flock" });
+            let (d, daemon) = start(&mode);
+            let f = d.mnt.join("f");
+            let mut holder = Holder::take(&f, posix);
+            let (mut w, mut go) = gated_waiter(&f, posix);
+            // No daemon thread runs from here: the lock request stays in
+            // the kernel (queued, or in a ring entry not handed over).
+            daemon.signal(libc::SIGSTOP);
+            {
+                use std::io::Write;
+                writeln!(go, "go").unwrap();
+            }
+            wait_for_request_wait(w.id(), &what);
+            w.kill().unwrap();
+            daemon.signal(libc::SIGCONT);
+            // The holder still holds the lock: only an interrupted wait
+            // lets the killed waiter die.
+            reap(
+                &mut w,
+                &format!("{what}: the waiter killed before the daemon saw it"),
+            );
+            // Which way it ended depends on the kernel: the watchdog says
+            // so when it ended the wait.
+            let by_watchdog = daemon
+                .stderr()
+                .contains("no INTERRUPT came for its request");
+            eprintln!("{what}: the killed waiter died; ended by the watchdog: {by_watchdog}");
+            holder.release(&what);
+            // Free: the dead waiter's wait took nothing.
+            let probe = File::open(&f).unwrap();
+            let start = Instant::now();
+            loop {
+                let free = if posix {
+                    Command::new("perl")
+                        .args([
+                            "-MFcntl",
+                            "-e",
+                            "open(my $f, '+<', $ARGV[0]) or die; \
+                             fcntl($f, F_SETLK, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+                             or exit 1;",
+                        ])
+                        .arg(&f)
+                        .status()
+                        .unwrap()
+                        .success()
+                } else {
+                    flock(&probe, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+                };
+                if free {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < HANG,
+                    "{what}: the lock stays taken after its holder let go"
                 );
                 std::thread::sleep(Duration::from_millis(50));
             }

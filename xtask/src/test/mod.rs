@@ -642,9 +642,20 @@ fn step_cargo_test(ctx: &mut Ctx) -> Result<Outcome> {
         }
     }
     // The live upgrade tests alternate between the test build of
-    // passthroughfs and another one: the release build of the build step.
+    // passthroughfs and another one: the release build of the build step,
+    // brought up to date here (a step run without the build step, as
+    // `--only cargo-test` or `--repeat` after a pull, would otherwise
+    // upgrade to an older commit's build, which refuses the newer state).
     let release = target_dir().join("release/passthroughfs");
     if std::env::var_os("PASSTHROUGHFS_SECOND_BUILD").is_none() && release.exists() {
+        let fresh = cargo()
+            .args(["build", "--release", "--workspace"])
+            .current_dir(&ctx.root)
+            .status()
+            .context("building the release build the upgrade tests alternate with")?;
+        if !fresh.success() {
+            bail!("building the release build the upgrade tests alternate with: {fresh}");
+        }
         cmd.env("PASSTHROUGHFS_SECOND_BUILD", &release);
     }
     // `--workspace` would override a package selection given after `--`.

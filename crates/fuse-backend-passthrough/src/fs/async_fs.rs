@@ -821,6 +821,7 @@ impl AsyncFileSystem for PassthroughFs {
             Ok(false) => FsFuture::boxed(crate::locks::wait_on_own_thread(
                 self.waits(),
                 ctx.unique,
+                ctx.pid,
                 op,
             )),
             Err(e) => FsFuture::ready(Err(e)),

@@ -205,7 +205,7 @@ impl PassthroughFs {
             return Ok(());
         };
         if sleep && !op.is_unlock() {
-            self.waits.wait(ctx.unique, &op)
+            self.waits.wait(ctx.unique, ctx.pid, &op)
         } else if op.try_now()? {
             Ok(())
         } else {
