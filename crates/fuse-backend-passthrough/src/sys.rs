@@ -356,16 +356,7 @@ pub(crate) fn link_proc(old: &CStr, newdir: BorrowedFd<'_>, newname: &CStr) -> i
 
 /// `readlinkat(2)` of the fd itself into `buf`; returns the length.
 pub(crate) fn readlink_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for writes of its length.
-    let n = unsafe {
-        libc::readlinkat(
-            fd.as_raw_fd(),
-            EMPTY.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    cvt_size(n)
+    readlinkat(fd, EMPTY, buf)
 }
 
 /// `readlinkat(2)` of `name` in `dir` into `buf`; returns the length.
