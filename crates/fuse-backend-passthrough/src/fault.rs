@@ -59,3 +59,18 @@ pub(crate) fn on_handle_made(fh: u64) {
         hook(fh);
     }
 }
+
+static DROP_INTERRUPTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the file system ignore every INTERRUPT, as if the kernel had not
+/// sent it (FUSE over io_uring doesn't for a signal that comes before the
+/// request reaches the daemon): a lock wait then ends only through the
+/// lock wait watchdog's look at the requester's pending signals.
+pub fn drop_interrupts() {
+    DROP_INTERRUPTS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether INTERRUPTs are to be ignored ([`drop_interrupts`]).
+pub(crate) fn interrupts_dropped() -> bool {
+    DROP_INTERRUPTS.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -227,6 +227,7 @@ impl Waits {
                 }
             }
         }
+        tracing::debug!(unique, requester, "lock wait starts");
         let result = loop {
             if interrupted.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire) {
                 break Err(errno(libc::EINTR));
@@ -383,8 +384,15 @@ fn watchdog(list: &Mutex<WaitList>, signal: i32) {
 /// `/proc/<tid>/status` can't be read (the thread is in another PID
 /// namespace, say).
 fn has_signal_pending(tid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
-        return false;
+    let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::debug!(
+                tid,
+                "reading /proc/<tid>/status of a lock waiter's requester: {e}"
+            );
+            return false;
+        }
     };
     signal_pending_in(&status)
 }

@@ -260,19 +260,24 @@ pub struct Args {
     /// Confinement once the mount (or the vhost-user socket) is set up:
     /// `namespace` (new mount, network and IPC namespaces, a root holding
     /// only SOURCE and /proc, capabilities dropped to those used), or
-    /// `none`; `chroot` is refused (see docs/security.md). Default: none.
+    /// `none`; `chroot` is refused (see docs/security.md). Default:
+    /// `namespace` for a new mount (/dev/fuse or --uring) and
+    /// --vhost-user, where this process may build it (else `none`, with a
+    /// warning); `none` for --take-over and --supervise.
     #[arg(long, value_name = "MODE", value_enum)]
     pub sandbox: Option<crate::sandbox::SandboxMode>,
 
     /// A seccomp filter of the system calls serving makes: `kill` (a call
     /// outside it is logged by name and the daemon exits), `log` (the
-    /// kernel logs it and lets it run) or `none`. Default: none.
+    /// kernel logs it and lets it run) or `none`. Default: kill.
     #[arg(long, value_name = "MODE", value_enum)]
     pub seccomp: Option<crate::sandbox::SeccompMode>,
 
     /// A Landlock ruleset limiting file access to SOURCE (and reading
     /// /proc), with no TCP and no signals out of the sandbox, under any
-    /// --sandbox: `on` or `off`. Default: off.
+    /// --sandbox: `on` or `off`. Default: `on` where --sandbox defaults to
+    /// `namespace` (`off`, with a warning, on a kernel without Landlock),
+    /// `off` for --take-over and --supervise.
     #[arg(long, value_name = "on|off", value_enum)]
     pub landlock: Option<crate::sandbox::LandlockMode>,
 

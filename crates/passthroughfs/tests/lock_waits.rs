@@ -8,7 +8,9 @@
 //! - A waiter killed while it waits: the kernel sends INTERRUPT and waits
 //!   for the daemon's answer before the process can die; the daemon ends
 //!   the wait with EINTR, and the lock is not taken behind the dead
-//!   waiter's back.
+//!   waiter's back. And the same with every INTERRUPT dropped (a fault
+//!   hook, standing for the ones FUSE over io_uring doesn't send): the
+//!   daemon ends the wait because the requester has a signal pending.
 //! - 64 waiters on one lock: `ls` and `cat` on the mount still answer, and
 //!   when the holder lets go every waiter gets the lock in turn.
 //! - Over io_uring inside the namespace sandbox (`--uring --sandbox
@@ -46,9 +48,11 @@ use std::time::{Duration, Instant};
 /// hang (far more than a loaded 2-core machine needs).
 const HANG: Duration = Duration::from_secs(120);
 
-/// The modes under test: transport and extra daemon arguments.
+/// The modes under test: transport and extra daemon arguments. Set
+/// `LOCK_WAITS_MODES` to a comma-separated list of their names to run only
+/// those (to repeat one mode while chasing a failure).
 fn modes() -> Vec<(&'static str, Transport, Vec<&'static str>)> {
-    vec![
+    let all = vec![
         ("dev", Transport::Dev, vec![]),
         ("dev+tokio", Transport::Dev, vec!["--runtime", "tokio"]),
         (
@@ -67,7 +71,19 @@ fn modes() -> Vec<(&'static str, Transport, Vec<&'static str>)> {
             Transport::Uring,
             vec!["--runtime", "uring"],
         ),
-    ]
+    ];
+    match std::env::var("LOCK_WAITS_MODES") {
+        Ok(only) => {
+            let only: Vec<&str> = only.split(',').map(str::trim).collect();
+            let picked: Vec<_> = all.into_iter().filter(|m| only.contains(&m.0)).collect();
+            assert!(
+                !picked.is_empty(),
+                "LOCK_WAITS_MODES={only:?} names no mode"
+            );
+            picked
+        }
+        Err(_) => all,
+    }
 }
 
 /// The fusectl directory of the connection serving `mnt`.
@@ -206,20 +222,48 @@ fn posix_holder(path: &Path) -> Child {
 /// Waits for `child` to exit within [`HANG`]; panics (after killing it) if
 /// it doesn't.
 fn reap(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    reap_or_report(child, what, String::new)
+}
+
+/// [`reap`], with `report()` (the state of a hang) in the failure message.
+fn reap_or_report(
+    child: &mut Child,
+    what: &str,
+    report: impl FnOnce() -> String,
+) -> std::process::ExitStatus {
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
         if start.elapsed() > HANG {
+            let report = report();
             let _ = child.kill();
             panic!(
-                "{what}: process {} still running after {HANG:?}",
+                "{what}: process {} still running after {HANG:?}; {report}",
                 child.id()
             );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Where process `pid` waits, and its signal masks: the state of a client
+/// stuck in a request.
+fn process_state(pid: u32) -> String {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_else(|e| format!("({e})"))
+    };
+    let status = read("status");
+    let masks: Vec<&str> = status
+        .lines()
+        .filter(|l| l.starts_with("State") || l.starts_with("Sig") || l.starts_with("ShdPnd"))
+        .collect();
+    format!(
+        "process {pid} in {}, {masks:?}, kernel stack: {}",
+        read("wchan").trim(),
+        read("stack").replace('\n', " | ")
+    )
 }
 
 /// Waits for every child to exit; fails only if none exits for [`HANG`]
@@ -305,12 +349,24 @@ fn run_within(cmd: &mut Command, what: &str, daemon: &Daemon, conn: &Path) -> St
 }
 
 fn start(mode: &(&str, Transport, Vec<&str>)) -> (Dirs, Daemon) {
+    start_with_env(mode, false)
+}
+
+/// [`start`], with the daemon ignoring INTERRUPTs if `drop_interrupts`.
+fn start_with_env(mode: &(&str, Transport, Vec<&str>), drop_interrupts: bool) -> (Dirs, Daemon) {
     let d = dirs();
     std::fs::write(d.src.join("f"), b"contents\n").unwrap();
     // The transport's debug lines (ring entries added for lock waits) go
     // into a hang's report.
     let daemon = Daemon::start_with(&d.src, &d.mnt, mode.1, &mode.2, |cmd| {
-        cmd.env("RUST_LOG", "info,fuse_transport_uring=debug");
+        cmd.env(
+            "RUST_LOG",
+            "info,fuse_transport_uring=debug,fuse_server=debug,\
+             fuse_backend_passthrough::locks=debug",
+        );
+        if drop_interrupts {
+            cmd.env("PASSTHROUGHFS_DROP_INTERRUPTS", "1");
+        }
     });
     (d, daemon)
 }
@@ -349,56 +405,120 @@ fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
     require_root();
     for mode in modes() {
         for posix in [false, true] {
-            let what = format!("{} ({})", mode.0, if posix { "fcntl" } else { "flock" });
-            let (d, daemon) = start(&mode);
-            let conn = connection_dir(&d.mnt);
-            let f = d.mnt.join("f");
-            let base = waiting(&conn);
-            let mut holder = Holder::take(&f, posix);
-            let mut w = waiter(&f, posix);
-            wait_for_waiting(&conn, base + 1, &what);
-            // A fatal signal: the process can only die once the daemon
-            // has answered the INTERRUPT the kernel sends for its request.
-            w.kill().unwrap();
-            reap(&mut w, &format!("{what}: the killed waiter"));
-            // The holder lets go: the lock must be free now (the
-            // interrupted wait must not have taken it afterwards).
-            holder.release(&what);
-            let probe = File::open(&f).unwrap();
-            let start = Instant::now();
-            loop {
-                let free = if posix {
-                    let out = Command::new("perl")
-                        .args([
-                            "-MFcntl",
-                            "-e",
-                            "open(my $f, '+<', $ARGV[0]) or die; \
-                             fcntl($f, F_SETLK, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
-                             or exit 1;",
-                        ])
-                        .arg(&f)
-                        .status()
-                        .unwrap();
-                    out.success()
-                } else {
-                    flock(&probe, libc::LOCK_EX | libc::LOCK_NB).is_ok()
-                };
-                if free {
-                    break;
-                }
-                assert!(
-                    start.elapsed() < HANG,
-                    "{what}: the lock stays taken after its holder let go and the only \
-                     waiter was killed"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            drop(probe);
-            let log = daemon.stderr();
-            assert!(error_lines(&log).is_empty(), "{what}: {log}");
-            drop(daemon);
+            killed_waiter(&mode, posix, false);
         }
     }
+}
+
+#[test]
+fn a_killed_waiter_whose_interrupt_never_comes_still_ends() {
+    // FUSE over io_uring sends no INTERRUPT for a signal that comes after
+    // a ring entry took the request and before the daemon got it; the
+    // daemon's fault hook drops every INTERRUPT, so the wait can only end
+    // through the daemon's look at the requester's pending signals (which
+    // the namespace sandbox with Landlock once made it unable to read).
+    require_root();
+    for mode in modes() {
+        for posix in [false, true] {
+            killed_waiter(&mode, posix, true);
+        }
+    }
+}
+
+/// A waiter killed while it waits: it exits, and once the holder lets go
+/// the lock is free. With `drop_interrupts` the daemon ignores the
+/// kernel's INTERRUPTs (`PASSTHROUGHFS_DROP_INTERRUPTS`), and the waiter
+/// is killed only once the daemon says its wait started.
+fn killed_waiter(mode: &(&str, Transport, Vec<&str>), posix: bool, drop_interrupts: bool) {
+    let what = format!(
+        "{} ({}{})",
+        mode.0,
+        if posix { "fcntl" } else { "flock" },
+        if drop_interrupts {
+            ", INTERRUPTs dropped"
+        } else {
+            ""
+        }
+    );
+    let (d, daemon) = start_with_env(mode, drop_interrupts);
+    let conn = connection_dir(&d.mnt);
+    let f = d.mnt.join("f");
+    let base = waiting(&conn);
+    let mut holder = Holder::take(&f, posix);
+    let mut w = waiter(&f, posix);
+    let w_pid = w.id();
+    wait_for_waiting(&conn, base + 1, &what);
+    if drop_interrupts {
+        let start = Instant::now();
+        // The holder's lock went through a wait too (one that ended at
+        // once): the waiter's is the one for its process.
+        let started = format!("requester={w_pid}");
+        while !daemon
+            .stderr()
+            .lines()
+            .any(|l| l.contains("lock wait starts") && l.ends_with(&started))
+        {
+            assert!(
+                start.elapsed() < HANG,
+                "{what}: the daemon never started the wait: {}",
+                daemon.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // A fatal signal: the process can only die once the daemon has
+    // answered its request (the kernel sends INTERRUPT for it, or the
+    // daemon sees the signal pending).
+    w.kill().unwrap();
+    reap_or_report(&mut w, &format!("{what}: the killed waiter"), || {
+        format!(
+            "the waiter: {}; {}",
+            process_state(w_pid),
+            hang_report(&daemon, &conn)
+        )
+    });
+    // The holder lets go: the lock must be free now (the interrupted wait
+    // must not have taken it afterwards).
+    holder.release(&what);
+    let probe = File::open(&f).unwrap();
+    let start = Instant::now();
+    loop {
+        let free = if posix {
+            let out = Command::new("perl")
+                .args([
+                    "-MFcntl",
+                    "-e",
+                    "open(my $f, '+<', $ARGV[0]) or die; \
+                     fcntl($f, F_SETLK, pack('s s x4 q q l x4', F_WRLCK, SEEK_SET, 0, 0, 0)) \
+                     or exit 1;",
+                ])
+                .arg(&f)
+                .status()
+                .unwrap();
+            out.success()
+        } else {
+            flock(&probe, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+        };
+        if free {
+            break;
+        }
+        assert!(
+            start.elapsed() < HANG,
+            "{what}: the lock stays taken after its holder let go and the only waiter was \
+             killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(probe);
+    let log = daemon.stderr();
+    assert!(error_lines(&log).is_empty(), "{what}: {log}");
+    if drop_interrupts {
+        assert!(
+            log.contains("has a signal pending and no INTERRUPT came"),
+            "{what}: the wait ended some other way: {log}"
+        );
+    }
+    drop(daemon);
 }
 
 #[test]

@@ -381,3 +381,65 @@ fn files_reopened_by_handle_read_back_confined_and_unconfined_needs_file_handles
         }
     }
 }
+
+#[test]
+fn callers_supplementary_groups_count_under_every_confinement() {
+    // The passthrough acts as each caller with the groups it reads from
+    // `/proc/<tid>/status`; under `--sandbox namespace` with Landlock that
+    // is a proc instance of the new root, which a rule on the host's
+    // /proc doesn't cover (the groups were read as none, and a chgrp to a
+    // caller's supplementary group failed with EPERM).
+    require_root();
+    let (user, group, supplementary) = (65534, 65534, 65532);
+    for (transport, args) in [
+        (Transport::Dev, &[][..]),
+        (Transport::Uring, &[][..]),
+        (
+            Transport::Dev,
+            &["--sandbox", "none", "--landlock", "on"][..],
+        ),
+        (
+            Transport::Dev,
+            &["--sandbox", "namespace", "--landlock", "off"][..],
+        ),
+        (
+            Transport::Dev,
+            &[
+                "--sandbox",
+                "none",
+                "--landlock",
+                "off",
+                "--seccomp",
+                "none",
+            ][..],
+        ),
+    ] {
+        let d = test_support::shared_scratch("pt-groups-");
+        let f = d.src.join("f");
+        std::fs::write(&f, b"x").unwrap();
+        std::os::unix::fs::chown(&f, Some(user), Some(group)).unwrap();
+        let mut all = vec!["--allow-other", "--default-permissions"];
+        all.extend_from_slice(args);
+        let daemon = Daemon::start_with(&d.src, &d.mnt, transport, &all, |_| {});
+        let out = common::run_as(
+            user,
+            group,
+            &[group, supplementary],
+            &d.mnt,
+            &format!("chgrp {supplementary} f"),
+        );
+        assert!(
+            out.status.success(),
+            "{transport:?} {args:?}: chgrp to a supplementary group through the mount: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            daemon.stderr()
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().gid(),
+            supplementary,
+            "{transport:?} {args:?}: the group in SOURCE"
+        );
+        stop(daemon, &d.mnt);
+    }
+}

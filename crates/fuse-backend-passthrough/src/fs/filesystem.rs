@@ -164,6 +164,11 @@ fuse_server::impl_file_system! {
         }
 
         fn interrupt(&self, _ctx: &Context, unique: u64) {
+            #[cfg(feature = "fault-injection")]
+            if crate::fault::interrupts_dropped() {
+                tracing::debug!(unique, "INTERRUPT dropped (fault hook)");
+                return;
+            }
             self.waits.interrupt(unique);
         }
 

@@ -19,6 +19,11 @@
 //! it: under `/source` in the namespace sandbox), then answers `ENOENT`.
 //! The lock wait tests use it to make the kernel queue requests behind it.
 //!
+//! With `PASSTHROUGHFS_DROP_INTERRUPTS` set, the daemon ignores every
+//! INTERRUPT, as the kernel's lost ones look to it (the lock wait tests:
+//! a killed waiter's wait must end through the requester's pending
+//! signal alone).
+//!
 //! And crashes: with `PASSTHROUGHFS_CRASH_AT` naming a file, the daemon
 //! removes that file and kills itself (SIGKILL) while the crash table has
 //! a record of something the kernel is about to be given and the reply is
@@ -38,6 +43,9 @@ pub const PREFIX: &str = ".passthroughfs-escape-";
 /// Installs the hooks in the backend.
 pub fn install() {
     fuse_backend_passthrough::fault::set_lookup_hook(on_lookup);
+    if std::env::var_os("PASSTHROUGHFS_DROP_INTERRUPTS").is_some() {
+        fuse_backend_passthrough::fault::drop_interrupts();
+    }
     if let Some(flag) = std::env::var_os("PASSTHROUGHFS_CRASH_AT") {
         let _ = CRASH_FLAG.set(std::path::PathBuf::from(flag));
         fuse_backend_passthrough::fault::set_hand_over_hook(on_hand_over);

@@ -17,7 +17,12 @@ const ABI_USED: ABI = ABI::V6;
 #[derive(Debug)]
 pub struct Rules {
     source: PathFd,
-    proc: PathFd,
+    /// The host's `/proc` (descriptors opened before the sandbox, such as
+    /// `/proc/self/fd`, lead into it) and, under `--sandbox namespace`, the
+    /// new root's own instance ([`Rules::add_proc_inside`]): a rule covers
+    /// one file system instance, and paths the daemon opens after the
+    /// sandbox (`/proc/<tid>/status` of callers) lead into the second.
+    procs: Vec<PathFd>,
     /// `/dev/fuse` (serving threads open it to clone their session's
     /// descriptor) and `/dev/null` (the background daemon's streams).
     devices: Vec<PathFd>,
@@ -31,12 +36,22 @@ impl Rules {
         };
         Ok(Rules {
             source: open(source)?,
-            proc: open(Path::new("/proc"))?,
+            procs: vec![open(Path::new("/proc"))?],
             devices: ["/dev/fuse", "/dev/null"]
                 .into_iter()
                 .filter_map(|p| PathFd::new(p).ok())
                 .collect(),
         })
+    }
+
+    /// Adds the `/proc` that the root now shows (call after the namespace
+    /// changed the root: it is a new proc instance, which the host's rule
+    /// doesn't cover).
+    pub fn add_proc_inside(&mut self) -> Result<(), Failure> {
+        let inside = PathFd::new("/proc")
+            .map_err(|e| Failure(format!("--landlock on: /proc in the sandbox: {e}")))?;
+        self.procs.push(inside);
+        Ok(())
     }
 }
 
@@ -74,7 +89,12 @@ pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<Option<&'static s
         .map_err(fail)?
         .add_rule(PathBeneath::new(rules.source, handled))
         .map_err(fail)?
-        .add_rule(PathBeneath::new(rules.proc, proc_rights))
+        .add_rules(
+            rules
+                .procs
+                .into_iter()
+                .map(|fd| Ok(PathBeneath::new(fd, proc_rights))),
+        )
         .map_err(fail)?
         .add_rules(
             rules

@@ -211,13 +211,16 @@ pub fn confine(c: &Confinement) -> Result<Confined, NotConfined> {
 /// changed.
 fn confine_steps(
     c: &Confinement,
-    rules: Option<landlock::Rules>,
+    mut rules: Option<landlock::Rules>,
     summary: &mut Vec<&'static str>,
 ) -> Result<Option<PathBuf>, Failure> {
     let mut source = None;
     match c.sandbox {
         SandboxMode::Namespace => {
             source = Some(namespace::enter(&c.source)?);
+            if let Some(rules) = rules.as_mut() {
+                rules.add_proc_inside()?;
+            }
             summary.push("namespace");
         }
         SandboxMode::Chroot => {
