@@ -183,7 +183,9 @@ impl Creds {
             wanted.groups.clear();
             if ctx.pid != 0 {
                 // A caller that is gone has no groups to read: act with none.
-                let _ = read_groups(ctx.pid, status, &mut wanted.groups);
+                if let Err(e) = read_groups(ctx.pid, status, &mut wanted.groups) {
+                    unreadable_proc_once("callers' supplementary groups", &e);
+                }
             }
             if !s.is_root && s.current == s.wanted {
                 return Ok(());
@@ -287,6 +289,20 @@ fn process_groups() -> io::Result<Vec<u32>> {
     }
     groups.truncate(n as usize);
     Ok(groups)
+}
+
+/// Warns once per process when `/proc/<tid>/status` of a caller can't be
+/// read for a reason other than the caller being gone (ENOENT, ESRCH):
+/// a sandbox that hides /proc would otherwise go unnoticed, each request
+/// quietly served without what the read gives (`what`).
+pub(crate) fn unreadable_proc_once(what: &str, e: &io::Error) {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) {
+        return;
+    }
+    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("reading a caller's /proc/<tid>/status for {what}: {e}");
+    }
 }
 
 /// Reads the `Groups:` line of `/proc/<tid>/status` into `out`.

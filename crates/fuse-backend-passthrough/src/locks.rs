@@ -387,10 +387,7 @@ fn has_signal_pending(tid: u32) -> bool {
     let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
         Ok(status) => status,
         Err(e) => {
-            tracing::debug!(
-                tid,
-                "reading /proc/<tid>/status of a lock waiter's requester: {e}"
-            );
+            crate::creds::unreadable_proc_once("a lock waiter's pending signals", &e);
             return false;
         }
     };
