@@ -1,0 +1,284 @@
+//! Watching regular files: a mark per file, or one filesystem-wide mark
+//! per file system for a privileged daemon, and the ignore marks that keep
+//! the daemon's own writes quiet. Apart from the directories' watch in
+//! the parent module because files have these two ways of being marked
+//! and the bookkeeping between them ([`Quiet`]).
+
+use super::marked::shrink_when_sparse;
+use super::{ObjectId, SourceWatcher, FILE_MASK};
+use crate::sys;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::Ordering;
+
+/// Whether the writes of a file watched through a filesystem-wide mark
+/// are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Quiet {
+    /// They are, and have been since it was watched.
+    No,
+    /// An ignore mark keeps them quiet while the daemon writes it
+    /// ([`SourceWatcher::stop_write_events`]).
+    Yes,
+    /// They are again, but weren't for a while: attributes read before
+    /// the ignore mark went may be stale.
+    Lifted,
+}
+
+impl Quiet {
+    /// As a live upgrade's state writes it.
+    pub(crate) fn as_text(self) -> &'static str {
+        match self {
+            Quiet::No => "reported",
+            Quiet::Yes => "quiet",
+            Quiet::Lifted => "lifted",
+        }
+    }
+
+    /// Reads [`Quiet::as_text`]'s form.
+    pub(crate) fn from_text(text: &str) -> Option<Quiet> {
+        match text {
+            "reported" => Some(Quiet::No),
+            "quiet" => Some(Quiet::Yes),
+            "lifted" => Some(Quiet::Lifted),
+            _ => None,
+        }
+    }
+}
+
+impl SourceWatcher {
+    /// Whether regular files can be watched ([`SourceWatcher::watch_file`]).
+    pub(crate) fn watches_files(&self) -> bool {
+        self.watches_files
+    }
+
+    /// Watches the regular file of the `O_PATH` descriptor `file`, node
+    /// `nodeid`, whose identity is `id`, for changes of its data and
+    /// attributes; nothing if it is watched already. The caller reads the
+    /// attributes it answers with after this: a change after the mark is
+    /// reported.
+    ///
+    /// Where the file's file system has a filesystem-wide mark (placed
+    /// here on its first file), watching a file is an entry in the table
+    /// that the events are looked up in, no system call: a cold listing
+    /// then pays nothing per file for the watch (docs/benchmarks.md).
+    pub(crate) fn watch_file(
+        &self,
+        nodeid: u64,
+        file: BorrowedFd<'_>,
+        id: ObjectId<'_>,
+    ) -> io::Result<()> {
+        if !self.watches_files {
+            return Err(sys::errno(libc::EOPNOTSUPP));
+        }
+        if self.filesystem_marked(id.dev, file) {
+            return self.watch_file_through_fs(nodeid, file, id);
+        }
+        let known = self.shared.files().by_node.contains_key(&nodeid);
+        // A file marked before may have had FAN_MODIFY taken off its mark
+        // (`modify_events`): adding the whole mask again restores it.
+        let fid = if known {
+            None
+        } else {
+            Some(self.fid_of(file, id)?)
+        };
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_ADD,
+            FILE_MASK,
+            path.as_cstr(),
+        )?;
+        if let Some(fid) = fid {
+            self.shared.files().insert(nodeid, &fid);
+        }
+        Ok(())
+    }
+
+    /// Whether a filesystem-wide mark reports the changes of the files of
+    /// the file system of device `dev`, on which `file` is: placed now if
+    /// this is the first file seen there. Refused without `CAP_SYS_ADMIN`
+    /// in the initial user namespace, and for a file system whose objects
+    /// fanotify can't name by one file system id (a btrfs subvolume:
+    /// `EXDEV`): its files then get a mark each.
+    fn filesystem_marked(&self, dev: u64, file: BorrowedFd<'_>) -> bool {
+        if !self.privileged {
+            return false;
+        }
+        let mut filesystems = self.filesystems.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&marked) = filesystems.get(&dev) {
+            return marked;
+        }
+        // Under the lock: the mark is in place before any file of this
+        // file system is answered with the long timeout.
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        let marked = match sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+            FILE_MASK,
+            path.as_cstr(),
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!(
+                    dev,
+                    "source watch: a mark per file (no filesystem-wide mark: {e})"
+                );
+                false
+            }
+        };
+        filesystems.insert(dev, marked);
+        marked
+    }
+
+    /// [`SourceWatcher::watch_file`] of a file whose file system has a
+    /// filesystem-wide mark: recorded in the table, and its writes
+    /// reported again if an ignore mark kept them quiet.
+    fn watch_file_through_fs(
+        &self,
+        nodeid: u64,
+        file: BorrowedFd<'_>,
+        id: ObjectId<'_>,
+    ) -> io::Result<()> {
+        if !self.shared.files().by_node.contains_key(&nodeid) {
+            let fid = self.fid_of(file, id)?;
+            self.shared.files().insert(nodeid, &fid);
+        }
+        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+        let quiet = through_fs.entry(nodeid).or_insert(Quiet::No);
+        if *quiet == Quiet::Yes {
+            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+            sys::fanotify_mark_path(
+                self.group.as_fd(),
+                libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+                libc::FAN_MODIFY,
+                path.as_cstr(),
+            )?;
+            *quiet = Quiet::Lifted;
+        }
+        Ok(())
+    }
+
+    /// A count to take before reading the attributes of a file that
+    /// [`SourceWatcher::watch_file`] may then watch for the first time,
+    /// for [`SourceWatcher::changed_since`].
+    pub(crate) fn changes_seen(&self) -> u64 {
+        self.shared.missed.load(Ordering::Acquire)
+    }
+
+    /// Whether the file of node `nodeid`, whose attributes were read after
+    /// [`SourceWatcher::changes_seen`] said `seen` and which
+    /// [`SourceWatcher::watch_file`] watched since, may have changed
+    /// between that read and the watch without it being reported: then
+    /// its attributes must be read again. With a mark of its own (placed
+    /// after the read) it may have; through a filesystem-wide mark (placed
+    /// before the read) its change raised an event, which is either read
+    /// after the file is in the table (and passed on) or was dropped
+    /// before, which this count shows (a change of another file then costs
+    /// a read too), unless an ignore mark kept its writes quiet until
+    /// this watch.
+    pub(crate) fn changed_since(&self, nodeid: u64, seen: u64) -> bool {
+        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+        match through_fs.get_mut(&nodeid) {
+            Some(Quiet::No) => self.shared.missed.load(Ordering::Acquire) != seen,
+            Some(quiet @ Quiet::Lifted) => {
+                // The caller reads again now, after the ignore mark went.
+                *quiet = Quiet::No;
+                true
+            }
+            Some(Quiet::Yes) | None => true,
+        }
+    }
+
+    /// Stops the watched file of node `nodeid` (`O_PATH` descriptor
+    /// `file`) from reporting writes (`FAN_MODIFY`) while the daemon holds
+    /// it open for writing: its own writes would raise an event each
+    /// (measured in docs/benchmarks.md). [`SourceWatcher::watch_file`]
+    /// restores it. A file watched through a filesystem-wide mark gets an
+    /// ignore mark for `FAN_MODIFY` (one that a write doesn't clear).
+    pub(crate) fn stop_write_events(&self, nodeid: u64, file: BorrowedFd<'_>) {
+        if !self.shared.files().by_node.contains_key(&nodeid) {
+            return;
+        }
+        if let Some(quiet) = self
+            .through_fs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&nodeid)
+        {
+            if *quiet == Quiet::Yes {
+                return;
+            }
+            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+            match sys::fanotify_mark_path(
+                self.group.as_fd(),
+                libc::FAN_MARK_ADD
+                    | libc::FAN_MARK_IGNORED_MASK
+                    | libc::FAN_MARK_IGNORED_SURV_MODIFY,
+                libc::FAN_MODIFY,
+                path.as_cstr(),
+            ) {
+                Ok(()) => *quiet = Quiet::Yes,
+                Err(e) => tracing::debug!(nodeid, "quieting a file's write events: {e}"),
+            }
+            return;
+        }
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        if let Err(e) = sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE,
+            libc::FAN_MODIFY,
+            path.as_cstr(),
+        ) {
+            tracing::debug!(nodeid, "stopping a file's write events: {e}");
+        }
+    }
+
+    /// Whether the file of node `nodeid` is watched.
+    pub(crate) fn watches_file(&self, nodeid: u64) -> bool {
+        self.shared.files().by_node.contains_key(&nodeid)
+    }
+
+    /// Stops watching the file of node `nodeid` (the kernel forgot it),
+    /// whose `O_PATH` descriptor is `file` (`None` if it can't be opened
+    /// any more: a removed file, whose mark went with it).
+    pub(crate) fn unwatch_file(&self, nodeid: u64, file: Option<BorrowedFd<'_>>) {
+        if !self.shared.files().remove(nodeid) {
+            return;
+        }
+        let through_fs = {
+            let mut map = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+            let quiet = map.remove(&nodeid);
+            shrink_when_sparse(&mut map);
+            quiet
+        };
+        let Some(file) = file else {
+            return;
+        };
+        if let Some(quiet) = through_fs {
+            // Only an ignore mark is the file's own (it holds the inode).
+            if quiet == Quiet::Yes {
+                let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+                if let Err(e) = sys::fanotify_mark_path(
+                    self.group.as_fd(),
+                    libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+                    libc::FAN_MODIFY,
+                    path.as_cstr(),
+                ) {
+                    tracing::debug!(nodeid, "removing a file's ignore mark: {e}");
+                }
+            }
+            return;
+        }
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        if let Err(e) = sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE,
+            FILE_MASK,
+            path.as_cstr(),
+        ) {
+            // ENOENT: no mark (the file was removed, which drops it).
+            tracing::debug!(nodeid, "removing a file's source watch: {e}");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! What a live upgrade carries of the source watch to the next process:
+//! the fanotify group and what the watcher knows of its marks
+//! ([`SavedWatch`]). Apart because only a takeover uses it.
+
+use super::{Quiet, SourceWatcher};
+use crate::sys;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+/// A source watch as a live upgrade moves it from one process to the next
+/// ([`SourceWatcher::save`], [`SourceWatcher::restore`]): the group, whose
+/// marks live as long as any process holds it, and what the watcher knows
+/// of them.
+pub(crate) struct SavedWatch {
+    /// A duplicate of the fanotify group's descriptor.
+    pub(crate) group: OwnedFd,
+    /// The group reports files' own handles.
+    pub(crate) watches_files: bool,
+    /// The group may place filesystem-wide marks.
+    pub(crate) privileged: bool,
+    /// Marked directories: node id and the digest of its fanotify id.
+    pub(crate) dirs: Vec<(u64, u64)>,
+    /// Watched regular files: node id, digest, and how a filesystem-wide
+    /// mark watches it (`None`: by a mark of its own).
+    pub(crate) files: Vec<(u64, u64, Option<Quiet>)>,
+    /// By device number: whether a filesystem-wide mark watches that file
+    /// system's files.
+    pub(crate) filesystems: Vec<(u64, bool)>,
+}
+
+impl SourceWatcher {
+    /// The watch as a live upgrade moves it to another process: the group
+    /// and what the watcher knows of its marks. Call it with the thread
+    /// stopped ([`SourceWatcher::stop_reading`]) and no request served.
+    pub(crate) fn save(&self) -> io::Result<SavedWatch> {
+        // Copied first: the two tables are never locked together.
+        let through_fs: HashMap<u64, Quiet> = self
+            .through_fs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&n, &q)| (n, q))
+            .collect();
+        let mut dirs: Vec<(u64, u64)> = self
+            .shared
+            .dirs()
+            .by_node
+            .iter()
+            .map(|(&n, &d)| (n, d))
+            .collect();
+        dirs.sort_unstable();
+        let mut files: Vec<(u64, u64, Option<Quiet>)> = self
+            .shared
+            .files()
+            .by_node
+            .iter()
+            .map(|(&n, &d)| (n, d, through_fs.get(&n).copied()))
+            .collect();
+        files.sort_unstable_by_key(|&(n, _, _)| n);
+        let mut filesystems: Vec<(u64, bool)> = self
+            .filesystems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&dev, &marked)| (dev, marked))
+            .collect();
+        filesystems.sort_unstable();
+        Ok(SavedWatch {
+            group: self.group.as_fd().try_clone_to_owned()?,
+            watches_files: self.watches_files,
+            privileged: self.privileged,
+            dirs,
+            files,
+            filesystems,
+        })
+    }
+
+    /// Takes over a watch another process saved ([`SourceWatcher::save`]),
+    /// its marks being for the same node ids here (the caller leaves out
+    /// nodes it doesn't have); nothing reads it until
+    /// [`SourceWatcher::start_reading`]. Fails on a descriptor that isn't
+    /// an fanotify group (asked of `proc_self_fd`, `/proc/self/fd`).
+    pub(crate) fn restore(saved: SavedWatch, proc_self_fd: BorrowedFd<'_>) -> io::Result<Self> {
+        let name = std::ffi::CString::new(saved.group.as_raw_fd().to_string())
+            .map_err(io::Error::other)?;
+        let mut buf = [0u8; 64];
+        let n = sys::readlinkat(proc_self_fd, &name, &mut buf)?;
+        let what = &buf[..n];
+        if what != b"anon_inode:[fanotify]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the source watch's descriptor is {:?}, not an fanotify group",
+                    String::from_utf8_lossy(what)
+                ),
+            ));
+        }
+        let watcher =
+            Self::with_group(Arc::new(saved.group), saved.watches_files, saved.privileged);
+        {
+            let mut dirs = watcher.shared.dirs();
+            for (node, digest) in saved.dirs {
+                dirs.insert_digest(node, digest);
+            }
+        }
+        {
+            let mut files = watcher.shared.files();
+            let mut through_fs = watcher.through_fs.lock().unwrap_or_else(|e| e.into_inner());
+            for (node, digest, quiet) in saved.files {
+                files.insert_digest(node, digest);
+                if let Some(quiet) = quiet {
+                    through_fs.insert(node, quiet);
+                }
+            }
+        }
+        watcher
+            .filesystems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(saved.filesystems);
+        Ok(watcher)
+    }
+}
