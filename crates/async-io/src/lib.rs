@@ -36,7 +36,7 @@ mod sys;
 pub use buf::{AlignedBuf, BufResult, IoBuf, IoBufMut, DIRECT_IO_ALIGN};
 pub use copy::{copy_file, copy_file_fds, copy_ordered, CopyMethod, CopyOptions, CopyReport};
 pub use driver::DriverStats;
-pub use file::{File, Metadata, OpenOptions};
+pub use file::{join_all, File, Metadata, OpenOptions};
 pub use runtime::{
     spawn_local, uring_available, Builder, Runtime, RuntimeType, SharedRing, DEFAULT_RING_ENTRIES,
 };

@@ -33,6 +33,7 @@ use crate::runtime::current_driver;
 use crate::sys;
 
 pub use options::OpenOptions;
+pub use vectored::join_all;
 
 /// An open file (or block device) for async positioned IO.
 ///

@@ -315,7 +315,21 @@ fn split_windows<B>(mut bufs: Vec<B>) -> Vec<Vec<B>> {
 }
 
 /// Polls every future until all are done; outputs in input order.
-pub(crate) async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+///
+/// The futures run inside the one task that awaits this (no spawning, so they need not
+/// be `'static` or `Send`): on an io_uring runtime the SQEs they submit in one poll go to
+/// the kernel in the same `io_uring_enter`. The vectored calls submit their windows this
+/// way.
+///
+/// ```
+/// use async_io::{join_all, RuntimeType};
+///
+/// let rt = RuntimeType::Tokio.build()?;
+/// let outs = rt.block_on(join_all(vec![std::future::ready(1), std::future::ready(2)]));
+/// assert_eq!(outs, [1, 2]);
+/// # Ok::<_, async_io::Error>(())
+/// ```
+pub async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
     poll_fn(|cx| {

@@ -7,18 +7,16 @@
 //! sample. `--probe NAME` runs one small workload for `strace -c -f` and exits.
 
 use std::fmt::Write as _;
-use std::future::{poll_fn, Future};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::Command;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use async_io::{
-    copy_file, AlignedBuf, CopyMethod, CopyOptions, File, OpenOptions, Runtime, RuntimeType,
+    copy_file, join_all, AlignedBuf, CopyMethod, CopyOptions, File, OpenOptions, Runtime,
+    RuntimeType,
 };
 use clap::Parser;
 use serde_json::{json, Value};
@@ -187,30 +185,6 @@ fn target(name: &str, ratio: f64, cmp: &str, threshold: f64) -> Value {
         _ => ratio <= threshold,
     };
     json!({ "name": name, "ratio": ratio, "cmp": cmp, "threshold": threshold, "met": met })
-}
-
-/// Polls every future until all are done (one task, so their SQEs share a tick).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(outs.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outs.into_iter().map(|o| o.expect("done")).collect()
 }
 
 // ---------------------------------------------------------------------------------------
