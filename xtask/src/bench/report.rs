@@ -448,22 +448,7 @@ pub fn failures_list(r: &RunReport) -> String {
 pub fn docs_section(r: &RunReport) -> String {
     let mut out = String::new();
     out.push_str(&header(r));
-    out.push_str("\n#### Targets\n\n");
-    out.push_str(&targets_table(r));
-    out.push_str("\n#### Results\n\n");
-    out.push_str(&results_table(r));
-    let daemon = daemon_table(r);
-    if !daemon.is_empty() {
-        out.push_str("\n#### Daemon memory, threads and CPU per operation\n\n");
-        out.push_str(&daemon);
-    }
-    let failures = failures_list(r);
-    if !failures.is_empty() {
-        out.push_str("\n#### Failed samples\n\n");
-        out.push_str(&failures);
-    }
-    out.push_str("\n#### Goals\n\n");
-    out.push_str(&goals_table(r));
+    out.push_str(&sections(r, "####", false));
     out
 }
 
@@ -476,28 +461,49 @@ pub fn markdown(r: &RunReport) -> String {
         if r.quick { " (quick)" } else { "" }
     );
     out.push_str(&header(r));
-    out.push_str("\n## Targets\n\n");
+    out.push_str(&sections(r, "##", true));
+    out
+}
+
+/// What `report.md` says before the results table.
+const RESULTS_NOTE: &str = "Median of the rounds, the smallest and largest sample, and the \
+     ratio of medians to native and to libfuse (higher is better everywhere); a target \
+     whose every sample of a workload failed shows `failed` and why (the whole message is \
+     under \"Failed samples\"). Charts: `charts/<workload>.svg`.";
+
+/// The sections after the header that `report.md` and the docs section
+/// share: targets, results, daemon figures and failed samples (each only
+/// when there are any), goals. `h` is the headings' `#`s; `notes` puts
+/// [`RESULTS_NOTE`] and [`DAEMON_TABLE_NOTE`] under their headings, as
+/// `report.md` has them.
+fn sections(r: &RunReport, h: &str, notes: bool) -> String {
+    let mut out = String::new();
+    let note = |out: &mut String, text: &str| {
+        if notes {
+            out.push_str(text);
+            out.push_str("\n\n");
+        }
+    };
+    let _ = write!(out, "\n{h} Targets\n\n");
     out.push_str(&targets_table(r));
-    out.push_str(
-        "\n## Results\n\nMedian of the rounds, the smallest and largest sample, and the \
-         ratio of medians to native and to libfuse (higher is better everywhere); a target \
-         whose every sample of a workload failed shows `failed` and why (the whole message is \
-         under \"Failed samples\"). Charts: `charts/<workload>.svg`.\n\n",
-    );
+    let _ = write!(out, "\n{h} Results\n\n");
+    note(&mut out, RESULTS_NOTE);
     out.push_str(&results_table(r));
     let daemon = daemon_table(r);
     if !daemon.is_empty() {
-        out.push_str("\n## Daemon memory, threads and CPU per operation\n\n");
-        out.push_str(DAEMON_TABLE_NOTE);
-        out.push_str("\n\n");
+        let _ = write!(
+            out,
+            "\n{h} Daemon memory, threads and CPU per operation\n\n"
+        );
+        note(&mut out, DAEMON_TABLE_NOTE);
         out.push_str(&daemon);
     }
     let failures = failures_list(r);
     if !failures.is_empty() {
-        out.push_str("\n## Failed samples\n\n");
+        let _ = write!(out, "\n{h} Failed samples\n\n");
         out.push_str(&failures);
     }
-    out.push_str("\n## Goals\n\n");
+    let _ = write!(out, "\n{h} Goals\n\n");
     out.push_str(&goals_table(r));
     out
 }
@@ -556,18 +562,22 @@ pub fn svg(r: &RunReport, workload: &str) -> Option<String> {
         r.settings.repeats,
         if r.settings.repeats == 1 { "" } else { "s" }
     );
+    // A target's name, right-aligned left of its bar (or its failure).
+    let name = |out: &mut String, y: f64, target: &str| {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left - 8.0,
+            y + bar * 0.7,
+            xml(target)
+        );
+    };
     for (i, s) in rows.iter().enumerate() {
         let y = top + i as f64 * (bar + gap);
         let Some(median) = s.median else {
             let reason = first_error(r, &s.target, workload).unwrap_or("no reason recorded");
             let _ = writeln!(out, "<g><title>{}</title>", xml(reason));
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-                left - 8.0,
-                y + bar * 0.7,
-                xml(&s.target)
-            );
+            name(&mut out, y, &s.target);
             let _ = writeln!(
                 out,
                 r##"<rect x="{left:.1}" y="{y:.1}" width="{plot:.1}" height="{bar:.1}" fill="#fbe9e7"/>"##
@@ -589,13 +599,7 @@ pub fn svg(r: &RunReport, workload: &str) -> Option<String> {
         } else {
             "#dd8a2e"
         };
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            left - 8.0,
-            y + bar * 0.7,
-            xml(&s.target)
-        );
+        name(&mut out, y, &s.target);
         let _ = writeln!(
             out,
             r#"<rect x="{left:.1}" y="{y:.1}" width="{:.1}" height="{bar:.1}" fill="{color}"/>"#,
