@@ -4,11 +4,11 @@
 
 use super::config::{Settings, Workload};
 use super::results::{DaemonSample, RunReport, Sample, TargetInfo, TargetStatus};
-use super::targets::{self, Binaries, MountSettings, Paths, StartError, TargetSpec};
+use super::targets::{self, Binaries, MountSettings, Paths, Running, StartError, TargetSpec};
 use super::workload::{estimate, metric_value, reset_meta_dir, run_workload, START_STOP_SECS};
 use super::{file_safe, interrupted, machine, procstat, report};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// What the probe, the rounds and the verdict share: where things are,
@@ -29,6 +29,24 @@ fn say(pb: &ProgressBar, line: String) {
 }
 
 impl Bench {
+    /// Starts `spec` running `cmd` on the run's paths, logging to `log`:
+    /// the probe and the rounds start targets alike.
+    fn start(
+        &self,
+        spec: &TargetSpec,
+        cmd: Option<targets::CommandLine>,
+        log: &Path,
+    ) -> Result<Running, StartError> {
+        targets::start(
+            spec,
+            cmd,
+            &self.paths,
+            &self.token,
+            log,
+            Duration::from_secs(20),
+        )
+    }
+
     /// Mounts and unmounts every target of `specs` once, recording in
     /// `report` how it went: the targets that can run, with their command
     /// lines.
@@ -62,14 +80,7 @@ impl Bench {
                         .out_dir
                         .join("logs")
                         .join(format!("{}-probe.log", file_safe(&spec.name)));
-                    match targets::start(
-                        spec,
-                        cmd.clone(),
-                        &self.paths,
-                        &self.token,
-                        &log,
-                        Duration::from_secs(20),
-                    ) {
+                    match self.start(spec, cmd.clone(), &log) {
                         Ok(mut running) => {
                             info.start_line = running.start_line.clone();
                             let forced = running.stop();
@@ -174,14 +185,7 @@ impl Bench {
             self.out_dir
                 .join("logs")
                 .join(format!("{}-r{}.log", file_safe(&spec.name), round + 1));
-        let mut running = match targets::start(
-            spec,
-            cmd.clone(),
-            &self.paths,
-            &self.token,
-            &log,
-            Duration::from_secs(20),
-        ) {
+        let mut running = match self.start(spec, cmd.clone(), &log) {
             Ok(r) => r,
             Err(e) => {
                 let why = format!("start failed: {e:?}");

@@ -19,7 +19,7 @@ mod running;
 pub use build::{build_fuser, build_libfuse, build_libfuse_hp, build_ours, build_passthroughfs};
 pub use command::{command_for, display_command, CommandLine, MountSettings};
 pub use mount::sweep_stale_mounts;
-pub use running::{start, StartError};
+pub use running::{start, Running, StartError};
 
 use std::path::{Path, PathBuf};
 
