@@ -1,6 +1,6 @@
 /*
  * The guest's side of `cargo xtask test-in-vm --virtiofs` (see
- * xtask/src/vm/virtiofs.rs): file operations, a data-integrity check and a
+ * xtask/src/vm/virtiofs/): file operations, a data-integrity check and a
  * load, run on a virtiofs mount that the host's passthroughfs serves.
  *
  *   vm-virtiofs check DIR      file operations; the file the host seeded;
@@ -2212,7 +2212,7 @@ static const struct {
 	{ "lock waits", locks },
 };
 
-/* The file the host seeds (xtask/src/vm/virtiofs.rs: FROM_HOST), for a
+/* The file the host seeds (xtask/src/vm/virtiofs/mod.rs: FROM_HOST), for a
  * `check` off the VM. */
 static void seed(const char *dir)
 {
