@@ -234,6 +234,24 @@ pub(super) fn clean(raw: &[u8]) -> String {
 /// qemu, killed when dropped (an error or panic must not leave it running).
 pub(super) struct Qemu(pub(super) Child);
 
+impl Qemu {
+    /// Gives up on the guest: says why (`msg`), keeps it as what ended
+    /// `vm`, and kills qemu.
+    pub(super) fn give_up(&mut self, vm: &mut VmRun, msg: String) {
+        println!("test-in-vm: {msg}");
+        vm.killed = Some(msg);
+        let _ = self.0.kill();
+    }
+
+    /// Waits for qemu to end and keeps in `vm` when and how it did.
+    pub(super) fn reap(&mut self, vm: &mut VmRun) -> Result<std::process::ExitStatus> {
+        let status = self.0.wait()?;
+        vm.ended = Some(Instant::now());
+        vm.qemu_status = Some(status.to_string());
+        Ok(status)
+    }
+}
+
 impl Drop for Qemu {
     fn drop(&mut self) {
         if let Ok(None) = self.0.try_wait() {
@@ -348,16 +366,12 @@ pub(super) fn boot(args: &VmArgs, vmlinuz: &Path, initrd: &Path, log: &Path) -> 
                      is just slow)",
                     args.timeout
                 );
-                println!("test-in-vm: {msg}");
-                vm.killed = Some(msg);
-                let _ = qemu.0.kill();
+                qemu.give_up(&mut vm, msg);
                 break;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    let status = qemu.0.wait()?;
-    vm.ended = Some(Instant::now());
-    vm.qemu_status = Some(status.to_string());
+    qemu.reap(&mut vm)?;
     Ok(vm)
 }

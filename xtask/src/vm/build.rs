@@ -186,9 +186,15 @@ pub(super) fn package_name(id: &str) -> Option<String> {
 
 /// Compiles the FUSE INIT probe with `gcc -static` into `run_dir`.
 pub(super) fn build_probe(run_dir: &Path) -> Result<PathBuf> {
-    let source = run_dir.join("vm-probe.c");
-    let exe = run_dir.join("vm-probe");
-    fs::write(&source, PROBE_SOURCE)?;
+    gcc_static(run_dir, "vm-probe", PROBE_SOURCE)
+}
+
+/// Compiles the C program `text` with `gcc -static` into `run_dir/name`
+/// (its source beside it, `name.c`): the guest has no libraries.
+pub(super) fn gcc_static(run_dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
+    let source = run_dir.join(format!("{name}.c"));
+    let exe = run_dir.join(name);
+    fs::write(&source, text)?;
     run_cmd(
         Command::new("gcc")
             .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])

@@ -337,16 +337,7 @@ fn run_vm(args: &VmArgs) -> Result<()> {
     let mut timings: Vec<(&str, f64)> = Vec::new();
     let vm_dir = target_dir().join("vm");
     let run_dir = vm_dir.join("run");
-    fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    let _lock = lock(&run_dir.join(".lock"))?;
-
-    ensure_apt_packages(HOST_PACKAGES)?;
-
-    println!("\n--> kernel");
-    let t = Instant::now();
-    let kernel = find_kernel(args)?;
-    println!("kernel: {} ({})", kernel.vmlinuz.display(), kernel.about);
-    timings.push(("kernel", t.elapsed().as_secs_f64()));
+    let (_lock, kernel) = start_run(args, &run_dir, &run_dir.join(".lock"), &mut timings)?;
 
     println!("\n--> build");
     let t = Instant::now();
@@ -423,6 +414,28 @@ fn run_vm(args: &VmArgs) -> Result<()> {
 
 // ---------------------------------------------------------------------------
 // Small helpers.
+
+/// The start of a run: creates `run_dir`, takes the lock `lock_path`
+/// (see [`lock`]), installs the host's packages, and finds the kernel (the
+/// run's first timed phase, added to `timings`). The lock is held while
+/// the returned file is open.
+fn start_run(
+    args: &VmArgs,
+    run_dir: &Path,
+    lock_path: &Path,
+    timings: &mut Vec<(&str, f64)>,
+) -> Result<(fs::File, Kernel)> {
+    fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    let lock = lock(lock_path)?;
+    ensure_apt_packages(HOST_PACKAGES)?;
+
+    println!("\n--> kernel");
+    let t = Instant::now();
+    let kernel = find_kernel(args)?;
+    println!("kernel: {} ({})", kernel.vmlinuz.display(), kernel.about);
+    timings.push(("kernel", t.elapsed().as_secs_f64()));
+    Ok((lock, kernel))
+}
 
 /// Takes an exclusive `flock` on `path` (waiting for it if another
 /// `test-in-vm` in the same tree holds it); released when the file closes.

@@ -255,18 +255,14 @@ fn boot_once(
                 }
                 if now >= deadline {
                     let msg = format!("{phase}: timed out after {} s; qemu killed", args.timeout);
-                    println!("test-in-vm: {msg}");
-                    vm.killed = Some(msg);
-                    let _ = qemu.0.kill();
+                    qemu.give_up(&mut vm, msg);
                     break;
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    let status = qemu.0.wait()?;
-    vm.ended = Some(Instant::now());
-    vm.qemu_status = Some(status.to_string());
+    let status = qemu.reap(&mut vm)?;
     println!("qemu: {status}");
     Ok((vm, notes))
 }

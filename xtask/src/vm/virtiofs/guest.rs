@@ -134,16 +134,7 @@ const GUEST_PJDFSTEST: (&str, &str) = ("/xtask/pjdfstest", "/xtask/pjdfstest.tom
 
 /// Builds the guest's checker (`gcc -static`) in `run_dir`.
 pub(super) fn build_checker(run_dir: &Path) -> Result<PathBuf> {
-    let checker = run_dir.join("vm-virtiofs");
-    let source = run_dir.join("vm-virtiofs.c");
-    fs::write(&source, CHECKER_SOURCE)?;
-    run_cmd(
-        Command::new("gcc")
-            .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&checker)
-            .arg(&source),
-    )?;
-    Ok(checker)
+    gcc_static(run_dir, "vm-virtiofs", CHECKER_SOURCE)
 }
 
 /// The shared libraries `ldd` lists for `exe` (the loader included).

@@ -83,21 +83,27 @@ const FROM_HOST: (&str, usize, u64) = ("from-host.bin", 5 * 1024 * 1024 + 77, 1)
 /// The file the guest leaves: its size and pattern seed.
 const FROM_GUEST: (&str, usize, u64) = ("from-guest.bin", 3 * 1024 * 1024 + 123, 2);
 
+/// The steps of a check boot (the plan's phase `check`), each of which
+/// must exit 0.
+const CHECK_STEPS: &[&str] = &[
+    "virtiofs-mount",
+    "virtiofs-check",
+    "virtiofs-pjdfstest",
+    "virtiofs-umount",
+];
+
 /// Runs the virtio-fs test; errors end the run.
 pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     let started = Instant::now();
     let mut timings: Vec<(&str, f64)> = Vec::new();
     let vm_dir = target_dir().join("vm");
     let run_dir = vm_dir.join("virtiofs");
-    fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    let _lock = lock(&vm_dir.join("run-virtiofs.lock"))?;
-    ensure_apt_packages(HOST_PACKAGES)?;
-
-    println!("\n--> kernel");
-    let t = Instant::now();
-    let kernel = find_kernel(args)?;
-    println!("kernel: {} ({})", kernel.vmlinuz.display(), kernel.about);
-    timings.push(("kernel", t.elapsed().as_secs_f64()));
+    let (_lock, kernel) = start_run(
+        args,
+        &run_dir,
+        &vm_dir.join("run-virtiofs.lock"),
+        &mut timings,
+    )?;
 
     println!("\n--> build");
     let t = Instant::now();
@@ -141,15 +147,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         None,
     )?;
     timings.extend(vm1.timings());
-    problems.extend(steps_ok(
-        &vm1,
-        &[
-            "virtiofs-mount",
-            "virtiofs-check",
-            "virtiofs-pjdfstest",
-            "virtiofs-umount",
-        ],
-    ));
+    problems.extend(steps_ok(&vm1, CHECK_STEPS));
     let pjd = pjdfstest_report(&vm1);
     problems.extend(compare_hashes(&vm1, &shared));
     problems.extend(check_write_path(&daemon_log));
@@ -233,19 +231,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
             timings.push((timing, t.elapsed().as_secs_f64()));
             notes.extend(n.into_iter().map(|n| format!("--runtime {runtime}: {n}")));
             let label = |p: String| format!("--runtime {runtime}: {p}");
-            problems.extend(
-                steps_ok(
-                    &vm,
-                    &[
-                        "virtiofs-mount",
-                        "virtiofs-check",
-                        "virtiofs-pjdfstest",
-                        "virtiofs-umount",
-                    ],
-                )
-                .into_iter()
-                .map(label),
-            );
+            problems.extend(steps_ok(&vm, CHECK_STEPS).into_iter().map(label));
             problems.extend(compare_hashes(&vm, &shared).into_iter().map(label));
             runtime_boots.push((runtime, vm, log));
         }
