@@ -415,10 +415,9 @@ fn run_vm(args: &VmArgs) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Small helpers.
 
-/// The start of a run: creates `run_dir`, takes the lock `lock_path`
-/// (see [`lock`]), installs the host's packages, and finds the kernel (the
-/// run's first timed phase, added to `timings`). The lock is held while
-/// the returned file is open.
+/// The start of a run: creates `run_dir`, takes the [`lock`] `lock_path`
+/// (held while the returned file is open), installs the host's packages,
+/// and finds the kernel (the run's first timed phase, into `timings`).
 fn start_run(
     args: &VmArgs,
     run_dir: &Path,
@@ -428,7 +427,6 @@ fn start_run(
     fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let lock = lock(lock_path)?;
     ensure_apt_packages(HOST_PACKAGES)?;
-
     println!("\n--> kernel");
     let t = Instant::now();
     let kernel = find_kernel(args)?;
