@@ -125,7 +125,13 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
         || a.stderr(),
     );
     // The stop can't finish: the handler still waits for B.
-    assert!(waits_for_a_fuse_reply(a.pid()), "{}", a.stderr());
+    assert!(
+        waits_for_a_fuse_reply(a.pid()),
+        "A's threads: {:?}; B's: {:?}; A's log: {}",
+        thread_wchans(a.pid()),
+        thread_wchans(b.pid()),
+        a.stderr()
+    );
     a.signal(second);
     let (status, log, _) = a.wait_exit(DEADLINE);
     assert_eq!(
