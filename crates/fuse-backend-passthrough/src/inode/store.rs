@@ -224,6 +224,12 @@ impl InodeStore {
         Ok(self.counted(inode.clone()))
     }
 
+    /// Whether an inode of identity `key` is in the table (alive or not):
+    /// a hint only, the table may change right after.
+    pub(crate) fn knows_key(&self, key: &InodeKey) -> bool {
+        self.id_of_key(&self.read(), key).is_some()
+    }
+
     /// The inode known for the live file with backing identity `key` (a
     /// file that exists now, found by name or held open by the caller),
     /// with one more lookup reference (none for the root, whose references
@@ -237,12 +243,6 @@ impl InodeStore {
     /// key; a node whose handle is stale holds a removed one and doesn't
     /// count. So a hot inode costs nothing more; a cold one an
     /// `open_by_handle_at`, whose descriptor the next request then uses.
-    /// Whether an inode of identity `key` is in the table (alive or not):
-    /// a hint only, the table may change right after.
-    pub(crate) fn knows_key(&self, key: &InodeKey) -> bool {
-        self.id_of_key(&self.read(), key).is_some()
-    }
-
     pub(crate) fn get_live_by_key_and_ref(&self, key: &InodeKey) -> Option<Counted<'_>> {
         let counted = {
             let maps = self.read();
