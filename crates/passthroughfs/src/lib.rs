@@ -1,9 +1,9 @@
 //! The `passthroughfs` daemon as a library: its command line (the clap
 //! argument types), the mapping from arguments to [`PassthroughConfig`],
 //! [`SessionConfig`] and [`UringConfig`], and the signal and serving
-//! helpers of `src/main.rs`. The bench daemon (`crates/bench`) builds its
-//! command line from the same [`FsArgs`] and serves through the same
-//! helpers, so a switch means the same in both.
+//! helpers of the binary (`src/main.rs` and its modules). The bench daemon
+//! (`crates/bench`) builds its command line from the same [`FsArgs`] and
+//! serves through the same helpers, so a switch means the same in both.
 //!
 //! Every transport is served as an `Arc<dyn Session>`: a `DevSession`, a
 //! `UringSession`, or a `FuseDevTask` on runtime threads of its own
