@@ -142,4 +142,4 @@ pub use passthrough::PassthroughStats;
 #[cfg(feature = "async")]
 pub use pool::AsyncPoolStats;
 pub use sys::raise_nofile_limit;
-pub use watch::{SourceWatchStats, WATCHED_ATTR_TIMEOUT, WATCHED_ENTRY_TIMEOUT};
+pub use watch::{SourceWatchGroup, SourceWatchStats, WATCHED_ATTR_TIMEOUT, WATCHED_ENTRY_TIMEOUT};

@@ -75,6 +75,10 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&format!("supervised start: {e}")),
     };
+    let watch_group = match supervise::inherited_watch_group() {
+        Ok(g) => g,
+        Err(e) => return usage_error(&format!("supervised start: {e}")),
+    };
     let to_syslog = std::env::var_os(LOG_TO_SYSLOG).is_some();
     std::env::remove_var(LOG_TO_SYSLOG);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -133,7 +137,7 @@ fn main() -> ExitCode {
     let served = if plan.args.supervise && supervised.is_none() {
         supervise(plan, &mut detach, argv, cwd)
     } else {
-        serve(plan, &mut detach, supervised)
+        serve(plan, &mut detach, supervised, watch_group)
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,

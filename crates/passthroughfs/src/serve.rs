@@ -25,6 +25,7 @@ pub(crate) fn serve(
     plan: Plan,
     detach: &mut Detach,
     supervised: Option<Supervised>,
+    watch_group: Option<fuse_backend_passthrough::SourceWatchGroup>,
 ) -> Result<(), Failure> {
     let Plan {
         args,
@@ -152,6 +153,9 @@ pub(crate) fn serve(
         (None, None) => {
             let session = match (&args.take_over, supervised) {
                 (_, Some(supervised)) => {
+                    if let Some(group) = watch_group {
+                        fs.inherit_watch_group(group);
+                    }
                     fs.recover(supervised.area.fs_region())
                         .map_err(|e| Failure(format!("taking the crash table back: {e}")))?;
                     Arc::new(

@@ -42,6 +42,24 @@ pub(crate) fn supervise(
         fuse_backend_passthrough::crash_table_bytes(SUPERVISED_NODES),
     )
     .map_err(|e| Failure(format!("creating the state area: {e}")))?;
+    // The source watch's group outlives serving processes: made here and
+    // inherited by each, so that what a crashed one had the kernel cache
+    // stays covered and nothing is dropped (docs/takeover.md).
+    let watch_group = plan
+        .fs_config
+        .source_watch_wanted()
+        .then(|| {
+            fuse_backend_passthrough::SourceWatchGroup::create(plan.fs_config.file_watch_wanted())
+        })
+        .transpose()
+        .unwrap_or_else(|e| {
+            tracing::info!("no source watch group for the serving processes: {e}");
+            None
+        });
+    let watch_group_env = match &watch_group {
+        Some(g) => Some(inheritable_group(g)?),
+        None => None,
+    };
     let exe = std::env::current_exe()
         .map_err(|e| Failure(format!("finding this program to run it again: {e}")))?;
     let background = detach.is_background();
@@ -59,6 +77,9 @@ pub(crate) fn supervise(
                 if background {
                     cmd.env(LOG_TO_SYSLOG, "1");
                 }
+                if let Some(value) = &watch_group_env {
+                    cmd.env(WATCH_GROUP, value);
+                }
                 cmd
             },
             || {
@@ -68,6 +89,7 @@ pub(crate) fn supervise(
         )
         .map_err(|e| Failure(format!("supervising: {e}")))?;
     notify::stopping();
+    drop(watch_group);
     match exit {
         SupervisorExit::Done => {
             tracing::info!("unmounted; exiting");
@@ -79,3 +101,68 @@ pub(crate) fn supervise(
 
 /// Set for a supervised daemon whose supervisor logs to syslog.
 pub(crate) const LOG_TO_SYSLOG: &str = "PASSTHROUGHFS_LOG_TO_SYSLOG";
+
+/// Names the supervisor's source watch group for a serving process:
+/// `<descriptor>,<files 0|1>,<privileged 0|1>`.
+pub(crate) const WATCH_GROUP: &str = "PASSTHROUGHFS_WATCH_GROUP";
+
+/// Lets serving processes inherit `group` (no close-on-exec); returns its
+/// [`WATCH_GROUP`] value.
+fn inheritable_group(
+    group: &fuse_backend_passthrough::SourceWatchGroup,
+) -> Result<String, Failure> {
+    use std::os::fd::AsRawFd;
+    let fd = group.fd().as_raw_fd();
+    // SAFETY: a plain fcntl on a descriptor this process owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+        return Err(Failure(format!(
+            "passing the source watch group on: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(format!(
+        "{fd},{},{}",
+        u8::from(group.watches_files()),
+        u8::from(group.privileged())
+    ))
+}
+
+/// The supervisor's source watch group, in a serving process started by
+/// one ([`WATCH_GROUP`]); taken out of the environment and made
+/// close-on-exec. Call it early in `main`, before other threads exist.
+pub(crate) fn inherited_watch_group(
+) -> Result<Option<fuse_backend_passthrough::SourceWatchGroup>, Failure> {
+    use std::os::fd::FromRawFd;
+    let Some(value) = std::env::var_os(WATCH_GROUP) else {
+        return Ok(None);
+    };
+    std::env::remove_var(WATCH_GROUP);
+    let value = value.to_string_lossy().into_owned();
+    let bad = || {
+        Failure(format!(
+            "{WATCH_GROUP}={value:?}: not <descriptor>,<0|1>,<0|1>"
+        ))
+    };
+    let parts: Vec<&str> = value.split(',').collect();
+    let [fd, files, privileged] = parts[..] else {
+        return Err(bad());
+    };
+    let fd: i32 = fd.parse().map_err(|_| bad())?;
+    let flag = |s: &str| match s {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(bad()),
+    };
+    let (files, privileged) = (flag(files)?, flag(privileged)?);
+    // SAFETY: a plain fcntl; checks the descriptor is open.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(Failure(format!(
+            "{WATCH_GROUP}: descriptor {fd} is not open"
+        )));
+    }
+    // SAFETY: inherited for this process alone, named once.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    Ok(Some(
+        fuse_backend_passthrough::SourceWatchGroup::from_parts(fd, files, privileged),
+    ))
+}

@@ -429,11 +429,12 @@ fn a_crash_after_making_a_handle_before_the_reply_leaks_none_needs_file_handles(
 #[test]
 fn names_removed_in_the_source_after_a_crash_or_restart_leave_the_mount_needs_file_handles() {
     // The serving process's source watch lets the kernel cache names and
-    // attributes for a day. It dies with the process (a crash, or a
-    // planned restart), and the next one watches afresh: the kernel must
-    // drop what it cached on the old watch's word, or a name removed
-    // behind the mount's back in a directory the kernel doesn't ask about
-    // again stays visible for that day.
+    // attributes for a day. Its fanotify group is the supervisor's, so it
+    // outlives the process (a crash, or a planned restart) and the next
+    // one takes it on: a name removed behind the mount's back afterwards,
+    // in a directory the kernel doesn't ask about again, leaves the mount
+    // (before the group outlived processes, the next one had the kernel
+    // drop everything instead; without either it stayed for that day).
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
     assert!(
@@ -464,6 +465,48 @@ fn names_removed_in_the_source_after_a_crash_or_restart_leave_the_mount_needs_fi
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    stop(daemon);
+}
+
+#[test]
+fn crashes_and_restarts_keep_cached_names_needs_file_handles() {
+    // What the kernel cached before a crash or a planned restart stays
+    // valid after it: no LOOKUP of a cached name by the next serving
+    // process (`-d` request lines). A crash recovery used to have the
+    // kernel drop everything (INC_EPOCH, the watch having died with the
+    // process), and a process whose working directory the kernel then
+    // unhashed until its next LOOKUP got ENOENT from getcwd meanwhile
+    // (`twenty_crashes_under_fio_verify_and_a_git_loop`'s "Unable to read
+    // current working directory", 2 of 5 loaded repeat rounds).
+    let d = dirs();
+    let daemon = Daemon::start(&d.src, &d.mnt, Transport::Dev, &["--supervise", "-d"]);
+    let lookups_of = |log: &str, name: &str| -> usize {
+        let wanted = format!("name=\"{name}\"");
+        log.lines()
+            .filter(|l| l.contains("LOOKUP node=1") && l.contains(&wanted))
+            .count()
+    };
+    std::fs::create_dir(d.mnt.join("kept")).unwrap();
+    for (n, restart) in [(0, false), (1, true), (2, false)] {
+        assert!(d.mnt.join("kept").is_dir());
+        let before = daemon.stderr().len();
+        if restart {
+            daemon.signal(libc::SIGUSR2);
+            wait_serving(&daemon, n + 1);
+        } else {
+            crash(&daemon, n);
+        }
+        assert!(d.mnt.join("kept").is_dir());
+        let after = daemon.stderr();
+        let seen = lookups_of(&after[before..], "kept");
+        assert_eq!(
+            seen,
+            0,
+            "after the {} the kernel looked `kept` up again: it dropped what it cached: {}",
+            if restart { "restart" } else { "crash" },
+            &after[before..]
+        );
     }
     stop(daemon);
 }

@@ -219,7 +219,10 @@ impl PassthroughFs {
         // attributes the kernel cached for long on its word are dropped
         // once the session can notify ([`PassthroughFs::resumed`]), since
         // nothing saw the changes made since.
-        if done.nodes > 0 && self.cfg.source_watch_wanted() {
+        // Not where the supervisor's watch group outlived that process
+        // ([`PassthroughFs::inherit_watch_group`]): it saw them.
+        if done.nodes > 0 && self.cfg.source_watch_wanted() && lock(&self.inherited_watch).is_none()
+        {
             self.watch_not_taken_over.store(true, Ordering::Release);
         }
         if done.nodes > 0 || done.handles > 0 {

@@ -118,6 +118,9 @@ pub struct PassthroughFs {
     /// watch, which may have had the kernel cache names and attributes for
     /// long: [`PassthroughFs::resumed`] drops them.
     watch_not_taken_over: AtomicBool,
+    /// A source watch group made by a supervisor, for the watch to adopt
+    /// when it starts ([`PassthroughFs::inherit_watch_group`]).
+    inherited_watch: Mutex<Option<crate::watch::SourceWatchGroup>>,
     /// The protocol minor version the kernel offered at INIT (0: none
     /// yet), for a notifier taken before INIT was answered.
     kernel_minor: AtomicU32,
@@ -215,6 +218,7 @@ impl PassthroughFs {
             watch_epoch: AtomicU32::new(0),
             next_watch: AtomicU32::new(1),
             watch_not_taken_over: AtomicBool::new(false),
+            inherited_watch: Mutex::new(None),
             kernel_minor: AtomicU32::new(0),
             nowait_devices: Mutex::default(),
         })

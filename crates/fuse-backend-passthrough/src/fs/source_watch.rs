@@ -44,6 +44,11 @@ impl PassthroughFs {
         if slot.is_some() {
             return;
         }
+        if let Some(group) = lock(&self.inherited_watch).take() {
+            drop(slot);
+            self.adopt_watch_group(group, &notifier);
+            return;
+        }
         match SourceWatcher::start(Arc::downgrade(&notifier), self.cfg.file_watch_wanted()) {
             Ok(w) => {
                 let files = w.watches_files();
@@ -67,6 +72,75 @@ impl PassthroughFs {
                 "names cached for {:?}: the source can't be watched: {e}",
                 self.entry_timeout
             ),
+        }
+    }
+
+    /// Takes over `group`, a source watch group that a supervisor made
+    /// and a dead serving process used (or none yet, for the first one):
+    /// the nodes this process knows (taken back from the crash table) are
+    /// marked again through the usual paths, which fills the tables the
+    /// queued events are looked up in and restores what the dead process
+    /// had turned off (write events of files it was writing), then the
+    /// group is read: changes made while no process read it are passed
+    /// on, and nothing the kernel cached has to be dropped.
+    fn adopt_watch_group(&self, group: crate::watch::SourceWatchGroup, notifier: &Arc<Notifier>) {
+        let watcher = Arc::new(SourceWatcher::adopt(group));
+        let files = watcher.watches_files();
+        {
+            let mut slot = lock(&self.watcher);
+            if slot.is_some() {
+                return;
+            }
+            *slot = Some(watcher.clone());
+        }
+        let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        self.watch_epoch.store(epoch, Ordering::Release);
+        let mut marked = 0usize;
+        for inode in self.inodes.all() {
+            if inode.ftype() == libc::S_IFDIR {
+                if self.entry_timeout_in(&inode) == crate::WATCHED_ENTRY_TIMEOUT {
+                    marked += 1;
+                }
+            } else if inode.is_reg() && files {
+                if inode.has_writers.load(Ordering::Acquire) {
+                    // Watched again once its writers are gone.
+                    self.creds.root();
+                    if let Ok(fd) = inode.file.path_fd() {
+                        watcher.lift_inherited_ignore(fd.as_fd());
+                    }
+                } else if self.attr_timeout_of(&inode, true) == crate::WATCHED_ATTR_TIMEOUT {
+                    marked += 1;
+                }
+            }
+        }
+        watcher.adopted_nodes_marked();
+        match watcher.start_reading(Arc::downgrade(notifier)) {
+            Ok(()) => tracing::info!(
+                files,
+                marked,
+                "watching the source for changes behind the mount's back with the \
+                 supervisor's watch group: names cached for {:?} in watched directories",
+                crate::WATCHED_ENTRY_TIMEOUT,
+            ),
+            Err(e) => {
+                // Nothing reads the changes: drop what the kernel cached.
+                tracing::warn!("reading the supervisor's source watch group: {e}");
+                lock(&self.watcher).take();
+                self.watch_epoch.store(0, Ordering::Release);
+                self.watch_not_taken_over.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Gives the source watch a group made ahead of this file system,
+    /// typically by a supervisor before its first serving process
+    /// ([`SourceWatchGroup`](crate::SourceWatchGroup)): the watch adopts
+    /// it when it starts instead of making its own, and a crash recovery
+    /// ([`PassthroughFs::recover`]) then drops nothing the kernel cached.
+    /// Call it before `recover` and before a notifier is set.
+    pub fn inherit_watch_group(&self, group: crate::watch::SourceWatchGroup) {
+        if self.cfg.source_watch_wanted() {
+            *lock(&self.inherited_watch) = Some(group);
         }
     }
 

@@ -145,18 +145,45 @@ impl SourceWatcher {
             self.shared.files().insert(nodeid, &fid);
         }
         let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
-        let quiet = through_fs.entry(nodeid).or_insert(Quiet::No);
+        // In an adopted group the dead process may have left an ignore
+        // mark on a file it was writing: lifted as one of ours would be
+        // (there may be none there: ENOENT).
+        let adopted = self.adopted.load(Ordering::Acquire);
+        let first = if adopted { Quiet::Yes } else { Quiet::No };
+        let quiet = through_fs.entry(nodeid).or_insert(first);
         if *quiet == Quiet::Yes {
             let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-            sys::fanotify_mark_path(
+            match sys::fanotify_mark_path(
                 self.group.as_fd(),
                 libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
                 libc::FAN_MODIFY,
                 path.as_cstr(),
-            )?;
+            ) {
+                Ok(()) => {}
+                Err(e) if adopted && e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
             *quiet = Quiet::Lifted;
         }
         Ok(())
+    }
+
+    /// Lifts an ignore mark that the process whose group this watch
+    /// adopted may have left on the regular file `file` (it was writing
+    /// it), for a file not watched now (the daemon holds it open for
+    /// writing): once it is watched again its writes must be reported.
+    pub(crate) fn lift_inherited_ignore(&self, file: BorrowedFd<'_>) {
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        if let Err(e) = sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+            libc::FAN_MODIFY,
+            path.as_cstr(),
+        ) {
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                tracing::debug!("lifting an adopted ignore mark: {e}");
+            }
+        }
     }
 
     /// A count to take before reading the attributes of a file that

@@ -95,7 +95,7 @@ use reader::Reader;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -205,17 +205,37 @@ pub(crate) struct SourceWatcher {
     /// Files watched through a filesystem-wide mark, by node id, and
     /// whether an ignore mark keeps their writes quiet.
     through_fs: Mutex<IdMap<Quiet>>,
+    /// The group was another process's ([`SourceWatcher::adopt`]) and the
+    /// nodes it knew are being marked again: a file watched through a
+    /// filesystem-wide mark may still have that process's ignore mark,
+    /// which is lifted when the file is watched. Cleared once they are
+    /// ([`SourceWatcher::adopted_nodes_marked`]): a file seen later was
+    /// never that process's.
+    adopted: AtomicBool,
 }
 
-impl SourceWatcher {
-    /// Starts watching (no directory yet) and passing changes on through
-    /// `notifier` while it lives (held weakly: the notifier holds the
-    /// connection open); fails where fanotify can't report names by
-    /// directory handle (before Linux 5.9, or refused), with the reason.
-    /// With `files`, regular files can be watched too
-    /// ([`SourceWatcher::watch_file`]) where fanotify reports their handles
-    /// as well ([`SourceWatcher::watches_files`] says whether it does).
-    pub(crate) fn start(notifier: Weak<Notifier>, files: bool) -> io::Result<Self> {
+/// A source watch's fanotify group made ahead of the file system that
+/// reads it, so that it can outlive serving processes: a supervisor
+/// (`passthroughfs --supervise`) makes one before its first serving
+/// process and each inherits it
+/// ([`PassthroughFs::inherit_watch_group`](crate::PassthroughFs::inherit_watch_group)).
+/// Its marks and the changes queued in it while no process reads then
+/// survive a crash, and the next process needs no drop of what the kernel
+/// cached on the dead one's word.
+#[derive(Debug)]
+pub struct SourceWatchGroup {
+    fd: OwnedFd,
+    files: bool,
+    privileged: bool,
+}
+
+impl SourceWatchGroup {
+    /// Makes a group that reports names by directory handle and, with
+    /// `files` where the kernel allows it, changed files by their own
+    /// handle; unlimited marks and queue where this process may ask for
+    /// them. Fails where fanotify can't report names (before Linux 5.9,
+    /// or refused), with the reason.
+    pub fn create(files: bool) -> io::Result<Self> {
         let names = libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME;
         // A privileged daemon asks for no limits: unprivileged, a mark per
         // file the kernel knows, past the per-user limit
@@ -240,14 +260,75 @@ impl SourceWatcher {
                 r.map_err(|e| tracing::info!("source watch: files can't be watched: {e}"))
                     .ok()
             });
-        let watches_files = with_files.is_some();
-        let (group, privileged) = match with_files {
+        let files = with_files.is_some();
+        let (fd, privileged) = match with_files {
             Some(group) => group,
             None => init(names)?,
         };
-        let watcher = Self::with_group(Arc::new(group), watches_files, privileged);
+        Ok(Self {
+            fd,
+            files,
+            privileged,
+        })
+    }
+
+    /// A group [`SourceWatchGroup::create`] made (in another process):
+    /// its descriptor, whether it reports files, and whether it was made
+    /// privileged (unlimited, filesystem-wide marks allowed).
+    pub fn from_parts(fd: OwnedFd, files: bool, privileged: bool) -> Self {
+        Self {
+            fd,
+            files,
+            privileged,
+        }
+    }
+
+    /// The group's descriptor (to pass on to a child process).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Whether the group reports changed files by their own handle.
+    pub fn watches_files(&self) -> bool {
+        self.files
+    }
+
+    /// Whether the group was made privileged.
+    pub fn privileged(&self) -> bool {
+        self.privileged
+    }
+}
+
+impl SourceWatcher {
+    /// Starts watching (no directory yet) and passing changes on through
+    /// `notifier` while it lives (held weakly: the notifier holds the
+    /// connection open); fails where fanotify can't report names by
+    /// directory handle (before Linux 5.9, or refused), with the reason.
+    /// With `files`, regular files can be watched too
+    /// ([`SourceWatcher::watch_file`]) where fanotify reports their handles
+    /// as well ([`SourceWatcher::watches_files`] says whether it does).
+    pub(crate) fn start(notifier: Weak<Notifier>, files: bool) -> io::Result<Self> {
+        let group = SourceWatchGroup::create(files)?;
+        let watcher = Self::with_group(Arc::new(group.fd), group.files, group.privileged);
         watcher.start_reading(notifier)?;
         Ok(watcher)
+    }
+
+    /// A watcher of a group made by another process
+    /// ([`SourceWatchGroup`]): its marks and the events queued in it are a
+    /// dead serving process's. Reads nothing yet: the caller marks again
+    /// what it knows (so that the queued events find their nodes), then
+    /// [`SourceWatcher::start_reading`].
+    pub(crate) fn adopt(group: SourceWatchGroup) -> Self {
+        let watcher = Self::with_group(Arc::new(group.fd), group.files, group.privileged);
+        watcher.adopted.store(true, Ordering::Release);
+        watcher
+    }
+
+    /// The nodes known when the group was adopted are marked again
+    /// ([`SourceWatcher::adopt`]).
+    pub(crate) fn adopted_nodes_marked(&self) {
+        self.adopted.store(false, Ordering::Release);
     }
 
     /// A watcher of `group`, knowing no mark and reading nothing yet.
@@ -268,6 +349,7 @@ impl SourceWatcher {
             privileged,
             filesystems: Mutex::new(IdMap::default()),
             through_fs: Mutex::new(IdMap::default()),
+            adopted: AtomicBool::new(false),
         }
     }
 
