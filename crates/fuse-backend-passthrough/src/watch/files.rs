@@ -152,13 +152,7 @@ impl SourceWatcher {
         let first = if adopted { Quiet::Yes } else { Quiet::No };
         let quiet = through_fs.entry(nodeid).or_insert(first);
         if *quiet == Quiet::Yes {
-            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-            match sys::fanotify_mark_path(
-                self.group.as_fd(),
-                libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
-                libc::FAN_MODIFY,
-                path.as_cstr(),
-            ) {
+            match self.remove_ignore_mark(file) {
                 Ok(()) => {}
                 Err(e) if adopted && e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => return Err(e),
@@ -173,17 +167,23 @@ impl SourceWatcher {
     /// it), for a file not watched now (the daemon holds it open for
     /// writing): once it is watched again its writes must be reported.
     pub(crate) fn lift_inherited_ignore(&self, file: BorrowedFd<'_>) {
-        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-        if let Err(e) = sys::fanotify_mark_path(
-            self.group.as_fd(),
-            libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
-            libc::FAN_MODIFY,
-            path.as_cstr(),
-        ) {
+        if let Err(e) = self.remove_ignore_mark(file) {
             if e.raw_os_error() != Some(libc::ENOENT) {
                 tracing::debug!("lifting an adopted ignore mark: {e}");
             }
         }
+    }
+
+    /// Removes the write-ignore mark of the regular file `file` (ENOENT
+    /// where it has no mark of its own).
+    fn remove_ignore_mark(&self, file: BorrowedFd<'_>) -> io::Result<()> {
+        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        sys::fanotify_mark_path(
+            self.group.as_fd(),
+            libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
+            libc::FAN_MODIFY,
+            path.as_cstr(),
+        )
     }
 
     /// A count to take before reading the attributes of a file that
@@ -285,13 +285,7 @@ impl SourceWatcher {
         if let Some(quiet) = through_fs {
             // Only an ignore mark is the file's own (it holds the inode).
             if quiet == Quiet::Yes {
-                let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-                if let Err(e) = sys::fanotify_mark_path(
-                    self.group.as_fd(),
-                    libc::FAN_MARK_REMOVE | libc::FAN_MARK_IGNORED_MASK,
-                    libc::FAN_MODIFY,
-                    path.as_cstr(),
-                ) {
+                if let Err(e) = self.remove_ignore_mark(file) {
                     tracing::debug!(nodeid, "removing a file's ignore mark: {e}");
                 }
             }
