@@ -69,7 +69,7 @@ pub(crate) fn spawn_takeover_listener(
             let _ = std::fs::remove_file(&path);
             tracing::info!("a new daemon asks to take over");
             // The source watch stops reading while the workers still
-            // answer (see `pause_quietly`); its group and marks move to the
+            // answer (see `serve::pause_quietly`); its group and marks move to the
             // new daemon, or it reads again here if the takeover fails.
             fs.pause_notifications();
             let result = offer_mount(session.as_ref(), fs.as_ref(), &stream, timeout);
