@@ -45,6 +45,14 @@ const H_NODE_HIGH: usize = 4;
 const H_HANDLE_HIGH: usize = 5;
 const H_ROOT_INO: usize = 6;
 const H_ROOT_DEV: usize = 7;
+/// Handle numbers below this may have been given out (noted in a request's
+/// journal record, or handed to the kernel) by some process: the next one
+/// numbers its handles from here. 0 in a table written before the word
+/// was kept (the same layout otherwise).
+const H_HANDLES_NUMBERED_BELOW: usize = 8;
+/// How many handle numbers a process takes at once (one write of the
+/// shared word per this many opens).
+const HANDLE_NUMBERS_TAKEN: u64 = 1024;
 
 const NODE_WORDS: usize = 32;
 const N_USED: usize = 0;
@@ -308,6 +316,27 @@ impl CrashTable {
         w[F_PASSTHROUGH].store(passthrough_id as i64 as u64, Ordering::Relaxed);
         w[F_USED].store(1, Ordering::Release);
         slot
+    }
+
+    /// Before handle number `fh` is used anywhere (a request's journal
+    /// record, this table, a reply): marks it taken, so that no later
+    /// process numbers a handle of its own `fh`. A resend's note then
+    /// names a handle of the dead process or none, never the new one's
+    /// (see `HandleTable::insert`).
+    pub(crate) fn take_handle_number(&self, fh: u64) {
+        let below = &self.region.words()[H_HANDLES_NUMBERED_BELOW];
+        if fh < below.load(Ordering::Acquire) {
+            return;
+        }
+        below.fetch_max(
+            (fh / HANDLE_NUMBERS_TAKEN + 1) * HANDLE_NUMBERS_TAKEN,
+            Ordering::AcqRel,
+        );
+    }
+
+    /// The first handle number no earlier process can have used.
+    pub(crate) fn handles_numbered_below(&self) -> u64 {
+        self.region.words()[H_HANDLES_NUMBERED_BELOW].load(Ordering::Acquire)
     }
 
     /// Frees handle slot `slot` (RELEASE).

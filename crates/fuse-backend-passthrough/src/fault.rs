@@ -41,21 +41,37 @@ pub(crate) fn on_hand_over(nodeid: u64, ino: u64) {
     }
 }
 
-/// A hook run when a handle was made for an OPEN, OPENDIR or CREATE, once
-/// the crash table keeps it and the request journal noted it, before the
-/// reply is recorded; it gets the handle number.
+/// A hook run as a handle is made for an OPEN, OPENDIR or CREATE; it gets
+/// the handle number. [`set_handle_made_hook`]'s runs once the crash table
+/// keeps the handle and the request journal noted it, before the reply is
+/// recorded; [`set_handle_noted_hook`]'s once the journal noted it, before
+/// the crash table keeps it.
 pub type HandleMadeHook = fn(u64);
 
 static HANDLE_MADE_HOOK: OnceLock<HandleMadeHook> = OnceLock::new();
+static HANDLE_NOTED_HOOK: OnceLock<HandleMadeHook> = OnceLock::new();
 
 /// Sets the handle hook (once per process; later calls do nothing).
 pub fn set_handle_made_hook(hook: HandleMadeHook) {
     let _ = HANDLE_MADE_HOOK.set(hook);
 }
 
+/// Sets the hook run between the journal's note and the crash table (once
+/// per process; later calls do nothing).
+pub fn set_handle_noted_hook(hook: HandleMadeHook) {
+    let _ = HANDLE_NOTED_HOOK.set(hook);
+}
+
 /// Runs the handle hook, if one is set.
 pub(crate) fn on_handle_made(fh: u64) {
     if let Some(hook) = HANDLE_MADE_HOOK.get() {
+        hook(fh);
+    }
+}
+
+/// Runs the noted-handle hook, if one is set.
+pub(crate) fn on_handle_noted(fh: u64) {
+    if let Some(hook) = HANDLE_NOTED_HOOK.get() {
         hook(fh);
     }
 }

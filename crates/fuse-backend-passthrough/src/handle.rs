@@ -115,6 +115,17 @@ impl HandleTable {
         let mut shard = self.shard(fh).write().unwrap_or_else(|e| e.into_inner());
         shard.try_reserve(1).map_err(|_| errno(libc::ENOMEM))?;
         if let Some(table) = self.crash.get() {
+            // In the request's journal record first, in the table second:
+            // a resend closes the handle its note names, if the table kept
+            // it, before running again. A crash between the two leaves
+            // nothing to close; the other order kept a handle nobody held
+            // until the unmount. The number is marked taken before it is
+            // noted, so a later process never makes a handle of that
+            // number: a note names a handle the kernel never got, or none.
+            table.take_handle_number(fh);
+            fuse_server::recovery::note(fh + 1);
+            #[cfg(feature = "fault-injection")]
+            crate::fault::on_handle_noted(fh);
             let slot = table.add_handle(
                 fh,
                 handle.nodeid,
@@ -123,11 +134,6 @@ impl HandleTable {
                 handle.passthrough_id,
             );
             handle.crash_slot.store(slot, Ordering::Release);
-            // In the table first, in the request's journal record second
-            // (a resend then closes it before running again): a crash
-            // between the two keeps a handle nobody holds until the
-            // unmount, never closes one the kernel was given.
-            fuse_server::recovery::note(fh + 1);
             #[cfg(feature = "fault-injection")]
             crate::fault::on_handle_made(fh);
         }
@@ -184,6 +190,12 @@ impl HandleTable {
             .collect();
         all.sort_by_key(|(fh, _)| *fh);
         all
+    }
+
+    /// Numbers later handles from `first` at least (crash recovery: the
+    /// numbers a dead process may have used are not used again).
+    pub(crate) fn number_from(&self, first: u64) {
+        self.next.fetch_max(first, Ordering::AcqRel);
     }
 
     /// The number the next handle gets.

@@ -56,9 +56,10 @@ pub(super) fn resent_after_start() -> bool {
 impl PassthroughFs {
     /// Before an OPEN, OPENDIR or CREATE: on a resend the dead process had
     /// started, closes the handle its first attempt made (the handle table
-    /// notes each handle in the request's journal record once the crash
-    /// table keeps it), which the kernel never got: the request then runs
-    /// again and makes another. Without this the handle, its descriptor
+    /// notes each handle's number in the request's journal record before
+    /// the crash table keeps it, and no later process numbers a handle the
+    /// same), which the kernel never got: the request then runs again and
+    /// makes another. Without this the handle, its descriptor
     /// and its kernel passthrough backing id stayed until the unmount.
     pub(super) fn close_resent_handle(&self, ctx: &Context) {
         let Attempt::Resent {
@@ -163,6 +164,7 @@ impl PassthroughFs {
         let (nodes, handles) = table.records();
         self.inodes.set_crash_table(table.clone());
         self.handles.set_crash_table(table.clone());
+        self.handles.number_from(table.handles_numbered_below());
         let mut done = CrashRecovery {
             nodes: self.inodes.restore_crashed(nodes),
             ..CrashRecovery::default()
@@ -446,6 +448,27 @@ mod tests {
                 },
             )
             .unwrap();
+        // A later handle, released: not in the table, but its number may
+        // be in a request journal's note (a resend closes the handle a note
+        // names), so no later process numbers a handle the same.
+        let rw = OpenArgs {
+            flags: libc::O_RDWR as u32,
+            open_flags: Default::default(),
+        };
+        let later = old.open(&c, f.nodeid, &rw).unwrap();
+        assert!(later.fh > opened.fh);
+        let release = |fs: &PassthroughFs, fh| {
+            fs.release(
+                &c,
+                f.nodeid,
+                &ReleaseArgs {
+                    fh,
+                    ..ReleaseArgs::default()
+                },
+            )
+            .unwrap()
+        };
+        release(&old, later.fh);
         // The process "dies": nothing of it but the area is left.
         std::mem::forget(old);
 
@@ -466,19 +489,15 @@ mod tests {
             .unwrap();
         assert_eq!(&buf[..n], b"data");
         assert_eq!(new.inodes.get(f.nodeid).unwrap().refs(), 2);
-        // A new node gets a new id.
+        // A new node gets a new id, a new handle a number no earlier
+        // process used.
         let d = new.lookup(&c, root, c"d").unwrap();
         assert!(d.nodeid > f.nodeid);
         new.forget(&c, d.nodeid, 1);
-        new.release(
-            &c,
-            f.nodeid,
-            &ReleaseArgs {
-                fh: opened.fh,
-                ..ReleaseArgs::default()
-            },
-        )
-        .unwrap();
+        let again = new.open(&c, f.nodeid, &rw).unwrap();
+        assert!(again.fh > later.fh, "{} reused", again.fh);
+        release(&new, again.fh);
+        release(&new, opened.fh);
         new.forget(&c, f.nodeid, 2);
         // Everything given back: a third process finds an empty table.
         assert_eq!(recovering(dir.path(), &area).1, CrashRecovery::default());

@@ -32,7 +32,8 @@
 //! number (in decimal), at a reply handing a lookup reference on that
 //! file, between the crash table's count and the journal's record; or
 //! `handle`, at the next handle an OPEN, OPENDIR or CREATE makes, once
-//! the table keeps it and the journal noted it.
+//! the table keeps it and the journal noted it; or `handle-noted`, at the
+//! next handle once the journal noted it, before the table keeps it.
 
 use std::ffi::CStr;
 use std::io;
@@ -50,6 +51,7 @@ pub fn install() {
         let _ = CRASH_FLAG.set(std::path::PathBuf::from(flag));
         fuse_backend_passthrough::fault::set_hand_over_hook(on_hand_over);
         fuse_backend_passthrough::fault::set_handle_made_hook(on_handle_made);
+        fuse_backend_passthrough::fault::set_handle_noted_hook(on_handle_noted);
     }
 }
 
@@ -62,6 +64,13 @@ fn on_hand_over(nodeid: u64, ino: u64) {
 
 fn on_handle_made(fh: u64) {
     crash_if_armed("handle", &format!("handle {fh}"));
+}
+
+fn on_handle_noted(fh: u64) {
+    crash_if_armed(
+        "handle-noted",
+        &format!("handle {fh}, noted, not in the crash table"),
+    );
 }
 
 /// Kills the process if the flag file holds `armed_for` (removing it
