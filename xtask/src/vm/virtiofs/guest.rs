@@ -129,6 +129,9 @@ const GUEST_ETC: &[(&str, &str)] = &[
     ),
 ];
 
+/// The guest's `sleep`: a program, not busybox's applet (see the source).
+const SLEEP_SOURCE: &str = include_str!("../../../vm-sleep.c");
+
 /// Where pjdfstest and its configuration lie in the guest.
 const GUEST_PJDFSTEST: (&str, &str) = ("/xtask/pjdfstest", "/xtask/pjdfstest.toml");
 
@@ -159,7 +162,8 @@ fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The initramfs: busybox, `/init`, the checker, pjdfstest with its
-/// libraries and configuration, and [`PLAN`].
+/// libraries, configuration and `sleep` ([`SLEEP_SOURCE`], at `/bin/sleep`,
+/// which `busybox --install` then leaves alone), and [`PLAN`].
 pub(super) fn initramfs(
     run_dir: &Path,
     checker: &Path,
@@ -191,6 +195,8 @@ pub(super) fn initramfs(
             crate::workspace_root().join("xtask/pjdfstest.toml"),
             staging.join(GUEST_PJDFSTEST.1.trim_start_matches('/')),
         )?;
+        let sleep = gcc_static(run_dir, "vm-sleep", SLEEP_SOURCE)?;
+        install(&staging, &sleep, Path::new("/bin/sleep"))?;
     }
     fs::write(staging.join("xtask/plan.sh"), PLAN)?;
     let initrd = run_dir.join("initrd.gz");
