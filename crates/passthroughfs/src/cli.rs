@@ -261,9 +261,9 @@ pub struct Args {
     /// `namespace` (new mount, network and IPC namespaces, a root holding
     /// only SOURCE and /proc, capabilities dropped to those used), or
     /// `none`; `chroot` is refused (see docs/security.md). Default:
-    /// `namespace` for a new mount (/dev/fuse or --uring) and
-    /// --vhost-user, where this process may build it (else `none`, with a
-    /// warning); `none` for --take-over and --supervise.
+    /// `namespace` for a new mount (/dev/fuse or --uring), --supervise's
+    /// serving processes and --vhost-user, where this process may build it
+    /// (else `none`, with a warning); `none` for --take-over.
     #[arg(long, value_name = "MODE", value_enum)]
     pub sandbox: Option<crate::sandbox::SandboxMode>,
 
@@ -277,7 +277,7 @@ pub struct Args {
     /// /proc), with no TCP and no signals out of the sandbox, under any
     /// --sandbox: `on` or `off`. Default: `on` where --sandbox defaults to
     /// `namespace` (`off`, with a warning, on a kernel without Landlock),
-    /// `off` for --take-over and --supervise.
+    /// `off` for --take-over.
     #[arg(long, value_name = "on|off", value_enum)]
     pub landlock: Option<crate::sandbox::LandlockMode>,
 

@@ -287,12 +287,20 @@ fn supervise_without_file_handles_is_refused_before_mounting() {
 
 /// A supervisor whose serving processes crash where the file it returns
 /// says (`PASSTHROUGHFS_CRASH_AT`, see passthroughfs's src/sandbox/escape.rs).
+/// The flag file lies outside SOURCE, and the daemon opens it before it
+/// confines itself: it must exist then (empty: armed for nothing).
 fn start_with_crash_hook(d: &daemon::Dirs) -> (Daemon, std::path::PathBuf) {
     let flag = d.dir.path().join("crash-at");
+    std::fs::write(&flag, "").unwrap();
     let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &["--supervise"], |cmd| {
         cmd.env("PASSTHROUGHFS_CRASH_AT", &flag);
     });
     (daemon, flag)
+}
+
+/// Whether the crash hook fired (it empties the flag file).
+fn hook_fired(flag: &Path) -> bool {
+    std::fs::read(flag).unwrap().is_empty()
 }
 
 /// The daemon's `lookup_refs` now (SIGUSR1's state line), or `None` once
@@ -346,7 +354,11 @@ fn a_crash_between_counting_and_journaling_a_lookup_reference_loses_none_needs_f
     let b = std::fs::metadata(d.mnt.join("b"))
         .unwrap_or_else(|e| panic!("a client saw {e}: {}", daemon.stderr()));
     assert_eq!(b.ino(), ino);
-    assert!(!flag.exists(), "the hook did not fire: {}", daemon.stderr());
+    assert!(
+        hook_fired(&flag),
+        "the hook did not fire: {}",
+        daemon.stderr()
+    );
     wait_serving(&daemon, 1);
     let log = daemon.stderr();
     assert!(
@@ -419,7 +431,11 @@ fn a_crash_after_making_a_handle_before_the_reply_leaks_none_needs_file_handles(
             std::fs::File::open(d.mnt.join(&name))
         }
         .unwrap_or_else(|e| panic!("a client saw {e}: {}", daemon.stderr()));
-        assert!(!flag.exists(), "the hook did not fire: {}", daemon.stderr());
+        assert!(
+            hook_fired(&flag),
+            "the hook did not fire: {}",
+            daemon.stderr()
+        );
         wait_serving(&daemon, n + 1);
         let state = fs_state_with(&daemon, &["handles=1 "], false);
         eprintln!("{name} open after the crash: {state}");

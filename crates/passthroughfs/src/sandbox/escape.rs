@@ -24,8 +24,9 @@
 //! a killed waiter's wait must end through the requester's pending
 //! signal alone).
 //!
-//! And crashes: with `PASSTHROUGHFS_CRASH_AT` naming a file, the daemon
-//! removes that file and kills itself (SIGKILL) while the crash table has
+//! And crashes: with `PASSTHROUGHFS_CRASH_AT` naming a file (which must
+//! exist when the daemon starts: it is opened then, before confinement),
+//! the daemon empties that file and kills itself (SIGKILL) while the crash table has
 //! a record of something the kernel is about to be given and the reply is
 //! not recorded (`--supervise` tests: the next serving process must settle
 //! the resent request right). What the file holds says where: an inode
@@ -48,7 +49,21 @@ pub fn install() {
         fuse_backend_passthrough::fault::drop_interrupts();
     }
     if let Some(flag) = std::env::var_os("PASSTHROUGHFS_CRASH_AT") {
-        let _ = CRASH_FLAG.set(std::path::PathBuf::from(flag));
+        // Opened now, before any confinement: the file lies outside
+        // SOURCE, out of the sandbox's and Landlock's reach later.
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&flag)
+        {
+            Ok(file) => {
+                let _ = CRASH_FLAG.set(file);
+            }
+            Err(e) => eprintln!(
+                "crash test hook: PASSTHROUGHFS_CRASH_AT {}: {e}",
+                std::path::Path::new(&flag).display()
+            ),
+        }
         fuse_backend_passthrough::fault::set_hand_over_hook(on_hand_over);
         fuse_backend_passthrough::fault::set_handle_made_hook(on_handle_made);
         fuse_backend_passthrough::fault::set_handle_noted_hook(on_handle_noted);
@@ -56,7 +71,7 @@ pub fn install() {
 }
 
 /// The file that arms the crash hooks.
-static CRASH_FLAG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+static CRASH_FLAG: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
 
 fn on_hand_over(nodeid: u64, ino: u64) {
     crash_if_armed(&ino.to_string(), &format!("node {nodeid}"));
@@ -73,25 +88,21 @@ fn on_handle_noted(fh: u64) {
     );
 }
 
-/// Kills the process if the flag file holds `armed_for` (removing it
+/// Kills the process if the flag file holds `armed_for` (emptying it
 /// first, so that the next process doesn't crash again).
 fn crash_if_armed(armed_for: &str, what: &str) {
+    use std::os::unix::fs::FileExt;
     let Some(flag) = CRASH_FLAG.get() else {
         return;
     };
-    let Ok(text) = std::fs::read_to_string(flag) else {
+    let mut text = [0u8; 64];
+    let Ok(n) = flag.read_at(&mut text, 0) else {
         return;
     };
-    if text.trim() != armed_for {
+    if std::str::from_utf8(&text[..n]).map(str::trim) != Ok(armed_for) {
         return;
     }
-    // unlinkat, not the unlink std makes: the seccomp filter allows the
-    // `*at` calls only.
-    let Ok(path) = std::ffi::CString::new(flag.as_os_str().as_encoded_bytes()) else {
-        return;
-    };
-    // SAFETY: a NUL-terminated path that outlives the call.
-    if unsafe { libc::unlinkat(libc::AT_FDCWD, path.as_ptr(), 0) } != 0 {
+    if flag.set_len(0).is_err() {
         return;
     }
     tracing::warn!(

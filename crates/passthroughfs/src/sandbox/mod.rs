@@ -292,7 +292,7 @@ pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompM
         ServingMode::Dev => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Uring => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
-        ServingMode::Supervised => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
+        ServingMode::Supervised => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::VhostUser => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
     }
 }
@@ -387,13 +387,6 @@ impl Confinement {
                  taken-over connection is served by threads started before confining",
             );
         }
-        if thread_bound && args.supervise {
-            return refuse(
-                "--supervise",
-                "the supervised process serves a connection the supervisor hands it, with \
-                 threads started before confining",
-            );
-        }
         Ok(Confinement {
             sandbox,
             seccomp,
@@ -446,7 +439,6 @@ mod tests {
                 &["--sandbox", "namespace", "--takeover-socket", "/s"][..],
                 "takeover socket",
             ),
-            (&["--landlock", "on", "--supervise"][..], "supervisor"),
         ] {
             let e = confinement(argv).unwrap_err();
             assert!(e.0.contains(why), "{argv:?}: {}", e.0);
