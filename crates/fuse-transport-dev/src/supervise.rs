@@ -94,13 +94,9 @@ impl Supervised {
                 "{ENV_FDS}={fds:?}: not two descriptor numbers"
             )));
         };
-        let take = |fd: RawFd| -> io::Result<OwnedFd> {
-            // SAFETY: a plain fcntl; checks the descriptor is open.
-            if fd < 3 || unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-                return Err(bad(format!("{ENV_FDS}: descriptor {fd} is not open")));
-            }
-            // SAFETY: inherited for this process alone, named once.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        let take = |fd: RawFd| {
+            take_inherited_fd(fd)
+                .map_err(|e| bad(format!("{ENV_FDS}: descriptor {fd} is not open ({e})")))
         };
         let dev_fd = take(dev)?;
         let area = StateArea::open(take(area)?)?;
@@ -110,6 +106,24 @@ impl Supervised {
             mountpoint,
         }))
     }
+}
+
+/// Takes descriptor `fd`, which a supervisor left open for this process
+/// (named in the environment, inherited across `exec`): checks it is open
+/// and not one of the standard three, and makes it close-on-exec so that
+/// the programs this process runs don't inherit it in turn. Call it once
+/// per descriptor, before other threads run (the number must not have been
+/// reused).
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd < 3 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: a plain fcntl; fails on a descriptor that isn't open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: inherited for this process alone and taken once (above).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl DevSession {

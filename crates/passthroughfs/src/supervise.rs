@@ -132,7 +132,6 @@ fn inheritable_group(
 /// close-on-exec. Call it early in `main`, before other threads exist.
 pub(crate) fn inherited_watch_group(
 ) -> Result<Option<fuse_backend_passthrough::SourceWatchGroup>, Failure> {
-    use std::os::fd::FromRawFd;
     let Some(value) = std::env::var_os(WATCH_GROUP) else {
         return Ok(None);
     };
@@ -154,14 +153,8 @@ pub(crate) fn inherited_watch_group(
         _ => Err(bad()),
     };
     let (files, privileged) = (flag(files)?, flag(privileged)?);
-    // SAFETY: a plain fcntl; checks the descriptor is open.
-    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-        return Err(Failure(format!(
-            "{WATCH_GROUP}: descriptor {fd} is not open"
-        )));
-    }
-    // SAFETY: inherited for this process alone, named once.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let fd = fuse_transport_dev::supervise::take_inherited_fd(fd)
+        .map_err(|e| Failure(format!("{WATCH_GROUP}: descriptor {fd} is not open ({e})")))?;
     Ok(Some(
         fuse_backend_passthrough::SourceWatchGroup::from_parts(fd, files, privileged),
     ))
