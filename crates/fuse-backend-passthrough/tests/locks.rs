@@ -148,8 +148,26 @@ fn proc_locks_blocked_on(path: &Path, kind: &str) -> usize {
 
 /// Lines of /proc/locks for `kind` on the inode of `path`: `N: KIND ...
 /// DEV:INO START END` for held locks, `N: -> KIND ...` for blocked waits.
+///
+/// The kernel hands /proc/locks out a page per read(2), finding where it
+/// left off by position: a lock of another process (another test of this
+/// binary) released between two reads shifts the list, and the line after
+/// it is skipped. So the file is read until two readings agree.
 fn proc_locks(path: &Path, kind: &str, blocked: bool) -> usize {
     let ino = std::fs::metadata(path).unwrap().ino().to_string();
+    let mut last = proc_locks_once(&ino, kind, blocked);
+    for _ in 0..1000 {
+        let now = proc_locks_once(&ino, kind, blocked);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("/proc/locks never read the same twice for inode {ino}")
+}
+
+/// One reading of [`proc_locks`].
+fn proc_locks_once(ino: &str, kind: &str, blocked: bool) -> usize {
     let locks = std::fs::read_to_string("/proc/locks").unwrap();
     locks
         .lines()
@@ -162,7 +180,7 @@ fn proc_locks(path: &Path, kind: &str, blocked: bool) -> usize {
             is_blocked == blocked
                 && f.len() > 5
                 && f[1] == kind
-                && f[5].rsplit(':').next() == Some(ino.as_str())
+                && f[5].rsplit(':').next() == Some(ino)
         })
         .count()
 }
