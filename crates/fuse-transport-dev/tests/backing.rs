@@ -5,12 +5,14 @@
 //! `ENOTCONN` (it never keeps the connection alive). Needs real root
 //! (`CAP_SYS_ADMIN` in the initial user namespace).
 
+mod common;
+
+use common::{mount_session, mount_task, mountpoint, require_root, run_local};
 use fuse_abi::{Attr, FopenFlags, InitFlags, Opcode, ROOT_ID};
 use fuse_server::{
     AttrReply, BackingFiles, BackingId, Context, Entry, FileSystem, InitConfig, KernelInit,
     OpenArgs, Opened, ReadArgs, ReleaseArgs, Server, Session, ZeroCopyWriter,
 };
-use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
@@ -119,20 +121,17 @@ impl FileSystem for OneFile {
 }
 
 fn require_real_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root");
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    assert_eq!(
-        map.split_whitespace().collect::<Vec<_>>(),
-        ["0", "0", "4294967295"],
-        "kernel passthrough needs CAP_SYS_ADMIN in the initial user namespace"
+    require_root();
+    assert!(
+        test_support::in_initial_user_namespace(),
+        "kernel passthrough needs CAP_SYS_ADMIN in the initial user namespace (/proc/self/uid_map: \
+         {:?})",
+        std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default()
     );
 }
 
 fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (dir, mnt) = mountpoint();
     let backing = dir.path().join("backing");
     (dir, mnt, backing)
 }
@@ -160,13 +159,7 @@ fn dev_session_registers_backing_files_needs_root() {
     require_real_root();
     let (_dir, mnt, backing) = dirs();
     let fs = Arc::new(OneFile::new(backing));
-    let session = DevSession::mount(
-        Server::new(fs.clone()),
-        &mnt,
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
+    let session = mount_session(Server::new(fs.clone()), &mnt);
     assert!(session.server().backing_files().is_some());
     assert!(session.server().negotiated().unwrap().passthrough());
     read_through(&mnt);
@@ -194,15 +187,8 @@ fn fuse_dev_task_registers_backing_files_needs_root() {
         .enable_all()
         .build()
         .unwrap();
-    let local = tokio::task::LocalSet::new();
-    runtime.block_on(local.run_until(async {
-        let task = FuseDevTask::mount(
-            Server::new(fs.clone()),
-            &mnt,
-            &MountOptions::default(),
-            TaskConfig::default(),
-        )
-        .unwrap();
+    run_local(&runtime, async {
+        let task = mount_task(Server::new(fs.clone()), &mnt);
         let server = task.server().clone();
         assert!(server.backing_files().is_some());
         let handle = task.handle();
@@ -215,7 +201,7 @@ fn fuse_dev_task_registers_backing_files_needs_root() {
         assert_eq!(server.counters().get(Opcode::Read), 0);
         handle.stop();
         running.await.unwrap().unwrap();
-    }));
+    });
     drop(runtime);
     assert!(!fuse_transport_dev::is_fuse_mount(&mnt).unwrap());
     check_after_session(&fs);

@@ -7,10 +7,9 @@
 
 mod common;
 
-use common::require_root;
+use common::{mount_session, mountpoint, require_root};
 use fuse_abi::{Attr, InitFlags, ROOT_ID};
 use fuse_server::{AttrReply, Context, Entry, FileSystem, InitConfig, KernelInit, Server, Session};
-use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
 use std::ffi::CStr;
 use std::io;
 use std::sync::mpsc;
@@ -77,17 +76,9 @@ impl FileSystem for Stalling {
 #[test]
 fn an_unanswered_request_ends_in_the_kernels_abort() {
     require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = mountpoint();
     let fs = Arc::new(Stalling::default());
-    let session = DevSession::mount(
-        Server::new(fs.clone()),
-        &mnt,
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
+    let session = mount_session(Server::new(fs.clone()), &mnt);
     if *fs.offered.lock().unwrap() != Some(true) {
         session.stop();
         session.unmount().unwrap();

@@ -90,14 +90,7 @@ fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
 
 /// [`Hello`] mounted on `dir` with default options, serving.
 fn mount_hello(dir: &std::path::Path) -> DevSession {
-    let server = Server::new(Arc::new(Hello::default()));
-    let session = DevSession::mount(
-        server,
-        dir,
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
+    let session = mount_session(Server::new(Arc::new(Hello::default())), dir);
     std::fs::metadata(session.mountpoint().join("hello")).unwrap();
     session
 }

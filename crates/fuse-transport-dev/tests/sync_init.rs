@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{require_root, Hello};
+use common::{
+    current_thread_runtime, mount_session, mount_task, mountpoint, require_root, run_local, Hello,
+};
 use fuse_server::{FileSystem, InitConfig, KernelInit, Server, Session};
 use fuse_transport_dev::{DevSession, MountError, MountOptions, SessionConfig, SessionError};
 use std::io;
@@ -63,17 +65,9 @@ impl FileSystem for Recording {
 fn mount_returns_after_init_was_answered_during_it() {
     require_root();
     require_sync_init();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = mountpoint();
     let fs = Arc::new(Recording::default());
-    let session = DevSession::mount(
-        Server::new(fs.clone()),
-        &mnt,
-        &MountOptions::default(),
-        SessionConfig::default(),
-    )
-    .unwrap();
+    let session = mount_session(Server::new(fs.clone()), &mnt);
     // INIT was answered while mount(2) ran, on the thread made for it, not
     // on this one (which was inside mount(2)); the old path answers it
     // here, after mount(2).
@@ -107,9 +101,7 @@ impl FileSystem for Refusing {
 fn an_init_error_fails_the_mount() {
     require_root();
     require_sync_init();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = mountpoint();
     let result = DevSession::mount(
         Server::new(Arc::new(Refusing)),
         &mnt,
@@ -141,9 +133,7 @@ fn an_init_error_fails_the_mount() {
 fn a_mount_refused_before_init_returns_its_error() {
     require_root();
     require_sync_init();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = mountpoint();
     // The kernel refuses an option it doesn't know before it sends INIT:
     // the thread waiting to answer INIT must be stopped, not left hanging
     // (this call would never return).
@@ -170,26 +160,12 @@ fn a_mount_refused_before_init_returns_its_error() {
 #[cfg(feature = "tokio")]
 #[test]
 fn a_task_mount_returns_after_init_was_answered_during_it() {
-    use fuse_transport_dev::{FuseDevTask, TaskConfig};
     require_root();
     require_sync_init();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let (_dir, mnt) = mountpoint();
     let fs = Arc::new(Recording::default());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let local = tokio::task::LocalSet::new();
-    runtime.block_on(local.run_until(async {
-        let task = FuseDevTask::mount(
-            Server::new(fs.clone()),
-            &mnt,
-            &MountOptions::default(),
-            TaskConfig::default(),
-        )
-        .unwrap();
+    run_local(&current_thread_runtime(), async {
+        let task = mount_task(Server::new(fs.clone()), &mnt);
         // Answered during mount(2), before the task ever ran.
         assert_eq!(
             fs.init_thread.lock().unwrap().as_deref(),
@@ -207,6 +183,6 @@ fn a_task_mount_returns_after_init_was_answered_during_it() {
         assert_eq!(len, common::CONTENT.len() as u64);
         handle.stop();
         running.await.unwrap().unwrap();
-    }));
+    });
     assert!(!mounted(&mnt), "the mount was left behind");
 }

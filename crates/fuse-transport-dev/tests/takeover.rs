@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::require_root;
+use common::{current_thread_runtime, require_root, run_local};
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::Server;
 use fuse_transport_dev::takeover::{self, Handover, Pausable};
@@ -164,11 +164,7 @@ fn on_a_runtime_thread<F: std::future::Future<Output = ()>>(
     work: impl FnOnce() -> F + Send + 'static,
 ) {
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        tokio::task::LocalSet::new().block_on(&rt, work());
+        run_local(&current_thread_runtime(), work());
     });
 }
 

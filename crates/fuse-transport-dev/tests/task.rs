@@ -6,23 +6,14 @@ mod common;
 
 use common::*;
 use fuse_server::Server;
-use fuse_transport_dev::{FuseDevTask, MountOptions, TaskConfig};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn serve_and_read(runtime: tokio::runtime::Runtime) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let local = tokio::task::LocalSet::new();
-    runtime.block_on(local.run_until(async {
-        let server = Server::new(Arc::new(Hello::default()));
-        let task = FuseDevTask::mount(
-            server,
-            dir.path(),
-            &MountOptions::default(),
-            TaskConfig::default(),
-        )
-        .unwrap();
+    run_local(&runtime, async {
+        let task = mount_task(Server::new(Arc::new(Hello::default())), dir.path());
         let mnt = task.mountpoint().to_path_buf();
         let handle = task.handle();
         let server = task.server().clone();
@@ -47,7 +38,7 @@ fn serve_and_read(runtime: tokio::runtime::Runtime) {
         assert!(server.counters().get(fuse_abi::Opcode::Read) >= 1);
         handle.stop();
         running.await.unwrap().unwrap();
-    }));
+    });
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
 }
 
@@ -76,20 +67,8 @@ fn task_serves_on_a_current_thread_runtime() {
 fn task_ends_when_unmounted_from_outside() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let local = tokio::task::LocalSet::new();
-    rt.block_on(local.run_until(async {
-        let server = Server::new(Arc::new(Hello::default()));
-        let task = FuseDevTask::mount(
-            server,
-            dir.path(),
-            &MountOptions::default(),
-            TaskConfig::default(),
-        )
-        .unwrap();
+    run_local(&current_thread_runtime(), async {
+        let task = mount_task(Server::new(Arc::new(Hello::default())), dir.path());
         let mnt = task.mountpoint().to_path_buf();
         let running = tokio::task::spawn_local(task.run());
         tokio::task::spawn_blocking(move || {
@@ -103,14 +82,7 @@ fn task_ends_when_unmounted_from_outside() {
             .expect("task ended")
             .unwrap()
             .unwrap();
-    }));
-}
-
-fn current_thread_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+    });
 }
 
 #[test]
@@ -118,21 +90,14 @@ fn a_sibling_on_another_thread_shares_the_mount_and_stops_with_it() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(Hello::default());
-    let local = tokio::task::LocalSet::new();
-    current_thread_runtime().block_on(local.run_until(async {
-        let task = FuseDevTask::mount(
-            Server::new(fs.clone()),
-            dir.path(),
-            &MountOptions::default(),
-            TaskConfig::default(),
-        )
-        .unwrap();
+    run_local(&current_thread_runtime(), async {
+        let task = mount_task(Server::new(fs.clone()), dir.path());
         let handle = task.handle();
         let sibling = task.sibling().unwrap();
         let sibling_thread = std::thread::spawn(move || {
-            let local = tokio::task::LocalSet::new();
-            current_thread_runtime()
-                .block_on(local.run_until(async move { sibling.into_task().unwrap().run().await }))
+            run_local(&current_thread_runtime(), async move {
+                sibling.into_task().unwrap().run().await
+            })
         });
         let mnt = task.mountpoint().to_path_buf();
         let running = tokio::task::spawn_local(task.run());
@@ -171,7 +136,7 @@ fn a_sibling_on_another_thread_shares_the_mount_and_stops_with_it() {
         handle.stop();
         running.await.unwrap().unwrap();
         sibling_thread.join().unwrap().unwrap();
-    }));
+    });
     assert!(!fuse_transport_dev::is_fuse_mount(dir.path()).unwrap());
     assert_eq!(
         fs.destroys.load(Ordering::Relaxed),
@@ -194,27 +159,18 @@ fn a_task_is_a_session_stopped_and_waited_for_from_another_thread() {
     let mountpoint = dir.path().to_path_buf();
     let server = Server::new(fs.clone());
     let first = std::thread::spawn(move || {
-        let local = tokio::task::LocalSet::new();
-        current_thread_runtime().block_on(local.run_until(async move {
-            let task = Arc::new(
-                FuseDevTask::mount(
-                    server,
-                    &mountpoint,
-                    &MountOptions::default(),
-                    TaskConfig::default(),
-                )
-                .unwrap(),
-            );
+        run_local(&current_thread_runtime(), async move {
+            let task = Arc::new(mount_task(server, &mountpoint));
             tx.send(task.clone()).unwrap();
             task.run_shared().await
-        }))
+        })
     });
     let task = rx.recv().unwrap();
     let sibling = task.sibling().unwrap();
     let second = std::thread::spawn(move || {
-        let local = tokio::task::LocalSet::new();
-        current_thread_runtime()
-            .block_on(local.run_until(async move { sibling.into_task().unwrap().run().await }))
+        run_local(&current_thread_runtime(), async move {
+            sibling.into_task().unwrap().run().await
+        })
     });
     let session: Arc<dyn Session> = task;
     assert_eq!(std::fs::read(dir.path().join("hello")).unwrap(), CONTENT);

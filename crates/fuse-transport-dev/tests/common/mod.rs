@@ -125,3 +125,47 @@ impl FileSystem for Hello {
 }
 
 pub use test_support::require_root;
+
+use fuse_transport_dev::{DevSession, FuseDevTask, MountOptions, SessionConfig, TaskConfig};
+use std::path::{Path, PathBuf};
+
+/// A fresh temporary directory holding an empty mountpoint, `mnt`.
+pub fn mountpoint() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("creating the mountpoint");
+    (dir, mnt)
+}
+
+/// `server` mounted at `mnt` by a [`DevSession`] with the default options
+/// and configuration; fails the test, with the error, if it can't be.
+pub fn mount_session(server: Server, mnt: &Path) -> DevSession {
+    DevSession::mount(
+        server,
+        mnt,
+        &MountOptions::default(),
+        SessionConfig::default(),
+    )
+    .unwrap_or_else(|e| panic!("mounting a session at {}: {e}", mnt.display()))
+}
+
+/// `server` mounted at `mnt` by a [`FuseDevTask`] with the default options
+/// and configuration; fails the test, with the error, if it can't be.
+pub fn mount_task(server: Server, mnt: &Path) -> FuseDevTask {
+    FuseDevTask::mount(server, mnt, &MountOptions::default(), TaskConfig::default())
+        .unwrap_or_else(|e| panic!("mounting a task at {}: {e}", mnt.display()))
+}
+
+/// A current-thread tokio runtime with its I/O and timers.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread tokio runtime")
+}
+
+/// Runs `work` to its end on `runtime` inside a `LocalSet` (a task's
+/// request futures are local to its thread).
+pub fn run_local<F: std::future::Future>(runtime: &tokio::runtime::Runtime, work: F) -> F::Output {
+    tokio::task::LocalSet::new().block_on(runtime, work)
+}
