@@ -13,10 +13,10 @@ mod common;
 mod daemon;
 
 use common::require_root;
-use daemon::{daemons_at, dirs, is_mounted, MountGuard, BIN};
+use daemon::{daemons_at, dirs, guarded_dirs_as_root, is_mounted, output, text, MountGuard, BIN};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a daemon may take to come up or go away on a busy machine
@@ -52,6 +52,20 @@ fn closed_pipe() -> OwnedFd {
     write
 }
 
+/// The daemon with `flags`, serving `d`'s source at its mountpoint, its
+/// log at debug and both its output streams [`closed_pipe`]s.
+fn with_closed_output(flags: &[&str], d: &daemon::Dirs) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(flags)
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::from(closed_pipe()));
+    cmd
+}
+
 /// Waits for `child` to exit (killing it and failing if it doesn't).
 fn wait_exit(child: &mut Child) -> ExitStatus {
     let start = Instant::now();
@@ -76,35 +90,12 @@ fn serves(src: &Path, mnt: &Path, name: &str) {
     assert_eq!(std::fs::read_to_string(mnt.join(name)).unwrap(), data);
 }
 
-/// Runs a command that starts a background daemon, to completion.
-fn output(cmd: &mut Command) -> Output {
-    cmd.env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 #[test]
 fn a_foreground_daemon_whose_standard_error_is_closed_serves_and_stops() {
-    require_root();
-    let d = dirs();
-    let _guard = MountGuard(d.mnt.clone());
+    let d = guarded_dirs_as_root();
     // Every log line fails with EPIPE, from the first; -d adds one per
     // request.
-    let mut child = Command::new(BIN)
-        .args(["-f", "-d"])
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(closed_pipe()))
-        .stderr(Stdio::from(closed_pipe()))
-        .spawn()
-        .unwrap();
+    let mut child = with_closed_output(&["-f", "-d"], &d).spawn().unwrap();
     wait_until(
         || is_mounted(&d.mnt) || child.try_wait().unwrap().is_some(),
         || "the daemon neither mounted nor exited".into(),
@@ -124,18 +115,8 @@ fn a_foreground_daemon_whose_standard_error_is_closed_serves_and_stops() {
 
 #[test]
 fn a_background_start_whose_standard_error_is_closed_serves_and_stops() {
-    require_root();
-    let d = dirs();
-    let _guard = MountGuard(d.mnt.clone());
-    let status = Command::new(BIN)
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(closed_pipe()))
-        .stderr(Stdio::from(closed_pipe()))
-        .status()
-        .unwrap();
+    let d = guarded_dirs_as_root();
+    let status = with_closed_output(&[], &d).status().unwrap();
     assert_eq!(status.code(), Some(0), "the command says the mount came up");
     assert!(is_mounted(&d.mnt));
     serves(&d.src, &d.mnt, "f");
@@ -145,9 +126,7 @@ fn a_background_start_whose_standard_error_is_closed_serves_and_stops() {
 /// The README's own words: `passthroughfs SRC MNT 2>&1 | head -1`.
 #[test]
 fn the_readme_s_pipe_into_head_mounts_serves_and_stops() {
-    require_root();
-    let d = dirs();
-    let _guard = MountGuard(d.mnt.clone());
+    let d = guarded_dirs_as_root();
     let script = "\"$0\" \"$1\" \"$2\" 2>&1 | head -1";
     let out = output(
         Command::new("sh")
@@ -170,9 +149,7 @@ fn the_readme_s_pipe_into_head_mounts_serves_and_stops() {
 
 #[test]
 fn the_log_file_keeps_the_log_in_the_foreground_and_the_background() {
-    require_root();
-    let d = dirs();
-    let _guard = MountGuard(d.mnt.clone());
+    let d = guarded_dirs_as_root();
     // Foreground: nothing on standard error, every line in the file.
     let fg_log = d.dir.path().join("fg.log");
     let mut child = Command::new(BIN)
@@ -229,9 +206,7 @@ fn the_log_file_keeps_the_log_in_the_foreground_and_the_background() {
 /// ENOSPC) costs the lines, not the mount.
 #[test]
 fn a_log_file_on_a_full_disk_costs_lines_not_the_mount() {
-    require_root();
-    let d = dirs();
-    let _guard = MountGuard(d.mnt.clone());
+    let d = guarded_dirs_as_root();
     let mut child = Command::new(BIN)
         .args(["-f", "-d", "--log-file", "/dev/full"])
         .arg(&d.src)
@@ -290,69 +265,22 @@ fn with_own_dev(
 ) {
     let dev = dir.join("dev");
     std::thread::spawn(move || {
-        // SAFETY: unshare and mount with valid arguments; they change only
-        // this thread's mount namespace (CLONE_NEWNS unshares its fs too).
-        unsafe {
-            assert_eq!(
-                libc::unshare(libc::CLONE_NEWNS),
-                0,
-                "unshare: {}",
-                std::io::Error::last_os_error()
-            );
-            assert_eq!(
-                libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null()
-                ),
-                0
-            );
-        }
+        test_support::unshare_mount_namespace();
         std::fs::create_dir(&dev).unwrap();
         // The machine's device nodes, bind-mounted onto empty files: mknod
         // is refused in a user namespace (`cargo xtask test-in-userns`),
         // a bind mount is not.
         for name in ["null", "fuse"] {
             std::fs::write(dev.join(name), b"").unwrap();
-            let from = std::ffi::CString::new(format!("/dev/{name}")).unwrap();
-            let to = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
-            // SAFETY: NUL-terminated paths; a bind mount of a device node.
-            let rc = unsafe {
-                libc::mount(
-                    from.as_ptr(),
-                    to.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                )
-            };
-            assert_eq!(
-                rc,
-                0,
-                "bind /dev/{name}: {}",
-                std::io::Error::last_os_error()
-            );
+            test_support::bind_mount(&Path::new("/dev").join(name), &dev.join(name), false);
         }
         let socket = syslog.then(|| {
             let s = std::os::unix::net::UnixDatagram::bind(dev.join("log")).unwrap();
             s.set_read_timeout(Some(PATIENCE)).unwrap();
             s
         });
-        let src = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
-        // SAFETY: NUL-terminated paths; a bind mount of our directory,
-        // with the device nodes bound inside it (MS_REC).
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                c"/dev".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(rc, 0, "bind over /dev: {}", std::io::Error::last_os_error());
+        // Our directory over /dev, with the device nodes bound inside it.
+        test_support::bind_mount(&dev, Path::new("/dev"), true);
         f(socket);
     })
     .join()

@@ -18,25 +18,13 @@ use daemon::*;
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// How long a daemon may take to come up or go away on a busy machine
 /// (not a speed bound: only there so that a hang fails instead of waiting
 /// forever).
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Runs `cmd` to completion, with the daemon's log at info.
-fn output(cmd: &mut Command) -> Output {
-    cmd.env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
 fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
@@ -563,26 +551,7 @@ fn the_background_daemon_logs_to_syslog_needs_root() {
     require_root();
     let d = dirs();
     std::thread::spawn(move || {
-        // SAFETY: unshare and mount with valid arguments; they change only
-        // this thread's mount namespace (CLONE_NEWNS unshares its fs too).
-        unsafe {
-            assert_eq!(
-                libc::unshare(libc::CLONE_NEWNS),
-                0,
-                "unshare: {}",
-                std::io::Error::last_os_error()
-            );
-            assert_eq!(
-                libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null()
-                ),
-                0
-            );
-        }
+        test_support::unshare_mount_namespace();
         let dev = d.dir.path().join("dev");
         std::fs::create_dir(&dev).unwrap();
         for (name, major, minor) in [("null", 1, 3), ("fuse", 10, 229)] {
@@ -599,18 +568,7 @@ fn the_background_daemon_logs_to_syslog_needs_root() {
         }
         let log = UnixDatagram::bind(dev.join("log")).unwrap();
         log.set_read_timeout(Some(PATIENCE)).unwrap();
-        let src = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
-        // SAFETY: NUL-terminated paths; a bind mount of our directory.
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                c"/dev".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(rc, 0, "bind over /dev: {}", std::io::Error::last_os_error());
+        test_support::bind_mount(&dev, Path::new("/dev"), false);
 
         let out = output(Command::new(BIN).arg(&d.src).arg(&d.mnt));
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

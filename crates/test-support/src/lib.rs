@@ -7,12 +7,14 @@
 //! none of them, so that none of them is built twice.
 
 pub mod mountinfo;
+pub mod namespace;
 pub mod process;
 
 pub use mountinfo::{
     detach, is_mounted, mounts_with_exact_source, mounts_with_source, remove_unless_mounted,
     MountGuard,
 };
+pub use namespace::{bind_mount, unshare_mount_namespace};
 pub use process::{
     gone, process_mark, process_start_time, processes_of, thread_names, thread_wchans,
     threads_stopped,

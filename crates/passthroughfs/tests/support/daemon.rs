@@ -15,9 +15,50 @@ pub use test_support::{
     MountGuard, Scratch as Dirs,
 };
 
+/// Runs `cmd` (a daemon's start, say, that returns once it is in the
+/// background) to completion, with the daemon's log at info.
+pub fn output(cmd: &mut Command) -> std::process::Output {
+    cmd.env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+}
+
+/// `bytes` (a process's output) as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// Fresh directories for a daemon's source and mountpoint.
 pub fn dirs() -> Dirs {
     test_support::scratch("pt-fault-")
+}
+
+/// Fresh [`dirs`] held together with a [`MountGuard`] on their
+/// mountpoint, which goes first: whatever a test leaves mounted there,
+/// passing or failing, is detached before the directories are removed.
+pub struct GuardedDirs {
+    _guard: MountGuard,
+    dirs: Dirs,
+}
+
+impl std::ops::Deref for GuardedDirs {
+    type Target = Dirs;
+
+    fn deref(&self) -> &Dirs {
+        &self.dirs
+    }
+}
+
+/// Fails the test unless we are root (the tests that call it mount);
+/// then fresh [`GuardedDirs`].
+pub fn guarded_dirs_as_root() -> GuardedDirs {
+    test_support::require_root();
+    let dirs = dirs();
+    GuardedDirs {
+        _guard: MountGuard(dirs.mnt.clone()),
+        dirs,
+    }
 }
 
 /// The daemon binary.
