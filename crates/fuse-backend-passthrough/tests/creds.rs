@@ -205,14 +205,11 @@ fn setuid_cleared_on_write_needs_root() {
     setuid_cleared_on_write(uncached());
 }
 
-#[test]
-fn setuid_cleared_on_write_by_the_kernel_needs_root() {
-    setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::Off));
-}
-
-#[test]
-fn setuid_cleared_on_write_with_killpriv_v2_needs_root() {
-    setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::On));
+test_support::test_cases! {
+    setuid_cleared_on_write_by_the_kernel_needs_root =>
+        setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::Off));
+    setuid_cleared_on_write_with_killpriv_v2_needs_root =>
+        setuid_cleared_on_write(uncached().killpriv_v2(KillPrivV2::On));
 }
 
 /// The mode as `statx(STATX_MODE)` sees it: what `stat -c %A` asks for, so
@@ -321,14 +318,10 @@ fn ftruncate_of_new_mode_0_file(config: PassthroughConfig) {
     assert_eq!((m.len(), m.mode() & 0o7777, m.uid()), (12345, 0, NOBODY));
 }
 
-#[test]
-fn ftruncate_of_new_mode_0_file_needs_root() {
-    ftruncate_of_new_mode_0_file(uncached());
-}
-
-#[test]
-fn ftruncate_of_new_mode_0_file_zero_message_opens_needs_root() {
-    ftruncate_of_new_mode_0_file(uncached().no_open(true).no_opendir(true));
+test_support::test_cases! {
+    ftruncate_of_new_mode_0_file_needs_root => ftruncate_of_new_mode_0_file(uncached());
+    ftruncate_of_new_mode_0_file_zero_message_opens_needs_root =>
+        ftruncate_of_new_mode_0_file(uncached().no_open(true).no_opendir(true));
 }
 
 /// A user who may write a set-user-ID and set-group-ID file but doesn't
@@ -368,17 +361,11 @@ fn setid_cleared_on_truncate_by_non_owner(config: PassthroughConfig) {
     }
 }
 
-#[test]
-fn setid_cleared_on_truncate_by_non_owner_needs_root() {
-    setid_cleared_on_truncate_by_non_owner(uncached());
-}
-
-#[test]
-fn setid_cleared_on_truncate_by_the_kernel_needs_root() {
-    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::Off));
-}
-
-#[test]
-fn setid_cleared_on_truncate_by_non_owner_with_killpriv_v2_needs_root() {
-    setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::On));
+test_support::test_cases! {
+    setid_cleared_on_truncate_by_non_owner_needs_root =>
+        setid_cleared_on_truncate_by_non_owner(uncached());
+    setid_cleared_on_truncate_by_the_kernel_needs_root =>
+        setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::Off));
+    setid_cleared_on_truncate_by_non_owner_with_killpriv_v2_needs_root =>
+        setid_cleared_on_truncate_by_non_owner(uncached().killpriv_v2(KillPrivV2::On));
 }

@@ -369,22 +369,12 @@ fn tmpfs_source() -> (PathBuf, Tmpfs) {
     (dir.path().to_path_buf(), Tmpfs { dir: Some(dir) })
 }
 
-#[test]
-fn reused_inode_number_with_file_handles_on_ext4_needs_root() {
-    all_cases(true, Reuse::Required, loop_ext4_source);
-}
-
-#[test]
-fn reused_inode_number_with_file_handles_on_tmpfs_needs_root() {
-    all_cases(true, Reuse::Either, tmpfs_source);
-}
-
-#[test]
-fn inode_numbers_held_by_descriptor_are_never_reused_on_ext4() {
-    all_cases(false, Reuse::Impossible, ext4_source);
-}
-
-#[test]
-fn inode_numbers_held_by_descriptor_on_tmpfs() {
-    all_cases(false, Reuse::Impossible, tmpfs_source);
+test_support::test_cases! {
+    reused_inode_number_with_file_handles_on_ext4_needs_root =>
+        all_cases(true, Reuse::Required, loop_ext4_source);
+    reused_inode_number_with_file_handles_on_tmpfs_needs_root =>
+        all_cases(true, Reuse::Either, tmpfs_source);
+    inode_numbers_held_by_descriptor_are_never_reused_on_ext4 =>
+        all_cases(false, Reuse::Impossible, ext4_source);
+    inode_numbers_held_by_descriptor_on_tmpfs => all_cases(false, Reuse::Impossible, tmpfs_source);
 }

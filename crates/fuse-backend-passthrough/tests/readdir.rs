@@ -98,14 +98,9 @@ fn large_directory(plus: bool) {
     assert_eq!(fs::read_dir(t.m("big")).unwrap().count(), n);
 }
 
-#[test]
-fn large_directory_each_entry_once_readdirplus() {
-    large_directory(true);
-}
-
-#[test]
-fn large_directory_each_entry_once_plain_readdir() {
-    large_directory(false);
+test_support::test_cases! {
+    large_directory_each_entry_once_readdirplus => large_directory(true);
+    large_directory_each_entry_once_plain_readdir => large_directory(false);
 }
 
 #[test]

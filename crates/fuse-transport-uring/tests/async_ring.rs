@@ -121,19 +121,10 @@ fn writers_on(mode: Mode) {
     end(session, &mnt);
 }
 
-#[test]
-fn async_tokio_ring_threads_serve_four_parallel_writers() {
-    writers_on(Mode::Tokio);
-}
-
-#[test]
-fn async_uring_ring_threads_serve_four_parallel_writers() {
-    writers_on(Mode::Uring);
-}
-
-#[test]
-fn async_one_ring_threads_serve_four_parallel_writers() {
-    writers_on(Mode::OneRing);
+test_support::test_cases! {
+    async_tokio_ring_threads_serve_four_parallel_writers => writers_on(Mode::Tokio);
+    async_uring_ring_threads_serve_four_parallel_writers => writers_on(Mode::Uring);
+    async_one_ring_threads_serve_four_parallel_writers => writers_on(Mode::OneRing);
 }
 
 /// READs that complete only once `want` of them are in the file system at
@@ -350,19 +341,13 @@ fn one_queue_serves_its_entries_concurrently(mode: Mode) {
     end(session, &mnt);
 }
 
-#[test]
-fn async_tokio_ring_thread_serves_one_queues_entries_concurrently() {
-    one_queue_serves_its_entries_concurrently(Mode::Tokio);
-}
-
-#[test]
-fn async_uring_ring_thread_serves_one_queues_entries_concurrently() {
-    one_queue_serves_its_entries_concurrently(Mode::Uring);
-}
-
-#[test]
-fn async_one_ring_thread_serves_one_queues_entries_concurrently() {
-    one_queue_serves_its_entries_concurrently(Mode::OneRing);
+test_support::test_cases! {
+    async_tokio_ring_thread_serves_one_queues_entries_concurrently =>
+        one_queue_serves_its_entries_concurrently(Mode::Tokio);
+    async_uring_ring_thread_serves_one_queues_entries_concurrently =>
+        one_queue_serves_its_entries_concurrently(Mode::Uring);
+    async_one_ring_thread_serves_one_queues_entries_concurrently =>
+        one_queue_serves_its_entries_concurrently(Mode::OneRing);
 }
 
 /// Two READs issued on one CPU (so on one queue) meet in the file system

@@ -522,24 +522,11 @@ fn pooled_writers_with(bufs: usize, registered: bool) {
     end(m);
 }
 
-#[test]
-fn vm_pools_with_0_buffers_per_queue_serve_four_writers() {
-    pooled_writers(0);
-}
-
-#[test]
-fn vm_pools_with_1_buffer_per_queue_serve_four_writers() {
-    pooled_writers(1);
-}
-
-#[test]
-fn vm_pools_with_4_buffers_per_queue_serve_four_writers() {
-    pooled_writers(4);
-}
-
-#[test]
-fn vm_unregistered_pools_serve_four_writers() {
-    pooled_writers_with(4, false);
+test_support::test_cases! {
+    vm_pools_with_0_buffers_per_queue_serve_four_writers => pooled_writers(0);
+    vm_pools_with_1_buffer_per_queue_serve_four_writers => pooled_writers(1);
+    vm_pools_with_4_buffers_per_queue_serve_four_writers => pooled_writers(4);
+    vm_unregistered_pools_serve_four_writers => pooled_writers_with(4, false);
 }
 
 #[test]

@@ -275,24 +275,14 @@ fn passthrough_with_zero_copy(config: UringConfig) {
     stop(m.session, &m.mnt);
 }
 
-#[test]
-fn vm_zero_copy_passthrough_matches_a_model() {
-    passthrough_with_zero_copy(UringConfig::default());
-}
-
-#[test]
-fn vm_zero_copy_passthrough_matches_a_model_with_unregistered_pools() {
-    passthrough_with_zero_copy(UringConfig::default().registered_pools(false));
-}
-
-#[test]
-fn vm_zero_copy_passthrough_matches_a_model_on_a_tokio_runtime() {
-    passthrough_with_zero_copy(UringConfig::default().runtime(UringRuntime::Tokio));
-}
-
-#[test]
-fn vm_zero_copy_passthrough_matches_a_model_on_an_io_uring_runtime() {
-    passthrough_with_zero_copy(UringConfig::default().runtime(UringRuntime::IoUring));
+test_support::test_cases! {
+    vm_zero_copy_passthrough_matches_a_model => passthrough_with_zero_copy(UringConfig::default());
+    vm_zero_copy_passthrough_matches_a_model_with_unregistered_pools =>
+        passthrough_with_zero_copy(UringConfig::default().registered_pools(false));
+    vm_zero_copy_passthrough_matches_a_model_on_a_tokio_runtime =>
+        passthrough_with_zero_copy(UringConfig::default().runtime(UringRuntime::Tokio));
+    vm_zero_copy_passthrough_matches_a_model_on_an_io_uring_runtime =>
+        passthrough_with_zero_copy(UringConfig::default().runtime(UringRuntime::IoUring));
 }
 
 #[test]

@@ -210,34 +210,13 @@ fn under_load(transport: Transport, how: &str) {
     assert_synced_intact(&d.src.join("work"), &synced);
 }
 
-#[test]
-fn umount_under_load_dev() {
-    under_load(Transport::Dev, "umount");
-}
-
-#[test]
-fn umount_under_load_uring() {
-    under_load(Transport::Uring, "umount");
-}
-
-#[test]
-fn lazy_umount_under_load_dev() {
-    under_load(Transport::Dev, "umount -l");
-}
-
-#[test]
-fn lazy_umount_under_load_uring() {
-    under_load(Transport::Uring, "umount -l");
-}
-
-#[test]
-fn sigterm_under_load_dev() {
-    under_load(Transport::Dev, "SIGTERM");
-}
-
-#[test]
-fn sigterm_under_load_uring() {
-    under_load(Transport::Uring, "SIGTERM");
+test_support::test_cases! {
+    umount_under_load_dev => under_load(Transport::Dev, "umount");
+    umount_under_load_uring => under_load(Transport::Uring, "umount");
+    lazy_umount_under_load_dev => under_load(Transport::Dev, "umount -l");
+    lazy_umount_under_load_uring => under_load(Transport::Uring, "umount -l");
+    sigterm_under_load_dev => under_load(Transport::Dev, "SIGTERM");
+    sigterm_under_load_uring => under_load(Transport::Uring, "SIGTERM");
 }
 
 /// `statx(AT_STATX_FORCE_SYNC)`: a stat that always reaches the daemon.
@@ -354,14 +333,9 @@ fn sigkill(transport: Transport) {
     assert!(!is_mounted(&d.mnt));
 }
 
-#[test]
-fn sigkill_leaves_a_dead_mount_that_can_be_recovered_dev() {
-    sigkill(Transport::Dev);
-}
-
-#[test]
-fn sigkill_leaves_a_dead_mount_that_can_be_recovered_uring() {
-    sigkill(Transport::Uring);
+test_support::test_cases! {
+    sigkill_leaves_a_dead_mount_that_can_be_recovered_dev => sigkill(Transport::Dev);
+    sigkill_leaves_a_dead_mount_that_can_be_recovered_uring => sigkill(Transport::Uring);
 }
 
 /// One request of each kind a client makes, each on a file of its own (no
@@ -595,14 +569,11 @@ fn requests_waiting_when_the_daemon_dies(transport: Transport) {
     }
 }
 
-#[test]
-fn sigkill_requests_waiting_get_econnaborted_dev() {
-    requests_waiting_when_the_daemon_dies(Transport::Dev);
-}
-
-#[test]
-fn sigkill_requests_waiting_get_ecanceled_uring() {
-    requests_waiting_when_the_daemon_dies(Transport::Uring);
+test_support::test_cases! {
+    sigkill_requests_waiting_get_econnaborted_dev =>
+        requests_waiting_when_the_daemon_dies(Transport::Dev);
+    sigkill_requests_waiting_get_ecanceled_uring =>
+        requests_waiting_when_the_daemon_dies(Transport::Uring);
 }
 
 /// Clients making every kind of request in a loop while the daemon is
@@ -668,14 +639,11 @@ fn errnos_of_a_daemon_killed_under_load(transport: Transport) {
     println!("{transport:?}: before ENOTCONN, clients saw {seen:?}");
 }
 
-#[test]
-fn sigkill_under_load_clients_see_only_connection_errors_dev() {
-    errnos_of_a_daemon_killed_under_load(Transport::Dev);
-}
-
-#[test]
-fn sigkill_under_load_clients_see_only_connection_errors_uring() {
-    errnos_of_a_daemon_killed_under_load(Transport::Uring);
+test_support::test_cases! {
+    sigkill_under_load_clients_see_only_connection_errors_dev =>
+        errnos_of_a_daemon_killed_under_load(Transport::Dev);
+    sigkill_under_load_clients_see_only_connection_errors_uring =>
+        errnos_of_a_daemon_killed_under_load(Transport::Uring);
 }
 
 /// Polls `cond` (every 10 ms) until it holds; panics after a minute (only
@@ -795,14 +763,9 @@ fn backing_changes(transport: Transport) {
     );
 }
 
-#[test]
-fn backing_tree_changed_behind_the_mount_dev() {
-    backing_changes(Transport::Dev);
-}
-
-#[test]
-fn backing_tree_changed_behind_the_mount_uring() {
-    backing_changes(Transport::Uring);
+test_support::test_cases! {
+    backing_tree_changed_behind_the_mount_dev => backing_changes(Transport::Dev);
+    backing_tree_changed_behind_the_mount_uring => backing_changes(Transport::Uring);
 }
 
 /// `--allow-other` without `--default-permissions` is refused, and the

@@ -112,12 +112,7 @@ fn walks_within_a_hard_limit(limit: u64) {
     );
 }
 
-#[test]
-fn find_ls_of_5000_files_under_a_hard_limit_of_512_needs_root() {
-    walks_within_a_hard_limit(512);
-}
-
-#[test]
-fn find_ls_of_5000_files_under_a_hard_limit_of_1024_needs_root() {
-    walks_within_a_hard_limit(1024);
+test_support::test_cases! {
+    find_ls_of_5000_files_under_a_hard_limit_of_512_needs_root => walks_within_a_hard_limit(512);
+    find_ls_of_5000_files_under_a_hard_limit_of_1024_needs_root => walks_within_a_hard_limit(1024);
 }

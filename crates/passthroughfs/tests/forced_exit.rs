@@ -166,27 +166,15 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     assert!(!is_mounted(&a_src));
 }
 
-#[test]
-fn second_ctrl_c_forces_the_exit_dev() {
-    second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGINT);
-}
-
-#[test]
-fn second_ctrl_c_forces_the_exit_uring() {
-    second_signal_forces_the_exit(Mode::Uring, libc::SIGINT, libc::SIGINT);
-}
-
-#[test]
-fn second_ctrl_c_forces_the_exit_uring_fallback() {
-    second_signal_forces_the_exit(Mode::UringFallback, libc::SIGINT, libc::SIGINT);
-}
-
-#[test]
-fn second_ctrl_c_forces_the_exit_tokio() {
-    second_signal_forces_the_exit(Mode::Tokio, libc::SIGINT, libc::SIGINT);
-}
-
-#[test]
-fn sigterm_after_ctrl_c_forces_the_exit_dev() {
-    second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGTERM);
+test_support::test_cases! {
+    second_ctrl_c_forces_the_exit_dev =>
+        second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGINT);
+    second_ctrl_c_forces_the_exit_uring =>
+        second_signal_forces_the_exit(Mode::Uring, libc::SIGINT, libc::SIGINT);
+    second_ctrl_c_forces_the_exit_uring_fallback =>
+        second_signal_forces_the_exit(Mode::UringFallback, libc::SIGINT, libc::SIGINT);
+    second_ctrl_c_forces_the_exit_tokio =>
+        second_signal_forces_the_exit(Mode::Tokio, libc::SIGINT, libc::SIGINT);
+    sigterm_after_ctrl_c_forces_the_exit_dev =>
+        second_signal_forces_the_exit(Mode::Dev, libc::SIGINT, libc::SIGTERM);
 }

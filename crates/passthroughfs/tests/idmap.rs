@@ -154,19 +154,13 @@ fn check(r: libc::c_int, what: &str) {
     assert!(r >= 0, "{what}: {}", io::Error::last_os_error());
 }
 
-#[test]
-fn files_made_through_an_idmapped_mount_are_owned_by_the_mapped_ids_in_source() {
-    made_through_an_idmapped_mount(Transport::Dev, &[]);
-}
-
-#[test]
-fn files_made_through_an_idmapped_mount_on_tokio() {
-    made_through_an_idmapped_mount(Transport::Dev, &["--runtime", "tokio"]);
-}
-
-#[test]
-fn files_made_through_an_idmapped_mount_over_io_uring() {
-    made_through_an_idmapped_mount(Transport::Uring, &[]);
+test_support::test_cases! {
+    files_made_through_an_idmapped_mount_are_owned_by_the_mapped_ids_in_source =>
+        made_through_an_idmapped_mount(Transport::Dev, &[]);
+    files_made_through_an_idmapped_mount_on_tokio =>
+        made_through_an_idmapped_mount(Transport::Dev, &["--runtime", "tokio"]);
+    files_made_through_an_idmapped_mount_over_io_uring =>
+        made_through_an_idmapped_mount(Transport::Uring, &[]);
 }
 
 /// The daemon on `transport` with `extra` arguments, idmapped: ownership

@@ -24,14 +24,11 @@ use std::time::Duration;
 /// seconds (15 at most).
 const HANG: Duration = Duration::from_secs(300);
 
-#[test]
-fn an_unanswered_request_aborts_the_connection_and_the_daemon_unmounts() {
-    aborted_in(Transport::Dev, &[]);
-}
-
-#[test]
-fn an_unanswered_request_aborts_the_connection_on_tokio() {
-    aborted_in(Transport::Dev, &["--runtime", "tokio"]);
+test_support::test_cases! {
+    an_unanswered_request_aborts_the_connection_and_the_daemon_unmounts =>
+        aborted_in(Transport::Dev, &[]);
+    an_unanswered_request_aborts_the_connection_on_tokio =>
+        aborted_in(Transport::Dev, &["--runtime", "tokio"]);
 }
 
 #[test]

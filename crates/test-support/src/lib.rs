@@ -179,3 +179,22 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// `#[test]` functions written one a line, `NAME => CALL;`, each running
+/// its call (which holds the test's assertions): a family of tests that
+/// differ only in an argument reads as the table it is, and each case is
+/// still a test of its own, run and reported by its name. Attributes
+/// (`///` docs, `#[cfg(…)]`, `#[ignore = "…"]`) before a line go to that
+/// test.
+#[macro_export]
+macro_rules! test_cases {
+    ($($(#[$attr:meta])* $name:ident => $call:expr;)+) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                $call;
+            }
+        )+
+    };
+}
