@@ -816,14 +816,7 @@ fn o_direct_reads_and_writes() {
     ] {
         let config = uncached().cache(cache);
         let t = TestMount::with(config, test_options());
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(t.m("d"))
-            .unwrap();
+        let f = open_direct(&t.m("d"));
         let mut buf = Aligned::new(1 << 20);
         let data = pattern(1 << 20, 7);
         buf.as_mut().copy_from_slice(&data);
@@ -958,44 +951,7 @@ fn mmap_read_and_write() {
     ] {
         let config = uncached().cache(cache);
         let t = TestMount::with(config, test_options());
-        let len = 64 * 1024;
-        fs::write(t.s("m"), pattern(len, 9)).unwrap();
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(t.m("m"))
-            .unwrap();
-        // SAFETY: mapping an open file of `len` bytes; unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "{cache:?}: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: the mapping is `len` bytes and lives until munmap.
-        let map = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
-        assert_eq!(&map[..], &pattern(len, 9)[..]);
-        map[100..110].copy_from_slice(b"0123456789");
-        map[len - 1] = 0xAB;
-        // SAFETY: the mapping is valid.
-        unsafe {
-            assert_eq!(libc::msync(p, len, libc::MS_SYNC), 0);
-            libc::munmap(p, len);
-        }
-        drop(f);
-        let below = fs::read(t.s("m")).unwrap();
-        assert_eq!(&below[100..110], b"0123456789", "{cache:?}");
-        assert_eq!(below[len - 1], 0xAB);
+        mmap_writes_through(&t.s("m"), &t.m("m"), &format!("{cache:?}"));
     }
 }
 

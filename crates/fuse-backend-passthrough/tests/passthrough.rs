@@ -19,7 +19,7 @@ use fuse_server::{Server, Session};
 use fuse_transport_uring::{UringConfig, UringSession};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,14 +111,7 @@ fn read_and_write_bypass_the_daemon_needs_root() {
 #[test]
 fn o_direct_is_passed_through_needs_root() {
     let t = mount();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(t.m("d"))
-        .unwrap();
+    let f = open_direct(&t.m("d"));
     let mut buf = Aligned::new(1 << 20);
     buf.as_mut().copy_from_slice(&pattern(1 << 20, 7));
     f.write_all_at(buf.as_mut(), 4096).unwrap();
@@ -326,60 +319,6 @@ fn truncation_through_every_path_needs_root() {
     assert_live_ids(&t, 0);
 }
 
-/// A shared mapping of `len` bytes of `f`.
-struct Map {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Map {
-    fn shared(f: &File, len: usize) -> Self {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a new mapping of a valid descriptor; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        Self {
-            ptr: ptr.cast(),
-            len,
-        }
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is `len` bytes, readable and writable, ours.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-
-    fn sync(&self) {
-        assert_eq!(
-            // SAFETY: `ptr`/`len` are exactly the mapping this value owns,
-            // mapped until Drop.
-            unsafe { libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC) },
-            0
-        );
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 #[test]
 fn shared_writable_mapping_needs_root() {
     let t = mount();
@@ -387,14 +326,14 @@ fn shared_writable_mapping_needs_root() {
     let data = pattern(LEN, 4);
     fs::write(t.m("m"), &data).unwrap();
     let f = rw(&t.m("m"));
-    let mut map = Map::shared(&f, LEN);
+    let mut map = SharedMap::new(&f, LEN).expect("mmap");
     assert_eq!(map.bytes(), &data[..]);
     let mut want = data.clone();
     for page in (0..LEN).step_by(8192) {
         map.bytes()[page + 7] = 0xA5;
         want[page + 7] = 0xA5;
     }
-    map.sync();
+    map.sync().expect("msync");
     // Through the mount (another open file) and in the backing directory.
     assert_eq!(fs::read(t.m("m")).unwrap(), want);
     assert_eq!(fs::read(t.s("m")).unwrap(), want);
@@ -622,9 +561,9 @@ fn passthrough_over_io_uring_needs_root() {
     let f = rw(&u.m("f"));
     f.set_len(1 << 20).unwrap();
     f.write_all_at(b"ring", 10).unwrap();
-    let mut map = Map::shared(&f, 1 << 20);
+    let mut map = SharedMap::new(&f, 1 << 20).expect("mmap");
     map.bytes()[0] = b'R';
-    map.sync();
+    map.sync().expect("msync");
     drop(map);
     drop(f);
     let mut want = data[..1 << 20].to_vec();

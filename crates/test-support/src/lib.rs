@@ -6,10 +6,12 @@
 //! A dev-dependency of the crates that mount in their tests; it depends on
 //! none of them, so that none of them is built twice.
 
+pub mod file;
 pub mod mountinfo;
 pub mod namespace;
 pub mod process;
 
+pub use file::{mmap_writes_through, open_direct, Aligned, SharedMap};
 pub use mountinfo::{
     detach, is_mounted, mounts_with_exact_source, mounts_with_source, remove_unless_mounted,
     MountGuard,

@@ -5,6 +5,9 @@
 //! `stop`) and unmounted (lazily as a last resort) on drop or panic.
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use async_io::RuntimeType;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::Server;
@@ -18,7 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
-pub use test_support::{is_mounted, pattern, require_root, require_uring, wait_until};
+pub use test_support::{
+    is_mounted, mmap_writes_through, open_direct, pattern, require_root, require_uring, wait_until,
+    Aligned,
+};
 
 /// How a test mount is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,20 +105,10 @@ pub fn require_runtime(runtime: RuntimeType) {
 
 /// Mount options of the tests (`allow_other`, `default_permissions`).
 pub fn options(fsname: &str) -> MountOptions {
-    MountOptions::default()
-        .fsname(format!("pt-test-async-{fsname}-{}", std::process::id()))
-        .subtype("passthroughfs")
-        .allow_other(true)
-        .default_permissions(true)
-        .nodev(false)
+    common::test_options().fsname(format!("pt-test-async-{fsname}-{}", std::process::id()))
 }
 
-/// Attributes and names not cached: every stat reaches the daemon.
-pub fn uncached() -> PassthroughConfig {
-    PassthroughConfig::default()
-        .attr_timeout(Duration::ZERO)
-        .entry_timeout(Duration::ZERO)
-}
+pub use common::{uncached, Sides};
 
 /// A `FuseDevTask` serving `server` at `mnt` on a new thread with a
 /// runtime of type `runtime`; returns the task's handle once mounted.
@@ -193,6 +189,12 @@ pub struct AsyncMount {
     dir: Option<tempfile::TempDir>,
 }
 
+impl Sides for AsyncMount {
+    fn sides(&self) -> (&Path, &Path) {
+        (&self.src, &self.mnt)
+    }
+}
+
 impl AsyncMount {
     /// A mount with [`uncached`] options.
     pub fn new(mode: Mode) -> Self {
@@ -259,16 +261,6 @@ impl AsyncMount {
         }
     }
 
-    /// A path in the backing directory.
-    pub fn s(&self, name: &str) -> PathBuf {
-        self.src.join(name)
-    }
-
-    /// A path through the mount.
-    pub fn m(&self, name: &str) -> PathBuf {
-        self.mnt.join(name)
-    }
-
     /// Stops the task (it lets running requests finish, unmounts, and
     /// calls the file system's `destroy`) and waits for its thread.
     pub fn unmount(&mut self) {
@@ -315,20 +307,5 @@ impl Drop for AsyncMount {
         if let Some(dir) = self.dir.take() {
             test_support::remove_unless_mounted(dir, &self.mnt);
         }
-    }
-}
-
-/// A page-aligned buffer for `O_DIRECT`.
-pub struct Aligned(fuse_server::AlignedBuf);
-
-impl Aligned {
-    /// `len` zeroed bytes at a page boundary.
-    pub fn new(len: usize) -> Self {
-        Self(fuse_server::AlignedBuf::new(len).expect("buffer"))
-    }
-
-    /// The bytes.
-    pub fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.0
     }
 }

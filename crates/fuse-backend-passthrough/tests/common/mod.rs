@@ -19,8 +19,9 @@ use std::time::Duration;
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    chmod, in_initial_user_namespace, is_mounted, mounts_with_exact_source, mounts_with_source,
-    pattern, process_mark, process_start_time, require_root, wait_until,
+    chmod, in_initial_user_namespace, is_mounted, mmap_writes_through, mounts_with_exact_source,
+    mounts_with_source, open_direct, pattern, process_mark, process_start_time, require_root,
+    wait_until, Aligned, SharedMap,
 };
 
 /// The fsname every test mount carries, to find leftovers.
@@ -56,6 +57,29 @@ pub fn uncached() -> PassthroughConfig {
     PassthroughConfig::default()
         .attr_timeout(Duration::ZERO)
         .entry_timeout(Duration::ZERO)
+}
+
+/// The two sides of a test mount: a path in the backing directory and the
+/// same path through the mount.
+pub trait Sides {
+    /// The backing directory and the mountpoint.
+    fn sides(&self) -> (&Path, &Path);
+
+    /// A path in the backing directory.
+    fn s(&self, name: &str) -> PathBuf {
+        self.sides().0.join(name)
+    }
+
+    /// A path through the mount.
+    fn m(&self, name: &str) -> PathBuf {
+        self.sides().1.join(name)
+    }
+}
+
+impl Sides for TestMount {
+    fn sides(&self) -> (&Path, &Path) {
+        (&self.src, &self.mnt)
+    }
 }
 
 impl TestMount {
@@ -117,16 +141,6 @@ impl TestMount {
     /// Requests seen with `op`.
     pub fn count(&self, op: fuse_abi::Opcode) -> u64 {
         self.session().server().counters().get(op)
-    }
-
-    /// A path in the backing directory.
-    pub fn s(&self, name: &str) -> PathBuf {
-        self.src.join(name)
-    }
-
-    /// A path through the mount.
-    pub fn m(&self, name: &str) -> PathBuf {
-        self.mnt.join(name)
     }
 
     /// Unmounts and waits for the workers (the file system's `destroy` runs).
@@ -278,41 +292,6 @@ pub fn assert_refs_return_to_zero(t: &TestMount) {
         t.fs.inode_count()
     );
     assert_eq!(t.fs.inode_count(), 1, "only the root should be left");
-}
-
-/// A page-aligned buffer for O_DIRECT.
-pub struct Aligned {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Aligned {
-    /// `len` zeroed bytes at a 4096-byte boundary.
-    pub fn new(len: usize) -> Self {
-        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Self { ptr, len }
-    }
-
-    /// The bytes.
-    pub fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` holds `len` initialized bytes we own.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe {
-            std::alloc::dealloc(
-                self.ptr,
-                std::alloc::Layout::from_size_align(self.len, 4096).unwrap(),
-            )
-        }
-    }
 }
 
 /// Fails (never passes silently) where passthrough can't work.
