@@ -45,10 +45,7 @@ struct Tree {
 }
 
 fn tree() -> Tree {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-escape-")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let dir = test_support::tmp_dir("pt-escape-");
     let root = dir.path().to_path_buf();
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
     let src = root.join("src");

@@ -259,10 +259,7 @@ fn all_cases<G>(file_handles: bool, reuse: Reuse, source: impl Fn() -> (PathBuf,
 /// allocator may or may not reuse a number soon: for the descriptor mode,
 /// where reuse must not happen.
 fn ext4_source() -> (PathBuf, tempfile::TempDir) {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-identity-")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let dir = test_support::tmp_dir("pt-identity-");
     chmod(dir.path(), 0o755);
     // SAFETY: statfs is plain data; all-zero is valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -296,10 +293,7 @@ impl Drop for LoopExt4 {
 }
 
 fn loop_ext4_source() -> (PathBuf, LoopExt4) {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-identity-ext4-")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let dir = test_support::tmp_dir("pt-identity-ext4-");
     let image = dir.path().join("image");
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
@@ -345,10 +339,7 @@ impl Drop for Tmpfs {
 }
 
 fn tmpfs_source() -> (PathBuf, Tmpfs) {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-identity-tmpfs-")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let dir = test_support::tmp_dir("pt-identity-tmpfs-");
     let target = c(dir.path());
     // SAFETY: NUL-terminated strings; a plain tmpfs mount.
     let r = unsafe {

@@ -499,10 +499,7 @@ struct UringMount {
 impl UringMount {
     fn new() -> Self {
         require_passthrough_host();
-        let dir = tempfile::Builder::new()
-            .prefix("pt-uring-")
-            .tempdir_in("/tmp")
-            .unwrap();
+        let dir = test_support::tmp_dir("pt-uring-");
         fs::create_dir(dir.path().join("src")).unwrap();
         fs::create_dir(dir.path().join("mnt")).unwrap();
         let fs = Arc::new(PassthroughFs::new(dir.path().join("src"), pt_config()).unwrap());

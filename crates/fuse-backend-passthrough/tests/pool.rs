@@ -268,10 +268,7 @@ struct Lower {
 impl Lower {
     fn new() -> Self {
         require_root();
-        let dir = tempfile::Builder::new()
-            .prefix("pt-pool-")
-            .tempdir_in("/tmp")
-            .unwrap();
+        let dir = test_support::tmp_dir("pt-pool-");
         let mnt = dir.path().join("lower");
         std::fs::create_dir(&mnt).unwrap();
         let fs = Arc::new(SlowFs::default());
@@ -304,10 +301,7 @@ impl Lower {
 
     /// The passthrough of this mount, served by a `FuseDevTask` on tokio.
     fn upper(&self, pool: bool, config: PassthroughConfig) -> AsyncMount {
-        let dir = tempfile::Builder::new()
-            .prefix("pt-pool-up-")
-            .tempdir_in("/tmp")
-            .unwrap();
+        let dir = test_support::tmp_dir("pt-pool-up-");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         AsyncMount::over(
@@ -480,10 +474,7 @@ struct Droppable {
 
 impl Droppable {
     fn new(lower: &Lower, pool_threads: usize) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("pt-pool-drop-")
-            .tempdir_in("/tmp")
-            .unwrap();
+        let dir = test_support::tmp_dir("pt-pool-drop-");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         // Names and attributes cached: each operation below is one request

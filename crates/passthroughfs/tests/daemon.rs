@@ -38,26 +38,8 @@ fn error_lines(o: &Output) -> Vec<String> {
         .collect()
 }
 
-struct Dirs {
-    _dir: tempfile::TempDir,
-    src: PathBuf,
-    mnt: PathBuf,
-}
-
-fn dirs() -> Dirs {
-    let dir = tempfile::Builder::new()
-        .prefix("pt-daemon-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    Dirs {
-        _dir: dir,
-        src,
-        mnt,
-    }
+fn dirs() -> test_support::Scratch {
+    test_support::scratch("pt-daemon-")
 }
 
 /// A running daemon; killed and its mount removed on drop.
@@ -388,7 +370,7 @@ fn dead_and_busy_mountpoints_are_refused() {
 fn unprivileged_user_gets_one_line_error_needs_root() {
     require_root();
     let d = dirs();
-    chmod(d._dir.path(), 0o755);
+    chmod(d.dir.path(), 0o755);
     let out = Command::new(BIN)
         .arg(&d.src)
         .arg(&d.mnt)

@@ -53,14 +53,11 @@ fn stop_daemon(mut child: Child, mnt: &Path) -> String {
 #[test]
 fn daemon_logs_a_refusal_once_needs_root() {
     require_passthrough_host();
-    let dir = tempfile::Builder::new()
-        .prefix("pt-daemon-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let src = dir.path().join("src");
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&src).unwrap();
-    fs::create_dir(&mnt).unwrap();
+    let test_support::Scratch {
+        dir: _dir,
+        src,
+        mnt,
+    } = test_support::scratch("pt-daemon-");
     let ovl = Overlay::mount(&src.join("ovl"));
     let child = start_daemon(&src, &mnt, &[]);
     for i in 0..5 {

@@ -102,12 +102,17 @@ pub struct Scratch {
     pub mnt: PathBuf,
 }
 
-/// Fresh scratch directories named `PREFIX…`.
-pub fn scratch(prefix: &str) -> Scratch {
-    let dir = tempfile::Builder::new()
+/// A fresh directory under `/tmp` named `PREFIX…` (removed on drop).
+pub fn tmp_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in("/tmp")
-        .expect("a temporary directory in /tmp");
+        .unwrap_or_else(|e| panic!("a temporary directory {prefix}… in /tmp: {e}"))
+}
+
+/// Fresh scratch directories named `PREFIX…`.
+pub fn scratch(prefix: &str) -> Scratch {
+    let dir = tmp_dir(prefix);
     let src = dir.path().join("src");
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&src).expect("creating the source directory");

@@ -314,10 +314,7 @@ pub struct Overlay {
 
 impl Overlay {
     pub fn mount(at: &Path) -> Self {
-        let dirs = tempfile::Builder::new()
-            .prefix("pt-ovl-")
-            .tempdir_in("/tmp")
-            .unwrap();
+        let dirs = test_support::tmp_dir("pt-ovl-");
         for d in ["lower", "upper", "work"] {
             fs::create_dir(dirs.path().join(d)).unwrap();
         }
