@@ -300,6 +300,19 @@ fn reap_all(
 
 /// What the daemon's threads wait in, and the connection's waiting count:
 /// the state of a hang, for its failure message.
+/// Once the holder let go: every one of `waiters` gets the lock in turn and
+/// exits with success (a hang fails with [`hang_report`]).
+fn all_get_the_lock(waiters: &mut [Child], what: &str, daemon: &Daemon, conn: &Path) {
+    let statuses = reap_all(
+        waiters,
+        &format!("{what}: waiters after the holder let go"),
+        || hang_report(daemon, conn),
+    );
+    for status in statuses {
+        assert!(status.success(), "{what}: a waiter got the lock: {status}");
+    }
+}
+
 fn hang_report(daemon: &Daemon, conn: &Path) -> String {
     let mut threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
         .map(|rd| {
@@ -550,14 +563,7 @@ fn sixty_four_lock_waiters_dont_stop_the_mount() {
         assert_eq!(cat, "contents\n", "{what}: cat");
         // Let go: every waiter gets the lock in turn and exits.
         drop(holder);
-        let statuses = reap_all(
-            &mut waiters,
-            &format!("{what}: waiters after the holder let go"),
-            || hang_report(&daemon, &conn),
-        );
-        for status in statuses {
-            assert!(status.success(), "{what}: a waiter got the lock: {status}");
-        }
+        all_get_the_lock(&mut waiters, what, &daemon, &conn);
         let log = daemon.stderr();
         assert!(error_lines(&log).is_empty(), "{what}: {log}");
     }
@@ -648,14 +654,7 @@ fn lock_waits_are_served_over_uring_in_the_namespace_sandbox() {
             assert_eq!(cat, "contents\n", "{what}: cat on CPU {cpu}");
         }
         holder.release(what);
-        let statuses = reap_all(
-            &mut waiters,
-            &format!("{what}: waiters after the holder let go"),
-            || hang_report(&daemon, &conn),
-        );
-        for status in statuses {
-            assert!(status.success(), "{what}: a waiter got the lock: {status}");
-        }
+        all_get_the_lock(&mut waiters, what, &daemon, &conn);
         let log = daemon.stderr();
         assert!(
             log.contains("ring entry added"),
