@@ -190,6 +190,38 @@ struct SlowReads {
     r: Rendezvous,
 }
 
+/// A [`SlowReads`] whose READs meet `want` at a time, each waiting at most
+/// `limit`, mounted over io_uring with `config` in a fresh directory.
+fn mount_slow_reads(
+    want: usize,
+    limit: Duration,
+    config: UringConfig,
+) -> (tempfile::TempDir, Arc<SlowReads>, UringSession) {
+    let fs = Arc::new(SlowReads {
+        r: Rendezvous {
+            want,
+            limit,
+            inside: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            wakers: Mutex::new(Vec::new()),
+        },
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let session = UringSession::mount(
+        Server::new_async(fs.clone()),
+        dir.path(),
+        &fuse_transport_dev::MountOptions::default(),
+        config,
+    )
+    .expect("mounting");
+    assert!(
+        session.mode().uses_uring(),
+        "{:?}",
+        session.fallback_reason()
+    );
+    (dir, fs, session)
+}
+
 const FILE_LEN: u64 = 4096;
 
 fn attr(ino: u64) -> Attr {
@@ -289,27 +321,10 @@ fn one_queue_serves_its_entries_concurrently(mode: Mode) {
     require_root_and_uring();
     init_logging();
     let readers = 4;
-    let fs = Arc::new(SlowReads {
-        r: Rendezvous {
-            want: readers,
-            limit: Duration::from_secs(10),
-            inside: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            wakers: Mutex::new(Vec::new()),
-        },
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let session = UringSession::mount(
-        Server::new_async(fs.clone()),
-        dir.path(),
-        &fuse_transport_dev::MountOptions::default(),
+    let (dir, fs, session) = mount_slow_reads(
+        readers,
+        Duration::from_secs(10),
         mode.config().entries_per_queue(8),
-    )
-    .expect("mounting");
-    assert!(
-        session.mode().uses_uring(),
-        "{:?}",
-        session.fallback_reason()
     );
     let mnt = dir.path().to_path_buf();
     let cpu = online_cpus()[0];
@@ -357,24 +372,7 @@ fn two_reads_on_one_queue(
     config: UringConfig,
     limit: Duration,
 ) -> (Vec<Result<usize, Option<i32>>>, usize) {
-    let fs = Arc::new(SlowReads {
-        r: Rendezvous {
-            want: 2,
-            limit,
-            inside: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            wakers: Mutex::new(Vec::new()),
-        },
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let session = UringSession::mount(
-        Server::new_async(fs.clone()),
-        dir.path(),
-        &fuse_transport_dev::MountOptions::default(),
-        config,
-    )
-    .expect("mounting");
-    assert!(session.mode().uses_uring());
+    let (dir, fs, session) = mount_slow_reads(2, limit, config);
     let mnt = dir.path().to_path_buf();
     let cpu = online_cpus()[0];
     let threads: Vec<_> = (0..2)
@@ -431,18 +429,7 @@ fn async_a_panicking_file_system_does_not_take_a_queue_down() {
     require_root_and_uring();
     for mode in MODES {
         let m = mount(mode.config());
-        for cpu in online_cpus() {
-            let mnt = m.mnt.clone();
-            std::thread::spawn(move || {
-                pin_to(cpu);
-                let err = std::fs::metadata(mnt.join(PANIC_NAME)).unwrap_err();
-                assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-                write_and_verify(&mnt.join(format!("after-{cpu}")), cpu as u64, MIB, 65536)
-                    .unwrap();
-            })
-            .join()
-            .unwrap();
-        }
+        every_queue_survives_a_panic(&m.mnt);
         let Mounted { session, mnt, .. } = m;
         end(session, &mnt);
     }

@@ -283,18 +283,7 @@ fn a_panicking_file_system_does_not_take_a_queue_down() {
     require_root_and_uring();
     let m = mount(UringConfig::default());
     assert_uring(&m.session);
-    // From every CPU, so every queue meets the panic and must go on.
-    for cpu in online_cpus() {
-        let mnt = m.mnt.clone();
-        std::thread::spawn(move || {
-            pin_to(cpu);
-            let err = std::fs::metadata(mnt.join(PANIC_NAME)).unwrap_err();
-            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-            write_and_verify(&mnt.join(format!("after-{cpu}")), cpu as u64, MIB, 65536).unwrap();
-        })
-        .join()
-        .unwrap();
-    }
+    every_queue_survives_a_panic(&m.mnt);
     end(m);
 }
 

@@ -506,6 +506,24 @@ pub fn dump_tasks(pid: &str) {
     }
 }
 
+/// From every CPU, so that every queue meets it: a LOOKUP of
+/// [`PANIC_NAME`] (the file system panics) fails with EIO, and the queue
+/// then goes on serving a write and its read-back.
+pub fn every_queue_survives_a_panic(mnt: &Path) {
+    for cpu in online_cpus() {
+        let mnt = mnt.to_path_buf();
+        std::thread::spawn(move || {
+            pin_to(cpu);
+            let err = std::fs::metadata(mnt.join(PANIC_NAME)).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+            let after = mnt.join(format!("after-{cpu}"));
+            write_and_verify(&after, cpu as u64, 1 << 20, 65536).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it for
