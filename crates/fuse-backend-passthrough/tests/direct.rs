@@ -3,24 +3,17 @@
 //! handles), exact lookup counts, and readdirplus entries that don't fit.
 //! These need no root and no /dev/fuse.
 
+mod common;
+
+use common::own_context as ctx;
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{
-    Context, CopyFileRangeArgs, DirentPlusSink, Entry, FileSystem, LockArgs, LseekArgs, MkdirArgs,
-    OpenArgs, ReadArgs, ReleaseArgs, SliceReader, SliceWriter, WriteArgs,
+    CopyFileRangeArgs, DirentPlusSink, Entry, FileSystem, LockArgs, LseekArgs, MkdirArgs, OpenArgs,
+    ReadArgs, ReleaseArgs, SliceReader, SliceWriter, WriteArgs,
 };
 use std::fs;
 
 const ROOT: u64 = fuse_abi::ROOT_ID;
-
-fn ctx() -> Context {
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Context {
-        uid,
-        gid,
-        ..Context::default()
-    }
-}
 
 fn setup() -> (tempfile::TempDir, PassthroughFs) {
     let dir = tempfile::tempdir().unwrap();

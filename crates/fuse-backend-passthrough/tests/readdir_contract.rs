@@ -26,11 +26,12 @@
 //! - [`PassthroughConfig::no_readdir`] lists nothing, successfully;
 //! - RELEASEDIR ends a handle (`EBADF` after it).
 
+mod common;
+
+use common::own_context as ctx;
 use fuse_abi::{Attr, Dirent, Direntplus, EntryOut, ROOT_ID};
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
-use fuse_server::{
-    Context, DirentBuf, Entry, FileSystem, LseekArgs, OpenArgs, ReadArgs, ReleaseArgs,
-};
+use fuse_server::{DirentBuf, Entry, FileSystem, LseekArgs, OpenArgs, ReadArgs, ReleaseArgs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::io;
@@ -40,16 +41,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const ROOT: u64 = ROOT_ID;
-
-fn ctx() -> Context {
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Context {
-        uid,
-        gid,
-        ..Context::default()
-    }
-}
 
 fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     r.expect_err("an error").raw_os_error().expect("an errno")

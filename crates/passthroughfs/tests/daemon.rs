@@ -103,11 +103,7 @@ fn wait_with_timeout(mut child: Child, timeout: Duration) -> Output {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        test_support::detach(&self.mnt);
+        test_support::kill_and_detach(self.child.take(), &self.mnt);
     }
 }
 

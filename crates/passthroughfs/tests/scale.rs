@@ -139,6 +139,17 @@ fn make_tree(src: &Path, files: usize) -> usize {
     dirs
 }
 
+/// `find MNT -ls` run to its end: every entry under `mnt` looked up and
+/// stat'ed through the mount.
+fn find_ls(mnt: &Path) -> std::process::Output {
+    Command::new("find")
+        .arg(mnt)
+        .arg("-ls")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
 #[test]
 fn walk_of_200k_files_with_default_fd_limit_and_inodes_forgotten_after_forget_needs_root() {
     require_root();
@@ -206,13 +217,7 @@ fn walk_of_200k_files_with_default_fd_limit_and_inodes_forgotten_after_forget_ne
         let rss_before = rss_kib(pid);
         let fds_before = fd_count(pid);
         let t = Instant::now();
-        let out = Command::new("find")
-            .arg(&d.mnt)
-            .arg("-ls")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
+        let out = find_ls(&d.mnt);
         let walk = t.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "find failed: {stderr}");
@@ -317,13 +322,7 @@ fn walk_with_max_nodes_leaves_a_bounded_table_needs_root() {
         &["--max-nodes", &LIMIT.to_string()],
         |_| {},
     );
-    let out = Command::new("find")
-        .arg(&d.mnt)
-        .arg("-ls")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = find_ls(&d.mnt);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.is_empty(), "find: {stderr}");
     let lines = out.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty());

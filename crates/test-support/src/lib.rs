@@ -13,8 +13,8 @@ pub mod process;
 
 pub use file::{mmap_writes_through, open_direct, Aligned, SharedMap};
 pub use mountinfo::{
-    detach, is_mounted, mounts_with_exact_source, mounts_with_source, remove_unless_mounted,
-    MountGuard,
+    detach, is_mounted, kill_and_detach, mounts_with_exact_source, mounts_with_source,
+    remove_unless_mounted, MountGuard,
 };
 pub use namespace::{bind_mount, unshare_mount_namespace};
 pub use process::{

@@ -127,6 +127,17 @@ pub fn detach(path: &Path) {
     unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
 }
 
+/// What a test's daemon leaves when the test ends, passing or failing:
+/// its process `child`, if still held, killed and reaped, and whatever is
+/// mounted on `mnt` detached.
+pub fn kill_and_detach(child: Option<std::process::Child>, mnt: &Path) {
+    if let Some(mut c) = child {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    detach(mnt);
+}
+
 /// Removes `dir` unless something is still mounted at `mnt` inside it:
 /// then it is left behind, as removing it would walk into the mount.
 pub fn remove_unless_mounted(dir: tempfile::TempDir, mnt: &Path) {

@@ -24,6 +24,18 @@ pub use test_support::{
     wait_until, Aligned, SharedMap,
 };
 
+/// A request context of this process's own user and group, as the
+/// kernel would send for a call made here.
+pub fn own_context() -> fuse_server::Context {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    fuse_server::Context {
+        uid,
+        gid,
+        ..fuse_server::Context::default()
+    }
+}
+
 /// The fsname every test mount carries, to find leftovers.
 pub const FSNAME_PREFIX: &str = "pt-test";
 
