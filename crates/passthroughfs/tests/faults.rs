@@ -166,6 +166,12 @@ fn assert_clean_exit(d: Daemon, since: Instant, limit: Duration, what: &str) {
     );
 }
 
+/// SIGTERM, then [`assert_clean_exit`] within 5 s of it.
+fn stops_cleanly_on_sigterm(daemon: Daemon, what: &str) {
+    daemon.signal(libc::SIGTERM);
+    assert_clean_exit(daemon, Instant::now(), Duration::from_secs(5), what);
+}
+
 fn under_load(transport: Transport, how: &str) {
     require_root();
     let d = dirs();
@@ -217,6 +223,20 @@ test_support::test_cases! {
     lazy_umount_under_load_uring => under_load(Transport::Uring, "umount -l");
     sigterm_under_load_dev => under_load(Transport::Dev, "SIGTERM");
     sigterm_under_load_uring => under_load(Transport::Uring, "SIGTERM");
+}
+
+/// The daemon started with `flags` over `d`, which must refuse with exit
+/// status 1; its standard error.
+fn refused_with_status_1(flags: &[&str], d: &Dirs) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(flags)
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    stderr
 }
 
 /// `statx(AT_STATX_FORCE_SYNC)`: a stat that always reaches the daemon.
@@ -303,13 +323,7 @@ fn sigkill(transport: Transport) {
     }
 
     // A new daemon refuses the dead mountpoint and says what to do.
-    let out = std::process::Command::new(BIN)
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused_with_status_1(&[], &d);
     assert!(
         stderr.contains("umount -l") && stderr.contains("--unmount-dead"),
         "the message says how to recover: {stderr}"
@@ -323,13 +337,7 @@ fn sigkill(transport: Transport) {
         daemon.stderr()
     );
     assert_eq!(std::fs::read(d.mnt.join("f")).unwrap(), b"before the kill");
-    daemon.signal(libc::SIGTERM);
-    assert_clean_exit(
-        daemon,
-        Instant::now(),
-        Duration::from_secs(5),
-        "after recovery",
-    );
+    stops_cleanly_on_sigterm(daemon, "after recovery");
     assert!(!is_mounted(&d.mnt));
 }
 
@@ -754,13 +762,7 @@ fn backing_changes(transport: Transport) {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(names.len(), 3, "{names:?}");
-    daemon.signal(libc::SIGTERM);
-    assert_clean_exit(
-        daemon,
-        Instant::now(),
-        Duration::from_secs(5),
-        "after backing changes",
-    );
+    stops_cleanly_on_sigterm(daemon, "after backing changes");
 }
 
 test_support::test_cases! {
@@ -773,14 +775,7 @@ test_support::test_cases! {
 #[test]
 fn allow_other_without_default_permissions_is_refused_with_the_reason() {
     let d = dirs();
-    let out = std::process::Command::new(BIN)
-        .arg("--allow-other")
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused_with_status_1(&["--allow-other"], &d);
     for why in ["--default-permissions", "privileges", "any user"] {
         assert!(
             stderr.contains(why),

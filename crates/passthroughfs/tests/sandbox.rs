@@ -107,6 +107,23 @@ fn touch() -> &'static str {
         .expect("these tests need touch(1)")
 }
 
+/// The confinement arguments: `--sandbox`, `--landlock` and `--seccomp`
+/// with these values.
+const fn confined(
+    sandbox: &'static str,
+    landlock: &'static str,
+    seccomp: &'static str,
+) -> [&'static str; 6] {
+    [
+        "--sandbox",
+        sandbox,
+        "--landlock",
+        landlock,
+        "--seccomp",
+        seccomp,
+    ]
+}
+
 const ATTEMPTS: [&str; 4] = ["open", "exec", "socket", "kill"];
 
 /// Makes the daemon at `mnt` attempt `what`: the lookup's error
@@ -190,18 +207,7 @@ fn all_denied(args: &[&str]) -> Vec<(String, io::Error)> {
 fn unconfined_every_attempt_succeeds() {
     let (d, data) = setup();
     let mut t = Targets::new(d.dir.path());
-    let daemon = start(
-        &d,
-        &t,
-        &[
-            "--sandbox",
-            "none",
-            "--seccomp",
-            "none",
-            "--landlock",
-            "off",
-        ],
-    );
+    let daemon = start(&d, &t, &confined("none", "off", "none"));
     for what in ATTEMPTS {
         let e = attempt(&d.mnt, what);
         assert!(succeeded(&e), "{what}: {e}: {}", daemon.stderr());
@@ -216,14 +222,7 @@ fn unconfined_every_attempt_succeeds() {
 
 #[test]
 fn namespace_and_landlock_deny_every_attempt() {
-    let errors = all_denied(&[
-        "--sandbox",
-        "namespace",
-        "--landlock",
-        "on",
-        "--seccomp",
-        "none",
-    ]);
+    let errors = all_denied(&confined("namespace", "on", "none"));
     for (what, e) in errors {
         // Landlock refuses the file reached through /proc/1/root and TCP
         // (before the empty network namespace would) and keeps signals
@@ -241,15 +240,8 @@ fn namespace_and_landlock_deny_every_attempt() {
 /// holds no inodes by file handle (see `sandbox::landlock`).
 #[test]
 fn landlock_alone_denies_every_attempt() {
-    let errors = all_denied(&[
-        "--sandbox",
-        "none",
-        "--landlock",
-        "on",
-        "--seccomp",
-        "none",
-        "--no-file-handles",
-    ]);
+    let errors =
+        all_denied(&[&confined("none", "on", "none")[..], &["--no-file-handles"]].concat());
     for (what, e) in errors {
         let want = match what.as_str() {
             "kill" => libc::EPERM,
@@ -260,21 +252,14 @@ fn landlock_alone_denies_every_attempt() {
 }
 
 /// The filter alone: no namespace, no Landlock.
-const SECCOMP_KILL_ONLY: &[&str] = &[
-    "--sandbox",
-    "none",
-    "--landlock",
-    "off",
-    "--seccomp",
-    "kill",
-];
+const SECCOMP_KILL_ONLY: [&str; 6] = confined("none", "off", "kill");
 
 #[test]
 fn seccomp_kill_ends_the_daemon_at_a_forbidden_call() {
     for (what, call) in [("socket", "socket"), ("kill", "kill")] {
         let (d, data) = setup();
         let mut t = Targets::new(d.dir.path());
-        let daemon = start(&d, &t, SECCOMP_KILL_ONLY);
+        let daemon = start(&d, &t, &SECCOMP_KILL_ONLY);
         let mnt = d.mnt.clone();
         // The request fails once the daemon is gone.
         let e = attempt(&mnt, what);
@@ -295,7 +280,7 @@ fn seccomp_kill_ends_the_daemon_at_a_forbidden_call() {
 fn seccomp_kill_ends_a_program_the_daemon_runs() {
     let (d, data) = setup();
     let mut t = Targets::new(d.dir.path());
-    let daemon = start(&d, &t, SECCOMP_KILL_ONLY);
+    let daemon = start(&d, &t, &SECCOMP_KILL_ONLY);
     let e = attempt(&d.mnt, "exec");
     assert_eq!(
         e.raw_os_error(),
@@ -323,29 +308,15 @@ fn files_reopened_by_handle_read_back_confined_and_unconfined_needs_file_handles
     use std::os::unix::process::CommandExt;
     let files = 600;
     for args in [
-        &[
-            "--sandbox",
-            "namespace",
-            "--landlock",
-            "on",
-            "--seccomp",
-            "kill",
-        ][..],
-        &["--sandbox", "none", "--landlock", "on", "--seccomp", "kill"][..],
-        &[
-            "--sandbox",
-            "none",
-            "--landlock",
-            "off",
-            "--seccomp",
-            "none",
-        ][..],
+        confined("namespace", "on", "kill"),
+        confined("none", "on", "kill"),
+        confined("none", "off", "none"),
     ] {
         let (d, _) = setup();
         for i in 0..files {
             std::fs::write(d.src.join(format!("f{i}")), pattern(512, i)).unwrap();
         }
-        let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, args, |cmd| {
+        let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &args, |cmd| {
             // SAFETY: setrlimit is async-signal-safe.
             unsafe {
                 cmd.pre_exec(|| {
@@ -402,17 +373,7 @@ fn callers_supplementary_groups_count_under_every_confinement() {
             Transport::Dev,
             &["--sandbox", "namespace", "--landlock", "off"][..],
         ),
-        (
-            Transport::Dev,
-            &[
-                "--sandbox",
-                "none",
-                "--landlock",
-                "off",
-                "--seccomp",
-                "none",
-            ][..],
-        ),
+        (Transport::Dev, &confined("none", "off", "none")[..]),
     ] {
         let d = test_support::shared_scratch("pt-groups-");
         let f = d.src.join("f");
