@@ -211,11 +211,11 @@ fn posix_holder(path: &Path) -> Child {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "locked\n", "the POSIX lock holder took its lock");
+    assert_eq!(
+        first_line(&mut child),
+        "locked\n",
+        "the POSIX lock holder took its lock"
+    );
     child
 }
 
@@ -300,6 +300,24 @@ fn reap_all(
 
 /// What the daemon's threads wait in, and the connection's waiting count:
 /// the state of a hang, for its failure message.
+/// Fails unless `daemon` says it runs in its namespace sandbox.
+fn assert_in_namespace_sandbox(daemon: &Daemon, what: &str) {
+    assert!(
+        daemon.stderr().contains("confinement=namespace"),
+        "{what}: the daemon runs in its namespace sandbox: {}",
+        daemon.stderr()
+    );
+}
+
+/// The first line `child` writes on its (piped) standard output.
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
 /// Once the holder let go: every one of `waiters` gets the lock in turn and
 /// exits with success (a hang fails with [`hang_report`]).
 fn all_get_the_lock(waiters: &mut [Child], what: &str, daemon: &Daemon, conn: &Path) {
@@ -415,12 +433,7 @@ fn sigterm_with_lock_waiters_pending_ends_the_daemon_and_the_waits() {
 
 #[test]
 fn a_killed_waiter_is_interrupted_and_takes_no_lock() {
-    require_root();
-    for mode in modes() {
-        for posix in [false, true] {
-            killed_waiter(&mode, posix, false);
-        }
-    }
+    killed_waiters(false);
 }
 
 #[test]
@@ -430,10 +443,16 @@ fn a_killed_waiter_whose_interrupt_never_comes_still_ends() {
     // daemon's fault hook drops every INTERRUPT, so the wait can only end
     // through the daemon's look at the requester's pending signals (which
     // the namespace sandbox with Landlock once made it unable to read).
+    killed_waiters(true);
+}
+
+/// [`killed_waiter`] in every mode, waiting for a flock and for a POSIX
+/// lock.
+fn killed_waiters(drop_interrupts: bool) {
     require_root();
     for mode in modes() {
         for posix in [false, true] {
-            killed_waiter(&mode, posix, true);
+            killed_waiter(&mode, posix, drop_interrupts);
         }
     }
 }
@@ -614,11 +633,7 @@ fn lock_waits_are_served_over_uring_in_the_namespace_sandbox() {
     ] {
         let what = mode.0;
         let (d, daemon) = start(&mode);
-        assert!(
-            daemon.stderr().contains("confinement=namespace"),
-            "{what}: the daemon runs in its namespace sandbox: {}",
-            daemon.stderr()
-        );
+        assert_in_namespace_sandbox(&daemon, what);
         let conn = connection_dir(&d.mnt);
         let f = d.mnt.join("f");
         let base = waiting(&conn);
@@ -687,11 +702,11 @@ impl OpenWaiter {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "open\n", "the waiter opened the file");
+        assert_eq!(
+            first_line(&mut child),
+            "open\n",
+            "the waiter opened the file"
+        );
         Self { child }
     }
 
@@ -736,11 +751,7 @@ fn a_request_queued_behind_a_lock_wait_is_served_over_uring_in_the_namespace_san
                 );
             },
         );
-        assert!(
-            daemon.stderr().contains("confinement=namespace"),
-            "{what}: the daemon runs in its namespace sandbox: {}",
-            daemon.stderr()
-        );
+        assert_in_namespace_sandbox(&daemon, &what);
         let conn = connection_dir(&d.mnt);
         let f = d.mnt.join("f");
         let mut holder = Holder::take(&f, false);
