@@ -134,6 +134,19 @@ impl Drop for TestDir {
     }
 }
 
+/// A passthrough of a fresh `src`, to be mounted at `mnt` (both in the
+/// returned directory).
+fn passthrough_dirs() -> (TestDir, PathBuf, PathBuf, Arc<PassthroughFs>) {
+    require_root();
+    let dir = TestDir::new();
+    let src = dir.path().join("src");
+    let mnt = dir.mnt.clone();
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    (dir, src, mnt, fs)
+}
+
 /// A passthrough of a fresh `src` mounted at `mnt` (both in the returned
 /// directory) by a session with `config`.
 fn mount_passthrough(
@@ -145,13 +158,7 @@ fn mount_passthrough(
     Arc<PassthroughFs>,
     DevSession,
 ) {
-    require_root();
-    let dir = TestDir::new();
-    let src = dir.path().join("src");
-    let mnt = dir.mnt.clone();
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let (dir, src, mnt, fs) = passthrough_dirs();
     let session =
         DevSession::mount(Server::new(fs.clone()), &mnt, &options(), config).expect("mount");
     (dir, src, mnt, fs, session)
@@ -289,6 +296,19 @@ fn offer_once_within(
     })
 }
 
+/// The session an offer that was refused or called off gave back (it was
+/// not handed over), checked to still serve `mnt` by writing `name`.
+fn kept(
+    old: std::thread::JoinHandle<(Arc<dyn Pausable>, bool)>,
+    mnt: &Path,
+    name: &str,
+) -> Arc<dyn Pausable> {
+    let (session, handed) = old.join().unwrap();
+    assert!(!handed, "{name}: the session was handed over");
+    still_served(mnt, name);
+    session
+}
+
 fn still_served(mnt: &Path, name: &str) {
     std::fs::write(mnt.join(name), name.as_bytes()).expect("the old session still serves");
     assert_eq!(std::fs::read(mnt.join(name)).unwrap(), name.as_bytes());
@@ -311,10 +331,7 @@ fn refused_takeovers_leave_the_old_session_serving() {
         answer.starts_with("refused ") && answer.contains("99"),
         "{answer}"
     );
-    let (s, handed) = old.join().unwrap();
-    assert!(!handed);
-    session = s;
-    still_served(&mnt, "after-version");
+    session = kept(old, &mnt, "after-version");
     std::fs::remove_file(&socket).unwrap();
 
     // A new daemon that would negotiate differently (it asks for the
@@ -343,10 +360,7 @@ fn refused_takeovers_leave_the_old_session_serving() {
     .map(|_| ())
     .unwrap_err();
     assert!(err.to_string().contains("negotiate differently"), "{err}");
-    let (s, handed) = old.join().unwrap();
-    assert!(!handed);
-    session = s;
-    still_served(&mnt, "after-refusal");
+    session = kept(old, &mnt, "after-refusal");
     std::fs::remove_file(&socket).unwrap();
 
     // Nobody answers: the new daemon goes away mid-way.
@@ -358,10 +372,7 @@ fn refused_takeovers_leave_the_old_session_serving() {
     let h = takeover::recv_handover(&stream).unwrap();
     drop(h);
     drop(stream);
-    let (s, handed) = old.join().unwrap();
-    assert!(!handed);
-    session = s;
-    still_served(&mnt, "after-hangup");
+    session = kept(old, &mnt, "after-hangup");
 
     // A new daemon that hangs after the hand-over: the old session waits
     // the timeout, calls it off, and serves again; the new side then
@@ -372,10 +383,7 @@ fn refused_takeovers_leave_the_old_session_serving() {
     let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     takeover::write_line(&stream, &hello).unwrap();
     let h = takeover::recv_handover(&stream).unwrap();
-    let (s, handed) = old.join().unwrap();
-    assert!(!handed);
-    session = s;
-    still_served(&mnt, "after-timeout");
+    session = kept(old, &mnt, "after-timeout");
     // Its "ready" comes too late (the socket may be closed already).
     let _ = takeover::write_line(&stream, "ready");
     let answer = takeover::read_line(&stream).unwrap();
@@ -474,13 +482,7 @@ fn lock_waits_refuse_the_takeover_of_worker_threads() {
 
 #[test]
 fn lock_waits_refuse_the_takeover_of_tasks() {
-    require_root();
-    let dir = TestDir::new();
-    let src = dir.path().join("src");
-    let mnt = dir.mnt.clone();
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    let fs = Arc::new(PassthroughFs::new(&src, PassthroughConfig::default()).unwrap());
+    let (dir, _, mnt, fs) = passthrough_dirs();
     let task = run_tasks(move || {
         FuseDevTask::mount(
             Server::new_async(fs),
