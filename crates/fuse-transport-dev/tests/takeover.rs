@@ -42,44 +42,32 @@ fn start_clients(
     stop: Arc<AtomicBool>,
     rounds: Arc<AtomicU64>,
 ) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
-    (0..n)
-        .map(|t| {
-            let (mnt, stop, rounds) = (mnt.clone(), stop.clone(), rounds.clone());
-            std::thread::spawn(move || {
-                let path = mnt.join(format!("client-{t}"));
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let data: Vec<u8> = (0..65536u32)
-                        .map(|k| (k as u64 * 31 + i + t as u64) as u8)
-                        .collect();
-                    let run = || -> std::io::Result<()> {
-                        let mut f = std::fs::OpenOptions::new()
-                            .read(true)
-                            .write(true)
-                            .create(true)
-                            .truncate(true)
-                            .open(&path)?;
-                        f.write_all(&data)?;
-                        f.seek(SeekFrom::Start(0))?;
-                        let mut back = Vec::new();
-                        f.read_to_end(&mut back)?;
-                        if back != data {
-                            return Err(std::io::Error::other("read back other bytes"));
-                        }
-                        // New names too: LOOKUP, CREATE, UNLINK.
-                        let other = mnt.join(format!("client-{t}-{}", i % 8));
-                        std::fs::write(&other, b"x")?;
-                        std::fs::remove_file(&other)?;
-                        Ok(())
-                    };
-                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
-                    rounds.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-                Ok(())
-            })
+    test_support::load::clients(n, &stop, &rounds, move |t| {
+        let (mnt, path) = (mnt.clone(), mnt.join(format!("client-{t}")));
+        Ok(move |i: u64| -> std::io::Result<()> {
+            let data: Vec<u8> = (0..65536u32)
+                .map(|k| (k as u64 * 31 + i + t as u64) as u8)
+                .collect();
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            f.write_all(&data)?;
+            f.seek(SeekFrom::Start(0))?;
+            let mut back = Vec::new();
+            f.read_to_end(&mut back)?;
+            if back != data {
+                return Err(std::io::Error::other("read back other bytes"));
+            }
+            // New names too: LOOKUP, CREATE, UNLINK.
+            let other = mnt.join(format!("client-{t}-{}", i % 8));
+            std::fs::write(&other, b"x")?;
+            std::fs::remove_file(&other)?;
+            Ok(())
         })
-        .collect()
+    })
 }
 
 fn wait_for_rounds(rounds: &AtomicU64, more: u64) {

@@ -7,6 +7,7 @@
 //! none of them, so that none of them is built twice.
 
 pub mod file;
+pub mod load;
 pub mod mountinfo;
 pub mod namespace;
 pub mod process;

@@ -18,42 +18,31 @@ pub fn clients(
     stop: &Arc<AtomicBool>,
     rounds: &Arc<AtomicU64>,
 ) -> Vec<std::thread::JoinHandle<Result<(), String>>> {
-    (0..n)
-        .map(|t| {
-            let (mnt, stop, rounds) = (mnt.to_path_buf(), stop.clone(), rounds.clone());
-            std::thread::spawn(move || {
-                let dir = mnt.join(format!("client-{t}"));
-                std::fs::create_dir(&dir).map_err(|e| format!("client {t}: mkdir: {e}"))?;
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let data: Vec<u8> = (0..100_000u32)
-                        .map(|k| (k as u64 * 7 + i + t as u64) as u8)
-                        .collect();
-                    let run = || -> std::io::Result<()> {
-                        let a = dir.join(format!("f-{}", i % 5));
-                        let b = dir.join(format!("g-{}", i % 5));
-                        std::fs::write(&a, &data)?;
-                        std::fs::rename(&a, &b)?;
-                        if std::fs::read(&b)? != data {
-                            return Err(std::io::Error::other("read back other bytes"));
-                        }
-                        if i % 3 == 0 {
-                            std::fs::remove_file(&b)?;
-                        }
-                        let listed = std::fs::read_dir(&dir)?.count();
-                        if listed > 10 {
-                            return Err(std::io::Error::other(format!("{listed} names")));
-                        }
-                        Ok(())
-                    };
-                    run().map_err(|e| format!("client {t}, round {i}: {e}"))?;
-                    rounds.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-                Ok(())
-            })
+    let mnt = mnt.to_path_buf();
+    test_support::load::clients(n, stop, rounds, move |t| {
+        let dir = mnt.join(format!("client-{t}"));
+        std::fs::create_dir(&dir).map_err(|e| format!("client {t}: mkdir: {e}"))?;
+        Ok(move |i: u64| -> std::io::Result<()> {
+            let data: Vec<u8> = (0..100_000u32)
+                .map(|k| (k as u64 * 7 + i + t as u64) as u8)
+                .collect();
+            let a = dir.join(format!("f-{}", i % 5));
+            let b = dir.join(format!("g-{}", i % 5));
+            std::fs::write(&a, &data)?;
+            std::fs::rename(&a, &b)?;
+            if std::fs::read(&b)? != data {
+                return Err(std::io::Error::other("read back other bytes"));
+            }
+            if i % 3 == 0 {
+                std::fs::remove_file(&b)?;
+            }
+            let listed = std::fs::read_dir(&dir)?.count();
+            if listed > 10 {
+                return Err(std::io::Error::other(format!("{listed} names")));
+            }
+            Ok(())
         })
-        .collect()
+    })
 }
 
 pub fn progress(rounds: &AtomicU64, more: u64) {
