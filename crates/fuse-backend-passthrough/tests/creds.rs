@@ -15,6 +15,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 const NOBODY: u32 = 65534;
 const NOGROUP: u32 = 65534;
 
+/// `script` run by `sh` in `dir` as nobody (nogroup, no other group),
+/// which must succeed.
+fn nobody_ok(dir: &std::path::Path, script: &str) {
+    run_as_ok(NOBODY, NOGROUP, &[NOGROUP], dir, script)
+}
+
 fn owner(t: &TestMount, name: &str) -> (u32, u32) {
     let m = lmeta(&t.s(name));
     (m.uid(), m.gid())
@@ -25,10 +31,7 @@ fn files_created_by_other_users_belong_to_them_needs_root() {
     let t = TestMount::new();
     fs::create_dir(t.m("shared")).unwrap();
     chmod(&t.s("shared"), 0o777);
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
+    nobody_ok(
         &t.m("shared"),
         "echo data > file && mkdir dir && mkfifo fifo && ln -s file link && ln file hard \
          && (umask 077; echo x > private; mkdir privdir)",
@@ -61,13 +64,7 @@ fn setgid_directories_pass_their_group_on_needs_root() {
     fs::create_dir(t.m("sg")).unwrap();
     std::os::unix::fs::chown(t.m("sg"), None, Some(4242)).unwrap();
     fs::set_permissions(t.m("sg"), fs::Permissions::from_mode(0o2777)).unwrap();
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
-        &t.m("sg"),
-        "touch f && mkdir d",
-    );
+    nobody_ok(&t.m("sg"), "touch f && mkdir d");
     assert_eq!(owner(&t, "sg/f"), (NOBODY, 4242));
     assert_eq!(owner(&t, "sg/d"), (NOBODY, 4242));
     assert_ne!(
@@ -255,13 +252,7 @@ fn writeback_write_only_files_of_other_users_needs_root() {
     let t = TestMount::with(config, test_options());
     fs::create_dir(t.m("d")).unwrap();
     chmod(&t.s("d"), 0o777);
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
-        &t.m("d"),
-        "echo one > wo && chmod 200 wo && echo two >> wo",
-    );
+    nobody_ok(&t.m("d"), "echo one > wo && chmod 200 wo && echo two >> wo");
     assert_eq!(fs::read(t.s("d/wo")).unwrap(), b"one\ntwo\n");
     assert_eq!(owner(&t, "d/wo"), (NOBODY, NOGROUP));
 }
@@ -271,26 +262,14 @@ fn chown_by_owner_and_utimes_by_writer_needs_root() {
     let t = TestMount::new();
     fs::create_dir(t.m("d")).unwrap();
     chmod(&t.s("d"), 0o777);
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
-        &t.m("d"),
-        "touch mine && chmod 666 mine",
-    );
+    nobody_ok(&t.m("d"), "touch mine && chmod 666 mine");
     // Another user with write permission may set the times to now, not
     // to a given time.
     run_as_ok(1, 1, &[1], &t.m("d"), "touch mine");
     assert!(!run_as(1, 1, &[1], &t.m("d"), "touch -d 2001-01-01 mine")
         .status
         .success());
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
-        &t.m("d"),
-        "touch -d 2001-01-01 mine",
-    );
+    nobody_ok(&t.m("d"), "touch -d 2001-01-01 mine");
     assert_eq!(lmeta(&t.s("d/mine")).mtime(), 978307200);
     // Giving a file away needs root.
     assert!(
@@ -307,13 +286,7 @@ fn ftruncate_of_new_mode_0_file(config: PassthroughConfig) {
     chmod(&t.s("d"), 0o777);
     // truncate(1) creates the file (mode 0 under umask 777) and truncates
     // it through the descriptor it just opened: allowed, as below.
-    run_as_ok(
-        NOBODY,
-        NOGROUP,
-        &[NOGROUP],
-        &t.m("d"),
-        "umask 777; truncate -s 12345 f",
-    );
+    nobody_ok(&t.m("d"), "umask 777; truncate -s 12345 f");
     let m = lmeta(&t.s("d/f"));
     assert_eq!((m.len(), m.mode() & 0o7777, m.uid()), (12345, 0, NOBODY));
 }

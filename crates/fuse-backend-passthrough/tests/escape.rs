@@ -72,43 +72,24 @@ fn tree() -> Tree {
 /// Everything about the outside directory and its files that a change or
 /// a new entry would alter.
 fn outside_state(t: &Tree) -> Vec<(String, u64, u32, u64, u64, i64, i64)> {
+    // Name, inode, mode, links, size, mtime and the nanoseconds `nsec`.
+    let state = |name: String, m: &std::fs::Metadata, nsec: i64| {
+        let (ino, mode, nlink, size) = (m.ino(), m.mode(), m.nlink(), m.size());
+        (name, ino, mode, nlink, size, m.mtime(), nsec)
+    };
     let mut v: Vec<_> = std::fs::read_dir(&t.outside)
         .unwrap()
         .map(|e| {
             let p = e.unwrap().path();
             let m = std::fs::symlink_metadata(&p).unwrap();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (
-                name,
-                m.ino(),
-                m.mode(),
-                m.nlink(),
-                m.size(),
-                m.mtime(),
-                m.ctime_nsec(),
-            )
+            state(name, &m, m.ctime_nsec())
         })
         .collect();
     let m = std::fs::metadata(&t.outside).unwrap();
-    v.push((
-        ".".into(),
-        m.ino(),
-        m.mode(),
-        m.nlink(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-    ));
+    v.push(state(".".into(), &m, m.mtime_nsec()));
     let m = std::fs::metadata(&t.root).unwrap();
-    v.push((
-        "..".into(),
-        m.ino(),
-        m.mode(),
-        m.nlink(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-    ));
+    v.push(state("..".into(), &m, m.mtime_nsec()));
     v.sort();
     v
 }
@@ -281,16 +262,16 @@ fn symlinks_in_the_backing_tree_are_never_followed() {
         let a = fs.getattr(&c, e.nodeid, None).unwrap();
         assert_eq!(a.attr.mode & libc::S_IFMT, libc::S_IFLNK);
         // Nothing to open, list, or make through it.
-        assert!(fs
-            .open(
-                &c,
-                e.nodeid,
-                &OpenArgs {
-                    flags: libc::O_RDONLY as u32,
-                    ..OpenArgs::default()
-                }
-            )
-            .is_err());
+        let read_only = OpenArgs {
+            flags: libc::O_RDONLY as u32,
+            ..OpenArgs::default()
+        };
+        let create = |mode| CreateArgs {
+            flags: libc::O_RDWR as u32,
+            mode,
+            ..CreateArgs::default()
+        };
+        assert!(fs.open(&c, e.nodeid, &read_only).is_err());
         assert!(fs.opendir(&c, e.nodeid, &OpenArgs::default()).is_err());
         assert_eq!(
             errno(fs.lookup(&c, e.nodeid, c"secret")),
@@ -298,18 +279,7 @@ fn symlinks_in_the_backing_tree_are_never_followed() {
             "{link:?}/secret"
         );
         assert_eq!(errno(fs.lookup(&c, e.nodeid, c"f")), libc::ENOTDIR);
-        assert!(fs
-            .create(
-                &c,
-                e.nodeid,
-                c"new",
-                &CreateArgs {
-                    flags: libc::O_RDWR as u32,
-                    mode: 0o644,
-                    ..CreateArgs::default()
-                }
-            )
-            .is_err());
+        assert!(fs.create(&c, e.nodeid, c"new", &create(0o644)).is_err());
         assert!(fs
             .mkdir(
                 &c,
@@ -335,17 +305,7 @@ fn symlinks_in_the_backing_tree_are_never_followed() {
                 }
             )
             .is_err());
-        assert!(fs
-            .tmpfile(
-                &c,
-                e.nodeid,
-                &CreateArgs {
-                    flags: libc::O_RDWR as u32,
-                    mode: 0o600,
-                    ..CreateArgs::default()
-                }
-            )
-            .is_err());
+        assert!(fs.tmpfile(&c, e.nodeid, &create(0o600)).is_err());
         // Attribute changes apply to the link itself or fail.
         let sa = fuse_server::SetattrArgs {
             size: Some(0),
