@@ -14,7 +14,7 @@ use async_support::*;
 use fuse_abi::Opcode;
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
@@ -178,51 +178,16 @@ fn assert_data_path(t: &AsyncMount, direct: bool, cold: bool) {
 
 fn file_data(mode: Mode) {
     let mut t = AsyncMount::new(mode);
-    fs::write(t.m("a"), b"hello").unwrap();
-    assert_eq!(fs::read(t.s("a")).unwrap(), b"hello");
-    fs::write(t.s("b"), b"from below").unwrap();
-    assert_eq!(fs::read(t.m("b")).unwrap(), b"from below");
-
-    // A large file with positioned writes and reads, across request sizes.
-    let data = pattern(3 * 1024 * 1024 + 123, 1);
-    let f = File::create(t.m("big")).unwrap();
-    f.write_all_at(&data[..1000], 0).unwrap();
-    f.write_all_at(&data[1000..], 1000).unwrap();
-    drop(f);
-    assert_eq!(fs::read(t.s("big")).unwrap(), data);
+    small_files_both_ways(&t);
+    let data = big_file_written(&t);
     // Cold reads (written back and dropped from the page cache below).
     // SAFETY: sync has no arguments.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
-    let f = File::open(t.m("big")).unwrap();
-    let mut buf = vec![0u8; 200_000];
-    f.read_exact_at(&mut buf, 2_000_000).unwrap();
-    assert_eq!(buf, data[2_000_000..2_200_000]);
-    let mut tail = vec![0u8; 4096];
-    let n = f.read_at(&mut tail, data.len() as u64 - 100).unwrap();
-    assert_eq!(n, 100);
-    assert_eq!(f.read_at(&mut tail, data.len() as u64).unwrap(), 0);
-    assert_eq!(fs::read(t.m("big")).unwrap(), data);
-
-    // O_APPEND appends, O_TRUNC truncates.
-    let mut f = OpenOptions::new().append(true).open(t.m("a")).unwrap();
-    f.write_all(b" world").unwrap();
-    drop(f);
-    assert_eq!(fs::read(t.s("a")).unwrap(), b"hello world");
-    let mut f = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(t.m("a"))
-        .unwrap();
-    f.write_all(b"x").unwrap();
-    drop(f);
-    assert_eq!(fs::read(t.s("a")).unwrap(), b"x");
-    let mut f = File::open(t.m("big")).unwrap();
-    f.seek(SeekFrom::Start(10)).unwrap();
-    let mut b = [0u8; 10];
-    f.read_exact(&mut b).unwrap();
-    assert_eq!(b, data[10..20]);
-    drop(f);
+    big_file_read(&t, &data);
+    append_to_a(&t);
+    truncate_a(&t);
+    seek_and_read_big(&t, &data);
     assert_same_meta(&t, "big");
     assert_data_path(&t, false, true);
     assert_eq!(t.fs.async_thread_pool_stats().cancelled, 0);

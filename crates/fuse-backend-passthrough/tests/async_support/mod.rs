@@ -108,7 +108,11 @@ pub fn options(fsname: &str) -> MountOptions {
     common::test_options().fsname(format!("pt-test-async-{fsname}-{}", std::process::id()))
 }
 
-pub use common::{uncached, Sides};
+#[allow(unused_imports)] // pool.rs uses the mounts alone
+pub use common::{
+    append_to_a, big_file_read, big_file_written, seek_and_read_big, small_files_both_ways,
+    truncate_a, uncached, Sides,
+};
 
 /// A `FuseDevTask` serving `server` at `mnt` on a new thread with a
 /// runtime of type `runtime`; returns the task's handle once mounted.

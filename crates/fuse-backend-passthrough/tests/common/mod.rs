@@ -24,6 +24,75 @@ pub use test_support::{
     wait_until, Aligned, SharedMap,
 };
 
+/// Small files written through the mount read the same below, and the
+/// other way round (`a` through the mount, `b` below).
+pub fn small_files_both_ways(t: &impl Sides) {
+    fs::write(t.m("a"), b"hello").unwrap();
+    assert_eq!(fs::read(t.s("a")).unwrap(), b"hello");
+    fs::write(t.s("b"), b"from below").unwrap();
+    assert_eq!(fs::read(t.m("b")).unwrap(), b"from below");
+}
+
+/// A large file, `big`, written through the mount with positioned writes
+/// (across request sizes); checked below, and returned.
+pub fn big_file_written(t: &impl Sides) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let data = pattern(3 * 1024 * 1024 + 123, 1);
+    let f = fs::File::create(t.m("big")).unwrap();
+    f.write_all_at(&data[..1000], 0).unwrap();
+    f.write_all_at(&data[1000..], 1000).unwrap();
+    drop(f);
+    assert_eq!(fs::read(t.s("big")).unwrap(), data);
+    data
+}
+
+/// `big` read through the mount: a positioned read, a read across the end
+/// (what is there, then 0), and the whole file.
+pub fn big_file_read(t: &impl Sides, data: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(t.m("big")).unwrap();
+    let mut buf = vec![0u8; 200_000];
+    f.read_exact_at(&mut buf, 2_000_000).unwrap();
+    assert_eq!(buf, data[2_000_000..2_200_000]);
+    let mut tail = vec![0u8; 4096];
+    let n = f.read_at(&mut tail, data.len() as u64 - 100).unwrap();
+    assert_eq!(n, 100);
+    assert_eq!(f.read_at(&mut tail, data.len() as u64).unwrap(), 0);
+    assert_eq!(fs::read(t.m("big")).unwrap(), data);
+}
+
+/// O_APPEND appends (to the `a` of [`small_files_both_ways`]).
+pub fn append_to_a(t: &impl Sides) {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new().append(true).open(t.m("a")).unwrap();
+    f.write_all(b" world").unwrap();
+    drop(f);
+    assert_eq!(fs::read(t.s("a")).unwrap(), b"hello world");
+}
+
+/// O_TRUNC truncates (`a`).
+pub fn truncate_a(t: &impl Sides) {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(t.m("a"))
+        .unwrap();
+    f.write_all(b"x").unwrap();
+    drop(f);
+    assert_eq!(fs::read(t.s("a")).unwrap(), b"x");
+}
+
+/// Seek and read `big` through a plain file position.
+pub fn seek_and_read_big(t: &impl Sides, data: &[u8]) {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = fs::File::open(t.m("big")).unwrap();
+    f.seek(SeekFrom::Start(10)).unwrap();
+    let mut b = [0u8; 10];
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(b, data[10..20]);
+}
+
 /// A request context of this process's own user and group, as the
 /// kernel would send for a call made here.
 pub fn own_context() -> fuse_server::Context {
