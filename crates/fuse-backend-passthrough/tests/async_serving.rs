@@ -329,27 +329,7 @@ fn rename_and_flags(mode: Mode) {
     fs::rename(t.m("d/a2"), t.m("b")).unwrap();
     assert_eq!(fs::read(t.s("b")).unwrap(), b"A");
     fs::write(t.m("c"), b"C").unwrap();
-    let rename2 = |a: &str, b: &str, flags: u32| {
-        let (a, b) = (
-            CString::new(t.m(a).as_os_str().as_bytes()).unwrap(),
-            CString::new(t.m(b).as_os_str().as_bytes()).unwrap(),
-        );
-        // SAFETY: valid paths.
-        let r = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                a.as_ptr(),
-                libc::AT_FDCWD,
-                b.as_ptr(),
-                flags,
-            )
-        };
-        if r == 0 {
-            0
-        } else {
-            std::io::Error::last_os_error().raw_os_error().unwrap()
-        }
-    };
+    let rename2 = |a: &str, b: &str, flags| renameat2(&t.m(a), &t.m(b), flags);
     assert_eq!(rename2("b", "c", libc::RENAME_NOREPLACE), libc::EEXIST);
     assert_eq!(rename2("b", "c", libc::RENAME_EXCHANGE), 0);
     assert_eq!(fs::read(t.s("b")).unwrap(), b"C");
@@ -406,15 +386,7 @@ fn xattrs(mode: Mode) {
 
 fn o_direct(mode: Mode) {
     let t = AsyncMount::new(mode);
-    let f = open_direct(&t.m("d"));
-    let mut buf = Aligned::new(1 << 20);
-    let data = pattern(1 << 20, 7);
-    buf.as_mut().copy_from_slice(&data);
-    f.write_all_at(buf.as_mut(), 0).unwrap();
-    f.write_all_at(&buf.as_mut()[..64 << 10], 1 << 20).unwrap();
-    let mut back = Aligned::new(1 << 20);
-    f.read_exact_at(back.as_mut(), 0).unwrap();
-    assert_eq!(back.as_mut(), &data[..]);
+    let (f, data) = direct_file_written(&t);
     let mut part = Aligned::new(8192);
     for i in 0..32u64 {
         let at = (i * 7919 % 250) * 4096;
@@ -422,12 +394,11 @@ fn o_direct(mode: Mode) {
         assert_eq!(part.as_mut(), &data[at as usize..at as usize + 8192]);
     }
     // A read across the end of file.
+    let mut back = Aligned::new(1 << 20);
     let n = f.read_at(back.as_mut(), 1 << 20).unwrap();
     assert_eq!(n, 64 << 10);
     drop(f);
-    let below = fs::read(t.s("d")).unwrap();
-    assert_eq!(below.len(), (1 << 20) + (64 << 10));
-    assert_eq!(&below[..1 << 20], &data[..]);
+    direct_file_below(&t, &data);
     assert_data_path(&t, true, false);
 }
 

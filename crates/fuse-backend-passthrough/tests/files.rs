@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use fuse_backend_passthrough::CachePolicy;
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -307,24 +308,7 @@ fn rename_and_rename2_flags() {
     // Across directories.
     fs::rename(t.m("b"), t.m("d/b")).unwrap();
     assert_eq!(fs::read(t.s("d/b")).unwrap(), b"A");
-    let rename2 = |from: &str, to: &str, flags: u32| -> i32 {
-        let (f, tt) = (c(&t.m(from)), c(&t.m(to)));
-        // SAFETY: valid paths.
-        let r = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                f.as_ptr(),
-                libc::AT_FDCWD,
-                tt.as_ptr(),
-                flags,
-            )
-        };
-        if r == 0 {
-            0
-        } else {
-            last_errno()
-        }
-    };
+    let rename2 = |from: &str, to: &str, flags| renameat2(&t.m(from), &t.m(to), flags);
     fs::write(t.m("x"), b"X").unwrap();
     fs::write(t.m("y"), b"Y").unwrap();
     assert_eq!(rename2("x", "y", libc::RENAME_NOREPLACE), libc::EEXIST);
@@ -351,18 +335,13 @@ fn rename_and_rename2_flags() {
 fn rename_whiteout_needs_root() {
     let t = TestMount::new();
     fs::write(t.m("a"), b"A").unwrap();
-    let (f, tt) = (c(&t.m("a")), c(&t.m("b")));
-    // SAFETY: valid paths.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            tt.as_ptr(),
-            libc::RENAME_WHITEOUT,
-        )
-    };
-    assert_eq!(r, 0, "RENAME_WHITEOUT: {}", std::io::Error::last_os_error());
+    let r = renameat2(&t.m("a"), &t.m("b"), libc::RENAME_WHITEOUT);
+    assert_eq!(
+        r,
+        0,
+        "RENAME_WHITEOUT: {}",
+        std::io::Error::from_raw_os_error(r)
+    );
     assert_eq!(fs::read(t.s("b")).unwrap(), b"A");
     // The whiteout: a character device 0:0 where the source was.
     let w = lmeta(&t.s("a"));
@@ -769,30 +748,26 @@ fn copy_file_range_between_files() {
     );
 }
 
+/// Runs `check` on a fresh [`uncached`] mount with each of the cache
+/// policies `Auto` and `Never`.
+fn with_auto_and_never_cache(mut check: impl FnMut(CachePolicy, TestMount)) {
+    for cache in [CachePolicy::Auto, CachePolicy::Never] {
+        check(
+            cache,
+            TestMount::with(uncached().cache(cache), test_options()),
+        );
+    }
+}
+
 #[test]
 fn o_direct_reads_and_writes() {
-    for cache in [
-        fuse_backend_passthrough::CachePolicy::Auto,
-        fuse_backend_passthrough::CachePolicy::Never,
-    ] {
-        let config = uncached().cache(cache);
-        let t = TestMount::with(config, test_options());
-        let f = open_direct(&t.m("d"));
-        let mut buf = Aligned::new(1 << 20);
-        let data = pattern(1 << 20, 7);
-        buf.as_mut().copy_from_slice(&data);
-        f.write_all_at(buf.as_mut(), 0).unwrap();
-        f.write_all_at(&buf.as_mut()[..64 << 10], 1 << 20).unwrap();
-        let mut back = Aligned::new(1 << 20);
-        f.read_exact_at(back.as_mut(), 0).unwrap();
-        assert_eq!(back.as_mut(), &data[..]);
+    with_auto_and_never_cache(|_, t| {
+        let (f, data) = direct_file_written(&t);
         let mut part = Aligned::new(8192);
         f.read_exact_at(part.as_mut(), 4096 * 10).unwrap();
         assert_eq!(part.as_mut(), &data[40960..40960 + 8192]);
         drop(f);
-        let below = fs::read(t.s("d")).unwrap();
-        assert_eq!(below.len(), (1 << 20) + (64 << 10));
-        assert_eq!(&below[..1 << 20], &data[..]);
+        direct_file_below(&t, &data);
         // The backing file is opened with O_DIRECT too (this process is the
         // daemon: look at its descriptors).
         let f = OpenOptions::new()
@@ -804,7 +779,7 @@ fn o_direct_reads_and_writes() {
             .iter()
             .any(|&fl| fl & libc::O_DIRECT != 0));
         drop(f);
-    }
+    });
 }
 
 /// The open flags of this process's descriptors of `path`.
@@ -906,14 +881,9 @@ fn statx_matches_backing() {
 
 #[test]
 fn mmap_read_and_write() {
-    for cache in [
-        fuse_backend_passthrough::CachePolicy::Auto,
-        fuse_backend_passthrough::CachePolicy::Never,
-    ] {
-        let config = uncached().cache(cache);
-        let t = TestMount::with(config, test_options());
-        mmap_writes_through(&t.s("m"), &t.m("m"), &format!("{cache:?}"));
-    }
+    with_auto_and_never_cache(|cache, t| {
+        mmap_writes_through(&t.s("m"), &t.m("m"), &format!("{cache:?}"))
+    });
 }
 
 #[test]

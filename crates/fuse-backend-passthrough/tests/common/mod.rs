@@ -93,6 +93,50 @@ pub fn seek_and_read_big(t: &impl Sides, data: &[u8]) {
     assert_eq!(b, data[10..20]);
 }
 
+/// `d` opened through the mount with `O_DIRECT` and written from aligned
+/// buffers: a MiB of [`pattern`] at 0 and its first 64 KiB at 1 MiB; the
+/// first MiB read back. The open file and that MiB.
+pub fn direct_file_written(t: &impl Sides) -> (fs::File, Vec<u8>) {
+    use std::os::unix::fs::FileExt;
+    let f = open_direct(&t.m("d"));
+    let mut buf = Aligned::new(1 << 20);
+    let data = pattern(1 << 20, 7);
+    buf.as_mut().copy_from_slice(&data);
+    f.write_all_at(buf.as_mut(), 0).unwrap();
+    f.write_all_at(&buf.as_mut()[..64 << 10], 1 << 20).unwrap();
+    let mut back = Aligned::new(1 << 20);
+    f.read_exact_at(back.as_mut(), 0).unwrap();
+    assert_eq!(back.as_mut(), &data[..]);
+    (f, data)
+}
+
+/// What [`direct_file_written`] wrote, as the backing file holds it.
+pub fn direct_file_below(t: &impl Sides, data: &[u8]) {
+    let below = fs::read(t.s("d")).unwrap();
+    assert_eq!(below.len(), (1 << 20) + (64 << 10));
+    assert_eq!(&below[..1 << 20], data);
+}
+
+/// `renameat2(from, to, flags)`: 0, or the errno it failed with.
+pub fn renameat2(from: &Path, to: &Path, flags: u32) -> i32 {
+    let (from, to) = (c(from), c(to));
+    // SAFETY: NUL-terminated paths; AT_FDCWD needs no descriptor.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        0
+    } else {
+        last_errno()
+    }
+}
+
 /// A request context of this process's own user and group, as the
 /// kernel would send for a call made here.
 pub fn own_context() -> fuse_server::Context {
