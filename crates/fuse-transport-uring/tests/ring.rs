@@ -36,6 +36,23 @@ fn assert_uring(session: &UringSession) {
     );
 }
 
+/// The mode of a session with the default pools where the kernel has
+/// buffer pools (and the tests run as root: `CAP_IPC_LOCK`).
+const FOUR_REGISTERED_BUFFERS: UringMode = UringMode::Pools {
+    bufs_per_queue: 4,
+    registered: true,
+    zero_copy: true,
+};
+
+/// As root, with FUSE over io_uring switched on: a mount with the default
+/// configuration, checked to be served over io_uring.
+fn mounted_over_uring() -> Mounted {
+    require_root_and_uring();
+    let m = mount(UringConfig::default());
+    assert_uring(&m.session);
+    m
+}
+
 fn end(m: Mounted) {
     let Mounted { session, mnt, .. } = m;
     session.stop();
@@ -73,9 +90,7 @@ fn assert_io_went_through_the_ring(session: &UringSession) {
 
 #[test]
 fn ring_serves_four_parallel_writers_with_verified_content() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     parallel_write_and_verify(&m.mnt, 4, 5 * MIB, 2);
     // Directory operations go through the ring too.
     std::fs::create_dir(m.mnt.join("dir")).unwrap();
@@ -95,9 +110,7 @@ fn ring_serves_four_parallel_writers_with_verified_content() {
 
 #[test]
 fn reads_and_writes_go_through_the_ring_not_dev_fuse() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     let path = m.mnt.join("through-the-ring");
     write_and_verify(&path, 7, 3 * MIB, MIB).unwrap();
     write_and_verify(&path, 8, 2 * MIB + 12345, 65536).unwrap();
@@ -112,20 +125,11 @@ fn reads_and_writes_go_through_the_ring_not_dev_fuse() {
 
 #[test]
 fn mode_follows_the_kernels_offer() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     let stats = m.session.stats();
     if kernel_flags(&m.session).contains(InitFlags::HAS_IO_URING_BUFPOOL) {
         // Registered: the tests run as root (`CAP_IPC_LOCK`).
-        assert_eq!(
-            m.session.mode(),
-            UringMode::Pools {
-                bufs_per_queue: 4,
-                registered: true,
-                zero_copy: true,
-            }
-        );
+        assert_eq!(m.session.mode(), FOUR_REGISTERED_BUFFERS);
         assert_eq!(stats.pooled_queues, stats.requests_per_queue.len());
         assert_eq!(m.session.fallback_reason(), None);
     } else {
@@ -232,9 +236,7 @@ fn failed_ring_setup_falls_back_to_dev_fuse() {
 
 #[test]
 fn unmount_from_outside_ends_the_session_and_frees_the_buffers() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     std::fs::write(m.mnt.join("x"), b"x").unwrap();
     assert!(m.session.memory().reserved > 0);
     fuse_transport_dev::unmount_path(&m.mnt, false).expect("umount");
@@ -249,22 +251,23 @@ fn unmount_from_outside_ends_the_session_and_frees_the_buffers() {
 
 #[test]
 fn stop_while_four_writers_run_neither_hangs_nor_crashes() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
+    stop_while_four_writers_run(m);
+}
+
+/// Four writers at work on `m`, and its session ended under them: once
+/// it ended the connection is gone, and every writer stops with that
+/// error soon.
+fn stop_while_four_writers_run(m: Mounted) {
     let writers = start_writers(&m.mnt, 4, 4);
     assert_all_writing(&writers);
     end(m);
-    // Once the session ended the connection is gone: every writer stops
-    // with that error soon.
     writers_stopped_by_the_end_of_the_connection(writers, Duration::from_secs(60));
 }
 
 #[test]
 fn lazy_unmount_from_outside_while_four_writers_run() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     writers_across_a_lazy_unmount(&m.mnt, 100);
     // The last file closed: the kernel ends the connection, the rings
     // return their entries and the session ends by itself.
@@ -280,9 +283,7 @@ fn lazy_unmount_from_outside_while_four_writers_run() {
 
 #[test]
 fn a_panicking_file_system_does_not_take_a_queue_down() {
-    require_root_and_uring();
-    let m = mount(UringConfig::default());
-    assert_uring(&m.session);
+    let m = mounted_over_uring();
     every_queue_survives_a_panic(&m.mnt);
     end(m);
 }
@@ -532,14 +533,7 @@ fn vm_pools_are_really_used() {
             .bufs_per_queue(4)
             .entries_per_queue(8),
     );
-    assert_eq!(
-        m.session.mode(),
-        UringMode::Pools {
-            bufs_per_queue: 4,
-            registered: true,
-            zero_copy: true,
-        }
-    );
+    assert_eq!(m.session.mode(), FOUR_REGISTERED_BUFFERS);
     parallel_write_and_verify(&m.mnt, 4, 3 * MIB, 2);
     assert_io_went_through_the_ring(&m.session);
     let stats = m.session.stats();
@@ -567,11 +561,9 @@ fn vm_pools_are_really_used() {
 
 #[test]
 fn vm_stop_while_four_writers_run_with_pools() {
-    let m = mount_needing_pools(UringConfig::default().bufs_per_queue(1));
-    let writers = start_writers(&m.mnt, 4, 4);
-    assert_all_writing(&writers);
-    end(m);
-    writers_stopped_by_the_end_of_the_connection(writers, Duration::from_secs(60));
+    stop_while_four_writers_run(mount_needing_pools(
+        UringConfig::default().bufs_per_queue(1),
+    ));
 }
 
 #[test]
