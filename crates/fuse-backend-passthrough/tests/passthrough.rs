@@ -586,19 +586,13 @@ fn passthrough_over_io_uring_needs_root() {
 #[test]
 fn what_still_reaches_the_daemon_needs_root() {
     use std::os::fd::AsRawFd;
+    use Opcode::{Fallocate, Flush, Fsync, Getattr, Lseek, Setattr};
     let t = mount();
     fs::write(t.m("f"), pattern(1 << 20, 9)).unwrap();
     let f = rw(&t.m("f"));
     let fd = f.as_raw_fd();
-    let before = |op| t.count(op);
-    let (fsync, setattr, fallocate, lseek, getattr, flush) = (
-        before(Opcode::Fsync),
-        before(Opcode::Setattr),
-        before(Opcode::Fallocate),
-        before(Opcode::Lseek),
-        before(Opcode::Getattr),
-        before(Opcode::Flush),
-    );
+    let [fsync, setattr, fallocate, lseek, getattr, flush] =
+        [Fsync, Setattr, Fallocate, Lseek, Getattr, Flush].map(|op| t.count(op));
     f.sync_all().unwrap();
     f.sync_data().unwrap();
     f.set_len(900_000).unwrap();
