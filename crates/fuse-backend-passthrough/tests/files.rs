@@ -611,13 +611,7 @@ fn seek_map(f: &File, len: u64) -> Vec<(i64, i64)> {
 #[test]
 fn fallocate_punch_hole_and_seek_data_hole() {
     let t = TestMount::new();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(t.m("f"))
-        .unwrap();
+    let f = create_rw(&t.m("f"));
     const MB: i64 = 1 << 20;
     // SAFETY: valid fd.
     unsafe {

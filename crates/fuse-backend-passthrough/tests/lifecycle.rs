@@ -106,11 +106,7 @@ fn zero_message_opens() {
         );
     }
     // O_TRUNC without an OPEN arrives as SETATTR.
-    let mut f = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(t.m("f"))
-        .unwrap();
+    let mut f = open_truncated(&t.m("f"));
     f.write_all(b"2nd").unwrap();
     drop(f);
     assert_eq!(fs::read(t.s("f")).unwrap(), b"2nd");

@@ -295,11 +295,7 @@ fn truncation_through_every_path_needs_root() {
     assert_eq!(size(&t), (5_001, 5_001));
     drop(f);
     // O_TRUNC at open (a SETATTR after the OPEN: no FUSE_ATOMIC_O_TRUNC).
-    let mut g = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(t.m("f"))
-        .unwrap();
+    let mut g = open_truncated(&t.m("f"));
     assert_eq!(size(&t), (0, 0));
     g.write_all(b"fresh").unwrap();
     drop(g);
@@ -607,13 +603,7 @@ fn what_still_reaches_the_daemon_needs_root() {
     assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) }, 0);
     assert_eq!(lmeta(&t.m("f")).len(), 1_100_000);
     // sendfile (splice) from and to passthrough files.
-    let g = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(t.m("g"))
-        .unwrap();
+    let g = create_rw(&t.m("g"));
     let mut off: libc::off_t = 0;
     // SAFETY: valid descriptors and offset pointer.
     let n = unsafe { libc::sendfile(g.as_raw_fd(), fd, &mut off, 65536) };

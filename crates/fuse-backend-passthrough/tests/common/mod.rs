@@ -73,11 +73,7 @@ pub fn append_to_a(t: &impl Sides) {
 /// O_TRUNC truncates (`a`).
 pub fn truncate_a(t: &impl Sides) {
     use std::io::Write;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(t.m("a"))
-        .unwrap();
+    let mut f = open_truncated(&t.m("a"));
     f.write_all(b"x").unwrap();
     drop(f);
     assert_eq!(fs::read(t.s("a")).unwrap(), b"x");
@@ -135,6 +131,26 @@ pub fn renameat2(from: &Path, to: &Path, flags: u32) -> i32 {
     } else {
         last_errno()
     }
+}
+
+/// `path` opened for reading and writing, created or truncated.
+pub fn create_rw(path: &Path) -> fs::File {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()))
+}
+
+/// `path`, which exists, opened for writing and truncated.
+pub fn open_truncated(path: &Path) -> fs::File {
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("truncating {}: {e}", path.display()))
 }
 
 /// A request context of this process's own user and group, as the
