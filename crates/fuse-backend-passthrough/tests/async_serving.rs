@@ -28,29 +28,18 @@ use std::time::Duration;
 /// queue), each calling `NAME(mode)`.
 macro_rules! per_mode {
     ($($name:ident),* $(,)?) => {
-        mod tokio {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[0]) })*
-        }
-        mod tokio_pool {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[1]) })*
-        }
-        mod uring {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[2]) })*
-        }
-        mod uring_pool {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[3]) })*
-        }
-        mod tokio_2threads {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[4]) })*
-        }
-        mod uring_pool_2threads {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[5]) })*
-        }
-        mod uring_transport {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[6]) })*
-        }
-        mod uring_one_ring {
-            $(#[test] fn $name() { super::$name(super::Mode::ALL[7]) })*
+        per_mode!(@modules [$($name),*]
+            tokio 0, tokio_pool 1, uring 2, uring_pool 3, tokio_2threads 4,
+            uring_pool_2threads 5, uring_transport 6, uring_one_ring 7);
+    };
+    // The names travel as one token tree: a module's tests repeat them
+    // inside the repetition over the modules.
+    (@modules $names:tt $($module:ident $mode:literal),*) => {
+        $(per_mode!(@module $module $mode $names);)*
+    };
+    (@module $module:ident $mode:literal [$($name:ident),*]) => {
+        mod $module {
+            $(#[test] fn $name() { super::$name(super::Mode::ALL[$mode]) })*
         }
     };
 }
@@ -67,18 +56,6 @@ per_mode!(
     lock_waits_do_not_stall_the_mount,
     lookups_are_forgotten,
 );
-
-/// Whether this process runs in the initial user namespace (not in the
-/// one `cargo xtask test-in-userns` makes).
-fn in_initial_user_namespace() -> bool {
-    fs::read_to_string("/proc/self/uid_map")
-        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
-        .unwrap_or(false)
-}
-
-fn lmeta(p: &Path) -> fs::Metadata {
-    fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()))
-}
 
 fn assert_same_meta(t: &AsyncMount, name: &str) {
     let a = lmeta(&t.m(name));

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    is_mounted, mmap_writes_through, open_direct, pattern, require_root, require_uring, wait_until,
-    Aligned,
+    in_initial_user_namespace, is_mounted, mmap_writes_through, open_direct, pattern, require_root,
+    require_uring, wait_until, Aligned,
 };
 
 /// How a test mount is served.
@@ -110,7 +110,7 @@ pub fn options(fsname: &str) -> MountOptions {
 
 #[allow(unused_imports)] // pool.rs uses the mounts alone
 pub use common::{
-    append_to_a, big_file_read, big_file_written, direct_file_below, direct_file_written,
+    append_to_a, big_file_read, big_file_written, direct_file_below, direct_file_written, lmeta,
     renameat2, seek_and_read_big, small_files_both_ways, truncate_a, uncached, Sides,
 };
 
