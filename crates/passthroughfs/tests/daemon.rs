@@ -212,6 +212,16 @@ fn bad_source_and_mountpoint_fail_with_one_line() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+/// `o` is a refusal with status 1 and one error line, which starts with
+/// `start`; nothing was mounted on `mnt`.
+fn refused_in_one_line(o: &Output, start: &str, mnt: &Path) {
+    assert_eq!(o.status.code(), Some(1));
+    let errs = error_lines(o);
+    assert_eq!(errs.len(), 1, "{}", stderr(o));
+    assert!(errs[0].starts_with(start), "{}", errs[0]);
+    assert!(!is_mounted(mnt));
+}
+
 #[test]
 fn allow_other_needs_default_permissions() {
     let d = dirs();
@@ -220,15 +230,11 @@ fn allow_other_needs_default_permissions() {
         d.src.to_str().unwrap(),
         d.mnt.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let errs = error_lines(&o);
-    assert_eq!(errs.len(), 1, "{}", stderr(&o));
-    assert!(
-        errs[0].starts_with("passthroughfs: error: --allow-other needs --default-permissions"),
-        "{}",
-        errs[0]
+    refused_in_one_line(
+        &o,
+        "passthroughfs: error: --allow-other needs --default-permissions",
+        &d.mnt,
     );
-    assert!(!is_mounted(&d.mnt));
     // Typed as a mount option (an fstab line): named as one.
     let o = run(&[
         d.src.to_str().unwrap(),
@@ -236,15 +242,11 @@ fn allow_other_needs_default_permissions() {
         "-o",
         "ro,allow_other",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let errs = error_lines(&o);
-    assert_eq!(errs.len(), 1, "{}", stderr(&o));
-    assert!(
-        errs[0].starts_with("passthroughfs: error: -o allow_other needs -o default_permissions"),
-        "{}",
-        errs[0]
+    refused_in_one_line(
+        &o,
+        "passthroughfs: error: -o allow_other needs -o default_permissions",
+        &d.mnt,
     );
-    assert!(!is_mounted(&d.mnt));
 }
 
 #[test]

@@ -20,21 +20,6 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-/// Makes `files` empty files in directories of 1,000; returns the number
-/// of directories.
-fn make_tree(src: &Path, files: usize) -> usize {
-    let per_dir = 1000;
-    let dirs = files.div_ceil(per_dir);
-    for d in 0..dirs {
-        let dir = src.join(format!("d{d}"));
-        std::fs::create_dir(&dir).unwrap();
-        for f in 0..per_dir.min(files - d * per_dir) {
-            std::fs::File::create(dir.join(format!("f{f}"))).unwrap();
-        }
-    }
-    dirs
-}
-
 /// `find MNT -ls`: must list `entries` lines and report no error.
 fn walk(mnt: &Path, entries: usize, what: &str) {
     let out = Command::new("find").arg(mnt).arg("-ls").output().unwrap();
@@ -57,7 +42,7 @@ fn walks_within_a_hard_limit(limit: u64) {
     require_root();
     let files = 5000;
     let d = dirs();
-    let ndirs = make_tree(&d.src, files);
+    let ndirs = make_tree(&d.src, files, 0);
     let entries = files + ndirs + 1;
     let daemon = Daemon::start_with(&d.src, &d.mnt, Transport::Dev, &[], |cmd| {
         // SAFETY: setrlimit is async-signal-safe.

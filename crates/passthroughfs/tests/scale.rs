@@ -126,19 +126,6 @@ fn fs_state(daemon: &Daemon) -> FsState {
     }
 }
 
-fn make_tree(src: &Path, files: usize) -> usize {
-    let per_dir = 1000;
-    let dirs = files.div_ceil(per_dir);
-    for d in 0..dirs {
-        let dir = src.join(format!("d{d:04}"));
-        std::fs::create_dir(&dir).unwrap();
-        for f in 0..per_dir.min(files - d * per_dir) {
-            std::fs::File::create(dir.join(format!("f{f:04}"))).unwrap();
-        }
-    }
-    dirs
-}
-
 /// `find MNT -ls` run to its end: every entry under `mnt` looked up and
 /// stat'ed through the mount.
 fn find_ls(mnt: &Path) -> std::process::Output {
@@ -159,7 +146,7 @@ fn walk_of_200k_files_with_default_fd_limit_and_inodes_forgotten_after_forget_ne
         .unwrap_or(200_000);
     let d = dirs();
     let t = Instant::now();
-    let ndirs = make_tree(&d.src, files);
+    let ndirs = make_tree(&d.src, files, 4);
     eprintln!(
         "scale: made {files} files in {ndirs} directories in {:?}",
         t.elapsed()
@@ -314,7 +301,7 @@ fn walk_with_max_nodes_leaves_a_bounded_table_needs_root() {
     require_root();
     const LIMIT: u64 = 300;
     let d = dirs();
-    let ndirs = make_tree(&d.src, 3000);
+    let ndirs = make_tree(&d.src, 3000, 4);
     let daemon = Daemon::start_with(
         &d.src,
         &d.mnt,

@@ -29,6 +29,22 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Makes `files` empty files in directories of 1,000 under `src`
+/// (`dN/fM`, the numbers zero-padded to `width` digits); returns the
+/// number of directories.
+pub fn make_tree(src: &Path, files: usize, width: usize) -> usize {
+    let per_dir = 1000;
+    let dirs = files.div_ceil(per_dir);
+    for d in 0..dirs {
+        let dir = src.join(format!("d{d:0width$}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..per_dir.min(files - d * per_dir) {
+            std::fs::File::create(dir.join(format!("f{f:0width$}"))).unwrap();
+        }
+    }
+    dirs
+}
+
 /// Fresh directories for a daemon's source and mountpoint.
 pub fn dirs() -> Dirs {
     test_support::scratch("pt-fault-")
