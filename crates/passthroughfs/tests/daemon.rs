@@ -13,15 +13,18 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_passthroughfs");
 
+/// The daemon's command, its log at info and both output streams piped.
+fn daemon_command() -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
 /// Runs the daemon to completion (failing the test if it doesn't end).
 fn run(args: &[&str]) -> Output {
-    let child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = daemon_command().args(args).spawn().unwrap();
     wait_with_timeout(child, Duration::from_secs(30))
 }
 
@@ -42,6 +45,12 @@ fn dirs() -> test_support::Scratch {
     test_support::scratch("pt-daemon-")
 }
 
+/// Fails the test unless we are root (the caller mounts); then [`dirs`].
+fn dirs_as_root() -> test_support::Scratch {
+    require_root();
+    dirs()
+}
+
 /// A running daemon; killed and its mount removed on drop.
 struct Daemon {
     child: Option<Child>,
@@ -50,14 +59,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(src: &Path, mnt: &Path, extra: &[&str]) -> Self {
-        let child = Command::new(BIN)
+        let child = daemon_command()
             .arg("--foreground")
             .args(extra)
             .arg(src)
             .arg(mnt)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut d = Daemon {
@@ -275,8 +281,7 @@ fn serves_and_unmounts_on_signals() {
 
 #[test]
 fn exits_when_unmounted_from_outside() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     let daemon = Daemon::start(&d.src, &d.mnt, &["--cache", "never", "--no-readdirplus"]);
     assert_eq!(std::fs::read_dir(&d.mnt).unwrap().count(), 0);
     // EBUSY while another test's fork (these tests spawn daemons in
@@ -300,8 +305,7 @@ fn exits_when_unmounted_from_outside() {
 
 #[test]
 fn options_reach_the_mount() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::fs::write(d.src.join("f"), b"x").unwrap();
     let daemon = Daemon::start(
         &d.src,
@@ -343,8 +347,7 @@ fn options_reach_the_mount() {
 
 #[test]
 fn dead_and_busy_mountpoints_are_refused() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     // A live mount: in use.
     let daemon = Daemon::start(&d.src, &d.mnt, &[]);
     let o = run(&[d.src.to_str().unwrap(), d.mnt.to_str().unwrap()]);
@@ -366,8 +369,7 @@ fn dead_and_busy_mountpoints_are_refused() {
 
 #[test]
 fn unprivileged_user_gets_one_line_error_needs_root() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     chmod(d.dir.path(), 0o755);
     let out = Command::new(BIN)
         .arg(&d.src)

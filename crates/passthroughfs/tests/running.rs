@@ -51,8 +51,7 @@ fn mount_line(mnt: &Path) -> String {
 
 #[test]
 fn goes_to_the_background_once_the_mount_is_usable() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::fs::write(d.src.join("f"), b"data").unwrap();
     let _guard = MountGuard(d.mnt.clone());
     let out = output(Command::new(BIN).arg(&d.src).arg(&d.mnt));
@@ -76,8 +75,7 @@ fn goes_to_the_background_once_the_mount_is_usable() {
 
 #[test]
 fn a_start_that_fails_in_the_background_says_why_with_status_1_needs_root() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     // Nobody may use /dev/fuse's mount(2) or fusermount3 on a directory
     // it can't reach: the mount fails after the daemon forked.
     std::fs::set_permissions(
@@ -169,8 +167,7 @@ fn help_names_the_options_environment_and_signals() {
 
 #[test]
 fn option_strings_reach_the_mount_and_the_file_system() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::fs::write(d.src.join("f"), b"x").unwrap();
     let daemon = Daemon::start(
         &d.src,
@@ -278,8 +275,7 @@ fn mount_8_and_an_fstab_line_mount_it_and_umount_stops_it() {
 
 #[test]
 fn installed_as_mount_8_s_helper_it_takes_its_arguments() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::fs::write(d.src.join("f"), b"helper").unwrap();
     let _guard = MountGuard(d.mnt.clone());
     // /sbin/mount.fuse.passthroughfs as a symlink to the binary: mount(8)
@@ -429,8 +425,7 @@ fn no_colour_unless_standard_error_is_a_terminal() {
 
 #[test]
 fn debug_logs_one_line_per_request_and_stays_in_the_foreground() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::fs::write(d.src.join("f"), b"x").unwrap();
     // No -f: -d implies it, so the child itself serves.
     let mut child = Command::new(BIN)
@@ -548,8 +543,7 @@ fn the_documented_systemd_unit_starts_as_systemd_would() {
 /// `passthroughfs[PID]`.
 #[test]
 fn the_background_daemon_logs_to_syslog_needs_root() {
-    require_root();
-    let d = dirs();
+    let d = dirs_as_root();
     std::thread::spawn(move || {
         test_support::unshare_mount_namespace();
         let dev = d.dir.path().join("dev");

@@ -50,6 +50,13 @@ pub fn dirs() -> Dirs {
     test_support::scratch("pt-fault-")
 }
 
+/// Fails the test unless we are root (the caller mounts); then fresh
+/// [`dirs`].
+pub fn dirs_as_root() -> Dirs {
+    test_support::require_root();
+    dirs()
+}
+
 /// Fresh [`dirs`] held together with a [`MountGuard`] on their
 /// mountpoint, which goes first: whatever a test leaves mounted there,
 /// passing or failing, is detached before the directories are removed.
