@@ -52,9 +52,7 @@ fn serves_a_mount_through_the_kernel() {
 
 #[test]
 fn external_unmount_ends_the_workers() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let session = mount_hello(dir.path());
+    let (dir, session) = hello_as_root();
     fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
     session.wait().unwrap();
     assert_eq!(session.worker_count(), 0);
@@ -66,9 +64,7 @@ fn external_unmount_ends_the_workers() {
 /// xfstests cycling a scratch mount took down the new mount).
 #[test]
 fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let session = mount_hello(dir.path());
+    let (dir, session) = hello_as_root();
     fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
     let status = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "newcomer"])
@@ -93,6 +89,15 @@ fn mount_hello(dir: &std::path::Path) -> DevSession {
     let session = mount_session(Server::new(Arc::new(Hello::default())), dir);
     std::fs::metadata(session.mountpoint().join("hello")).unwrap();
     session
+}
+
+/// Fails the test unless we are root; then [`mount_hello`] on a fresh
+/// temporary directory.
+fn hello_as_root() -> (tempfile::TempDir, DevSession) {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let session = mount_hello(dir.path());
+    (dir, session)
 }
 
 /// The file system type of the topmost mount on `path`, from mountinfo.

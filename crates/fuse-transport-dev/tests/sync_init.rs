@@ -16,9 +16,10 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use test_support::{is_mounted as mounted, kernel_offers_sync_init};
 
-/// Fails the test, with the reason, where the kernel has no synchronous
-/// INIT.
-fn require_sync_init() {
+/// Fails the test unless we are root (it mounts) and, with the reason,
+/// where the kernel has no synchronous INIT.
+fn require_root_and_sync_init() {
+    require_root();
     if let Err(reason) = kernel_offers_sync_init() {
         panic!("{reason}");
     }
@@ -63,8 +64,7 @@ impl FileSystem for Recording {
 
 #[test]
 fn mount_returns_after_init_was_answered_during_it() {
-    require_root();
-    require_sync_init();
+    require_root_and_sync_init();
     let (_dir, mnt) = mountpoint();
     let fs = Arc::new(Recording::default());
     let session = mount_session(Server::new(fs.clone()), &mnt);
@@ -99,8 +99,7 @@ impl FileSystem for Refusing {
 
 #[test]
 fn an_init_error_fails_the_mount() {
-    require_root();
-    require_sync_init();
+    require_root_and_sync_init();
     let (_dir, mnt) = mountpoint();
     let result = DevSession::mount(
         Server::new(Arc::new(Refusing)),
@@ -131,8 +130,7 @@ fn an_init_error_fails_the_mount() {
 
 #[test]
 fn a_mount_refused_before_init_returns_its_error() {
-    require_root();
-    require_sync_init();
+    require_root_and_sync_init();
     let (_dir, mnt) = mountpoint();
     // The kernel refuses an option it doesn't know before it sends INIT:
     // the thread waiting to answer INIT must be stopped, not left hanging
@@ -160,8 +158,7 @@ fn a_mount_refused_before_init_returns_its_error() {
 #[cfg(feature = "tokio")]
 #[test]
 fn a_task_mount_returns_after_init_was_answered_during_it() {
-    require_root();
-    require_sync_init();
+    require_root_and_sync_init();
     let (_dir, mnt) = mountpoint();
     let fs = Arc::new(Recording::default());
     run_local(&current_thread_runtime(), async {
