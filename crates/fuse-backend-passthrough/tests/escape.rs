@@ -404,6 +404,17 @@ impl Drop for Mounted {
     }
 }
 
+/// As root: a fresh [`tree`], its [`outside_state`] before anything
+/// ran, and its source mounted (dropped, that is unmounted, before the
+/// tree goes: tuple bindings drop in reverse order).
+fn mounted_tree() -> (Tree, Vec<(String, u64, u32, u64, u64, i64, i64)>, Mounted) {
+    require_root();
+    let t = tree();
+    let before = outside_state(&t);
+    let m = mount_over(&t);
+    (t, before, m)
+}
+
 fn mount_over(t: &Tree) -> Mounted {
     let mnt = t.root.join("mnt");
     let fs = Arc::new(PassthroughFs::new(&t.src, uncached()).unwrap());
@@ -422,10 +433,7 @@ fn mount_over(t: &Tree) -> Mounted {
 
 #[test]
 fn symlinks_through_the_mount_needs_root() {
-    require_root();
-    let t = tree();
-    let before = outside_state(&t);
-    let m = mount_over(&t);
+    let (t, before, m) = mounted_tree();
     let mnt = m.mnt.clone();
     let outside = t.outside.clone();
     let seen = in_private_ns(t.outside.clone(), move || {
@@ -468,10 +476,7 @@ const RACE_MIN: u64 = 100;
 
 #[test]
 fn directory_swapped_for_a_symlink_while_racing_needs_root() {
-    require_root();
-    let t = tree();
-    let before = outside_state(&t);
-    let m = mount_over(&t);
+    let (t, before, m) = mounted_tree();
     let stop = Arc::new(AtomicBool::new(false));
     // The racer: `d` is a directory, then a symlink to the outside, again
     // and again.
