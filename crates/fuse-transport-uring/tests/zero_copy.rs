@@ -34,6 +34,14 @@ struct PtMount {
     _dir: tempfile::TempDir,
 }
 
+/// [`mount_passthrough`] with the default io_uring configuration, checked
+/// to serve with zero copy.
+fn zero_copy_mount(pt: PassthroughConfig) -> PtMount {
+    let m = mount_passthrough(UringConfig::default(), pt);
+    assert_zero_copy(&m.session);
+    m
+}
+
 fn mount_passthrough(config: UringConfig, pt: PassthroughConfig) -> PtMount {
     require_root_and_uring();
     init_logging();
@@ -311,11 +319,7 @@ fn vm_zero_copy_auto_policy_follows_the_backing_file_system() {
     // ZeroCopyPolicy::Auto: buffered opens always; O_DIRECT opens only on
     // a backing file system with RWF_NOWAIT (io_uring completes its reads
     // inline there; elsewhere each would go to an io_uring worker).
-    let m = mount_passthrough(
-        UringConfig::default(),
-        PassthroughConfig::default().passthrough(false),
-    );
-    assert_zero_copy(&m.session);
+    let m = zero_copy_mount(PassthroughConfig::default().passthrough(false));
     std::fs::write(m.src.join("f"), pattern(7, 4 * MIB)).unwrap();
     let nowait = {
         let f = File::open(m.src.join("f")).unwrap();
@@ -389,19 +393,14 @@ fn vm_zero_copy_without_it_copies() {
 fn vm_zero_copy_next_to_kernel_passthrough() {
     // Kernel passthrough on: its opens carry FOPEN_PASSTHROUGH and never
     // the zero-copy flag (the kernel would fail the open with EIO).
-    let m = mount_passthrough(
-        UringConfig::default(),
-        PassthroughConfig::default().passthrough(true),
-    );
-    assert_zero_copy(&m.session);
+    let m = zero_copy_mount(PassthroughConfig::default().passthrough(true));
     model_run(&m.mnt, 0xbeef, 60);
     stop(m.session, &m.mnt);
 }
 
 #[test]
 fn vm_zero_copy_stop_while_four_writers_run() {
-    let m = mount_passthrough(UringConfig::default(), served_by_the_daemon());
-    assert_zero_copy(&m.session);
+    let m = zero_copy_mount(served_by_the_daemon());
     let writers = start_writers(&m.mnt, 4, 4);
     assert_all_writing(&writers);
     let stats = m.session.stats();

@@ -298,8 +298,6 @@ fn reap_all(
     statuses.into_iter().map(Option::unwrap).collect()
 }
 
-/// What the daemon's threads wait in, and the connection's waiting count:
-/// the state of a hang, for its failure message.
 /// Fails unless `daemon` says it runs in its namespace sandbox.
 fn assert_in_namespace_sandbox(daemon: &Daemon, what: &str) {
     assert!(
@@ -331,6 +329,8 @@ fn all_get_the_lock(waiters: &mut [Child], what: &str, daemon: &Daemon, conn: &P
     }
 }
 
+/// What the daemon's threads wait in, and the connection's waiting count:
+/// the state of a hang, for its failure message.
 fn hang_report(daemon: &Daemon, conn: &Path) -> String {
     let mut threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
         .map(|rd| {
