@@ -69,9 +69,12 @@ fn tree() -> Tree {
     }
 }
 
+/// An entry's name, inode, mode, links, size, mtime and nanoseconds.
+type EntryState = (String, u64, u32, u64, u64, i64, i64);
+
 /// Everything about the outside directory and its files that a change or
 /// a new entry would alter.
-fn outside_state(t: &Tree) -> Vec<(String, u64, u32, u64, u64, i64, i64)> {
+fn outside_state(t: &Tree) -> Vec<EntryState> {
     // Name, inode, mode, links, size, mtime and the nanoseconds `nsec`.
     let state = |name: String, m: &std::fs::Metadata, nsec: i64| {
         let (ino, mode, nlink, size) = (m.ino(), m.mode(), m.nlink(), m.size());
@@ -407,7 +410,7 @@ impl Drop for Mounted {
 /// As root: a fresh [`tree`], its [`outside_state`] before anything
 /// ran, and its source mounted (dropped, that is unmounted, before the
 /// tree goes: tuple bindings drop in reverse order).
-fn mounted_tree() -> (Tree, Vec<(String, u64, u32, u64, u64, i64, i64)>, Mounted) {
+fn mounted_tree() -> (Tree, Vec<EntryState>, Mounted) {
     require_root();
     let t = tree();
     let before = outside_state(&t);

@@ -27,9 +27,11 @@ impl Aligned {
         assert!(!ptr.is_null(), "allocating {len} aligned bytes");
         Self { ptr, len }
     }
+}
 
+impl AsMut<[u8]> for Aligned {
     /// The bytes.
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` holds `len` initialized bytes we own.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
