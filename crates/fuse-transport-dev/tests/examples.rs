@@ -232,6 +232,15 @@ struct MemMount {
     mnt: PathBuf,
 }
 
+/// Fails the test unless we are root; then memfs mounted on a fresh
+/// temporary directory (the mount, dropped first, before the directory).
+fn memfs_as_root() -> (tempfile::TempDir, MemMount) {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let m = MemMount::new(dir.path());
+    (dir, m)
+}
+
 impl MemMount {
     fn new(dir: &Path) -> Self {
         let fs = Arc::new(memfs::MemFs::new(0, 0));
@@ -278,9 +287,7 @@ fn mtime(path: &Path) -> (i64, i64) {
 
 #[test]
 fn memfs_files_append_truncate_and_holes() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let m = MemMount::new(dir.path());
+    let (dir, m) = memfs_as_root();
     let a = m.path("a");
 
     let root_mtime = mtime(&m.mnt);
@@ -381,9 +388,7 @@ fn statvfs(path: &Path) -> libc::statvfs {
 
 #[test]
 fn memfs_directories_links_symlinks_and_renames() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let m = MemMount::new(dir.path());
+    let (dir, m) = memfs_as_root();
     let (a, d) = (m.path("a"), m.path("d"));
     fs::write(&a, b"data").unwrap();
 
@@ -502,9 +507,7 @@ fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
 
 #[test]
 fn memfs_xattrs_fifos_sockets_and_attributes() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let m = MemMount::new(dir.path());
+    let (dir, m) = memfs_as_root();
     let f = m.path("f");
     fs::write(&f, b"").unwrap();
 
@@ -591,9 +594,7 @@ fn memfs_xattrs_fifos_sockets_and_attributes() {
 /// Device nodes (creating one needs real root: EPERM in a user namespace).
 #[test]
 fn memfs_device_nodes_needs_root() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let m = MemMount::new(dir.path());
+    let (dir, m) = memfs_as_root();
     let dev = cpath(&m.path("null"));
     // SAFETY: the path is NUL-terminated.
     check(unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 3)) })
@@ -671,9 +672,7 @@ fn removexattr(path: &Path, name: &str) -> io::Result<()> {
 
 #[test]
 fn memfs_listing_survives_removals_midway() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let m = MemMount::new(dir.path());
+    let (dir, m) = memfs_as_root();
     let d = m.path("d");
     fs::create_dir(&d).unwrap();
     // Long names: many READDIR replies, and several getdents calls.
