@@ -475,6 +475,13 @@ impl Driver {
     /// to this thread (DEFER_TASKRUN) and CQEs it parked on its overflow list when the
     /// completion queue was full (their eventfd signal has already fired, so they must be
     /// fetched now or never). Returns how many were reaped.
+    ///
+    /// It enters again while the ring's flags say work is left and the last enter brought
+    /// completions, not until the flags clear: deferred work the kernel queues again
+    /// each time it runs (seen with FUSE-over-io_uring commands while a session stopped
+    /// under load) keeps `IORING_SQ_TASKRUN` set until this thread has done something
+    /// else, and looping on the flag alone spun for ever at 100% CPU, never returning
+    /// to the loop that would do it. The caller's next enter runs the rest.
     fn reap_locked(&self, inner: &mut Inner, deferred: &mut Deferred) -> usize {
         let mut n = self.reap_ring(inner, deferred);
         loop {
@@ -497,7 +504,11 @@ impl Driver {
                     break;
                 }
             }
-            n += self.reap_ring(inner, deferred);
+            let more = self.reap_ring(inner, deferred);
+            n += more;
+            if more == 0 {
+                break;
+            }
         }
         n
     }
