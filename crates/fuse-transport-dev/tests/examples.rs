@@ -492,17 +492,7 @@ fn memfs_directories_links_symlinks_and_renames() {
 }
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
-    let (from, to) = (cpath(from), cpath(to));
-    // SAFETY: both paths are NUL-terminated.
-    check(unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    })
+    test_support::file::renameat2(from, to, flags)
 }
 
 #[test]

@@ -131,3 +131,33 @@ pub fn mmap_writes_through(below: &Path, through: &Path, what: &str) {
     assert_eq!(&below[100..110], b"0123456789", "{what}");
     assert_eq!(below[len - 1], 0xAB, "{what}");
 }
+
+/// `renameat2(from, to, flags)` (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`,
+/// ...), which std doesn't offer.
+pub fn renameat2(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    flags: libc::c_uint,
+) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).expect("a path without NUL")
+    };
+    let (from, to) = (c(from), c(to));
+    // SAFETY: NUL-terminated paths that outlive the call; AT_FDCWD needs
+    // no descriptor.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -115,21 +115,9 @@ pub fn direct_file_below(t: &impl Sides, data: &[u8]) {
 
 /// `renameat2(from, to, flags)`: 0, or the errno it failed with.
 pub fn renameat2(from: &Path, to: &Path, flags: u32) -> i32 {
-    let (from, to) = (c(from), c(to));
-    // SAFETY: NUL-terminated paths; AT_FDCWD needs no descriptor.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if r == 0 {
-        0
-    } else {
-        last_errno()
+    match test_support::file::renameat2(from, to, flags) {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
     }
 }
 
