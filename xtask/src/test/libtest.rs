@@ -305,7 +305,22 @@ pub(crate) fn run_tests(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 hung = Some(report.running_now());
+                // Written down before the kill: where each thread waits.
+                let tree = hang::process_tree(child.id());
+                let mut note = format!(
+                    "watchdog: still running after {} s; the processes under the run:\n{}",
+                    watchdog.unwrap_or_default().as_secs(),
+                    hang::describe(&tree)
+                );
+                let connections = hang::fuse_connections_seen_by(&tree);
                 kill_tree(child.id());
+                if let Some(aborted) = hang::abort_if_stuck(&tree, &connections) {
+                    note.push_str(&aborted);
+                }
+                match &mut echo {
+                    Echo::Stdout => println!("{note}"),
+                    Echo::File(f) => writeln!(f, "{note}")?,
+                }
                 break;
             }
         }
@@ -351,7 +366,7 @@ pub(crate) fn kill_tree(pid: u32) {
 }
 
 /// The children of `pid`, from every thread's `/proc/PID/task/TID/children`.
-fn children(pid: u32) -> Vec<u32> {
+pub(super) fn children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -557,6 +572,11 @@ error: 2 targets failed:
             .expect("the shell printed its sleeper's pid")
             .parse()
             .unwrap();
+        // The log says where each process of the run was when it was killed.
+        assert!(
+            text.contains(&format!("process {sleeper} (sleep)")),
+            "no state of the sleeper in the log: {text}"
+        );
         // SIGKILL is delivered asynchronously: the deadline only keeps a
         // broken kill from hanging the test.
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -36,6 +36,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod abi;
+mod hang;
 mod libtest;
 mod mounts;
 mod package;
