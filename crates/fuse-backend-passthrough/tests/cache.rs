@@ -298,7 +298,7 @@ fn files_watched() -> PassthroughConfig {
 /// (the daemon of these tests runs in the test's own process, whose
 /// changes the watcher takes for the daemon's own and doesn't pass on).
 fn in_another_process(t: &TestMount, script: &str) {
-    let status = std::process::Command::new("sh")
+    let status = test_support::command("sh")
         .arg("-c")
         .arg(script)
         .current_dir(t.s(""))

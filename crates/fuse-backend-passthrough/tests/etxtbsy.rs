@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 #[test]
 fn o_trunc_refused_with_etxtbsy_leaves_a_running_executable_intact() {
@@ -19,7 +19,7 @@ fn o_trunc_refused_with_etxtbsy_leaves_a_running_executable_intact() {
         std::fs::set_permissions(t.m("exe"), std::fs::Permissions::from_mode(0o755)).unwrap();
         // spawn() returns once the child's execve has the file open (and
         // write access to it denied).
-        let mut child = Command::new(t.m("exe"))
+        let mut child = test_support::command(t.m("exe"))
             .arg("30")
             .stdin(Stdio::null())
             .spawn()

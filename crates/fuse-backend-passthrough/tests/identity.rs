@@ -298,7 +298,7 @@ fn loop_ext4_source() -> (PathBuf, LoopExt4) {
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     fs::File::create(&image).unwrap().set_len(32 << 20).unwrap();
-    let out = std::process::Command::new("mkfs.ext4")
+    let out = test_support::command("mkfs.ext4")
         .args(["-q", "-F", "-b", "4096", "-N", "1024"])
         .arg(&image)
         .output()
@@ -308,7 +308,7 @@ fn loop_ext4_source() -> (PathBuf, LoopExt4) {
         "mkfs.ext4: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = std::process::Command::new("mount")
+    let out = test_support::command("mount")
         .args(["-o", "loop"])
         .arg(&image)
         .arg(&mnt)

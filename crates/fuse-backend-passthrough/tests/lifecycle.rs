@@ -223,7 +223,7 @@ fn helper_panics_while_mounted() {
 #[test]
 fn no_mount_left_behind_after_a_panic() {
     require_root();
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = test_support::command(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "helper_panics_while_mounted",
@@ -288,4 +288,84 @@ fn no_mounts_of_finished_test_processes() {
         stale.is_empty(),
         "stale test mounts (now unmounted lazily): {stale:#?}"
     );
+}
+
+/// A child forked while this process serves a mount, whose exec comes only
+/// after that mount was torn down (another test finished meanwhile): the
+/// exec closes the child's copy of a file on the mount, which sends FLUSH.
+/// `test_support::command` has the child close its copies of the
+/// session's device descriptors first, so the torn-down connection ends and
+/// the FLUSH fails at once. With a plain `Command` the child's copies kept
+/// the connection alive with nobody serving it, and the exec waited
+/// forever (the `locks` binary hung that way under load).
+#[test]
+fn a_child_execs_after_the_mount_it_inherited_was_torn_down() {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::process::CommandExt as _;
+    require_root();
+    let t = TestMount::new();
+    fs::write(t.m("f"), b"x").unwrap();
+    let connection = fs::metadata(&t.mnt).unwrap().dev() & 0xff;
+    let open = File::open(t.m("f")).unwrap();
+    // `forked`: the child says it is between fork and exec; `gate`: it
+    // waits there until the mount is gone.
+    let (forked_read, forked_write) = pipe();
+    let (gate_read, gate_write) = pipe();
+    let mut cmd = std::process::Command::new("true");
+    let file = open.as_raw_fd();
+    // SAFETY: the hook only duplicates a descriptor and reads and writes
+    // pipes (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            // The mount's file at the child's lowest descriptor number:
+            // exec closes it before any copy of the session's devices.
+            if libc::dup3(file, 3, libc::O_CLOEXEC) != 3 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut byte = [1u8];
+            libc::write(forked_write, byte.as_ptr().cast(), 1);
+            libc::read(gate_read, byte.as_mut_ptr().cast(), 1);
+            Ok(())
+        });
+    }
+    // After the gate, as in a child that was slow to get there.
+    test_support::leave_fuse_sessions_behind(&mut cmd);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let spawner = std::thread::spawn(move || {
+        // spawn returns once the exec is done.
+        let status = cmd.spawn().and_then(|mut child| child.wait());
+        let _ = done_tx.send(status);
+    });
+    let mut byte = [0u8];
+    // SAFETY: our pipe; a one-byte buffer.
+    let forked = unsafe { libc::read(forked_read, byte.as_mut_ptr().cast(), 1) };
+    assert_eq!(forked, 1, "the child never reached its pre-exec hook");
+    // The mount goes as a finished test's does: its file closed, its
+    // session stopped, unmounted.
+    drop(open);
+    drop(t);
+    // SAFETY: our pipe; a one-byte buffer.
+    unsafe { libc::write(gate_write, byte.as_ptr().cast(), 1) };
+    let status = match done_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(status) => status,
+        Err(_) => {
+            // Let the child go before failing, so nothing is left waiting.
+            let _ = fs::write(format!("/sys/fs/fuse/connections/{connection}/abort"), "1");
+            panic!("the child's exec still waits 60 s after the mount was torn down");
+        }
+    };
+    spawner.join().unwrap();
+    assert!(status.unwrap().success());
+    for fd in [forked_read, forked_write, gate_read, gate_write] {
+        // SAFETY: ours, from pipe() below.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// A pipe's (read, write) ends, close-on-exec.
+fn pipe() -> (i32, i32) {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    (fds[0], fds[1])
 }

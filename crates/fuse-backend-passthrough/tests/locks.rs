@@ -57,7 +57,7 @@ struct LockHolder {
 impl LockHolder {
     fn spawn(path: &Path, start: i64, len: i64, use_flock: bool) -> Self {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        let mut child = test_support::command(std::env::current_exe().unwrap())
             .args([
                 "--exact",
                 "lock_holder_helper",

@@ -13,7 +13,7 @@ use fuse_abi::Opcode;
 use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 /// The limit of these tests: well below the walk's 1,020 nodes.
@@ -134,7 +134,7 @@ fn pruned_nodes_in_use_stay_valid_needs_root() {
     // directory, both looked up first, so the coldest of the table.
     let open = File::open(t.m("d1/f1")).unwrap();
     let cwd = Reaped(
-        Command::new("sleep")
+        test_support::command("sleep")
             .arg("1000")
             .current_dir(t.m("d2"))
             .spawn()

@@ -631,7 +631,7 @@ fn run_child_as_nobody(child: &str, dev_fuse_mode: libc::mode_t) {
     let devdir_c = cstring(&devdir);
     let node_c = cstring(&devdir.join("fuse"));
 
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    let mut command = test_support::command(std::env::current_exe().unwrap());
     command
         .args([
             "--exact",

@@ -66,7 +66,7 @@ fn external_unmount_ends_the_workers() {
 fn ending_after_an_external_unmount_leaves_a_new_mount_alone() {
     let (dir, session) = hello_as_root();
     fuse_transport_dev::unmount_path(dir.path(), false).unwrap();
-    let status = std::process::Command::new("mount")
+    let status = test_support::command("mount")
         .args(["-t", "tmpfs", "newcomer"])
         .arg(dir.path())
         .status()

@@ -166,7 +166,7 @@ fn stat_on(cpu: usize, path: PathBuf) -> mpsc::Receiver<i32> {
 fn wait_for_waiting(mnt: &Path, n: u64) {
     let root = Path::new("/sys/fs/fuse/connections");
     if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
-        let _ = std::process::Command::new("mount")
+        let _ = test_support::command("mount")
             .args(["-t", "fusectl", "none"])
             .arg(root)
             .status();

@@ -355,7 +355,7 @@ fn daemon_exit_while_four_writers_run_with(bufs: usize, zero_copy: bool) -> Stri
     require_root_and_uring();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().canonicalize().unwrap();
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    let mut command = test_support::command(std::env::current_exe().unwrap());
     if zero_copy {
         command.env(DAEMON_ZERO_COPY, "1");
     }

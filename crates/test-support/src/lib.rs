@@ -19,8 +19,8 @@ pub use mountinfo::{
 };
 pub use namespace::{bind_mount, unshare_mount_namespace};
 pub use process::{
-    gone, process_mark, process_start_time, processes_of, thread_names, thread_wchans,
-    threads_stopped,
+    command, gone, leave_fuse_sessions_behind, process_mark, process_start_time, processes_of,
+    thread_names, thread_wchans, threads_stopped,
 };
 
 use std::path::PathBuf;

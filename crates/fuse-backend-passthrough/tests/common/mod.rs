@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 // Each test binary uses a part of what the shared module offers.
@@ -357,7 +357,7 @@ pub fn assert_same_meta(t: &TestMount, name: &str) {
 /// (switched in the child between fork and exec).
 pub fn run_as(uid: u32, gid: u32, groups: &[u32], dir: &Path, script: &str) -> Output {
     let groups = groups.to_vec();
-    let mut cmd = Command::new("/bin/sh");
+    let mut cmd = test_support::command("/bin/sh");
     cmd.arg("-c").arg(script).current_dir(dir);
     // SAFETY: the closure only makes async-signal-safe system calls.
     unsafe {
@@ -453,7 +453,7 @@ impl Overlay {
             "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
             dirs.path().display()
         );
-        let status = Command::new("mount")
+        let status = test_support::command("mount")
             .args(["-t", "overlay", "overlay", "-o", &opts])
             .arg(at)
             .status()
@@ -472,6 +472,9 @@ impl Overlay {
 
 impl Drop for Overlay {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        let _ = test_support::command("umount")
+            .arg("-l")
+            .arg(&self.at)
+            .status();
     }
 }
