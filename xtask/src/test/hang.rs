@@ -112,7 +112,7 @@ pub(super) fn describe(tree: &[u32]) -> String {
 }
 
 /// The FUSE connections (`/sys/fs/fuse/connections` entries) of the
-/// mounts the processes of `tree` see.
+/// mounts the processes of `tree` see, but for the host's.
 pub(super) fn fuse_connections_seen_by(tree: &[u32]) -> BTreeSet<u32> {
     let mut seen = BTreeSet::new();
     for &pid in tree {
@@ -123,7 +123,8 @@ pub(super) fn fuse_connections_seen_by(tree: &[u32]) -> BTreeSet<u32> {
 }
 
 /// The device minors of the FUSE mounts in a `mountinfo` text (the minor
-/// is the mount's connection number).
+/// is the mount's connection number), but for those that came from the
+/// host's namespace (`master:N`): the run's own.
 fn fuse_minors_in(mountinfo: &str) -> Vec<u32> {
     mountinfo
         .lines()
@@ -131,6 +132,9 @@ fn fuse_minors_in(mountinfo: &str) -> Vec<u32> {
             let (left, right) = l.split_once(" - ")?;
             let fstype = right.split_whitespace().next()?;
             if fstype != "fuse" && !fstype.starts_with("fuse.") && fstype != "fuseblk" {
+                return None;
+            }
+            if left.split_whitespace().any(|f| f.starts_with("master:")) {
                 return None;
             }
             let dev = left.split_whitespace().nth(2)?;
@@ -205,7 +209,8 @@ mod tests {
 40 22 0:52 / /tmp/a rw,nosuid - fuse.passthrough src rw,user_id=0
 41 22 0:53 / /tmp/b rw - fuse fusewire rw
 42 22 0:54 / /proc/x rw - proc proc rw
-43 22 0:55 / /tmp/c rw shared:7 - fuseblk dev rw";
+43 22 0:55 / /tmp/c rw shared:7 - fuseblk dev rw
+44 22 0:56 / /tmp/d rw master:3 - fuse.passthroughfs host rw";
         assert_eq!(fuse_minors_in(mountinfo), [52, 53, 55]);
     }
 
