@@ -471,7 +471,15 @@ pub fn take_over<S: Pausable + ?Sized>(
     timeout: std::time::Duration,
     prepare: impl FnOnce(Handover) -> io::Result<std::sync::Arc<S>>,
 ) -> io::Result<std::sync::Arc<S>> {
-    let stream = UnixStream::connect(socket).map_err(|e| {
+    take_over_connected(connect(socket)?, timeout, prepare)
+}
+
+/// Connects to the takeover socket at `socket` (what [`take_over`] does
+/// first): a daemon that confines itself connects before, where it can
+/// still reach the path, and takes over later with
+/// [`take_over_connected`].
+pub fn connect(socket: &std::path::Path) -> io::Result<UnixStream> {
+    UnixStream::connect(socket).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!(
@@ -479,7 +487,16 @@ pub fn take_over<S: Pausable + ?Sized>(
                 socket.display()
             ),
         )
-    })?;
+    })
+}
+
+/// [`take_over`] through a `stream` already connected to the serving
+/// daemon's takeover socket ([`connect`]).
+pub fn take_over_connected<S: Pausable + ?Sized>(
+    stream: UnixStream,
+    timeout: std::time::Duration,
+    prepare: impl FnOnce(Handover) -> io::Result<std::sync::Arc<S>>,
+) -> io::Result<std::sync::Arc<S>> {
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     write_line(&stream, &format!("fuse-takeover-hello {TAKEOVER_VERSION}"))?;
@@ -557,7 +574,19 @@ pub fn take_over_mount<S: Pausable + ?Sized>(
     timeout: std::time::Duration,
     start: impl FnOnce(Received) -> io::Result<std::sync::Arc<S>>,
 ) -> io::Result<std::sync::Arc<S>> {
-    take_over(socket, timeout, |h| {
+    take_over_mount_connected(connect(socket)?, mountpoint, fs, timeout, start)
+}
+
+/// [`take_over_mount`] through a `stream` already connected to the
+/// serving daemon's takeover socket ([`connect`]).
+pub fn take_over_mount_connected<S: Pausable + ?Sized>(
+    stream: UnixStream,
+    mountpoint: &std::path::Path,
+    fs: &dyn fuse_server::takeover::LiveState,
+    timeout: std::time::Duration,
+    start: impl FnOnce(Received) -> io::Result<std::sync::Arc<S>>,
+) -> io::Result<std::sync::Arc<S>> {
+    take_over_connected(stream, timeout, |h| {
         let mut r = h.into_parts()?;
         if r.mountpoint != mountpoint {
             return Err(io::Error::other(format!(

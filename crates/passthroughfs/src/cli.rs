@@ -261,9 +261,10 @@ pub struct Args {
     /// `namespace` (new mount, network and IPC namespaces, a root holding
     /// only SOURCE and /proc, capabilities dropped to those used), or
     /// `none`; `chroot` is refused (see docs/security.md). Default:
-    /// `namespace` for a new mount (/dev/fuse or --uring), --supervise's
+    /// `namespace` for a new mount (/dev/fuse or --uring), a mount taken
+    /// over (--take-over) or offered (--takeover-socket), --supervise's
     /// serving processes and --vhost-user, where this process may build it
-    /// (else `none`, with a warning); `none` for --take-over.
+    /// (else `none`, with a warning).
     #[arg(long, value_name = "MODE", value_enum)]
     pub sandbox: Option<crate::sandbox::SandboxMode>,
 
@@ -275,9 +276,8 @@ pub struct Args {
 
     /// A Landlock ruleset limiting file access to SOURCE (and reading
     /// /proc), with no TCP and no signals out of the sandbox, under any
-    /// --sandbox: `on` or `off`. Default: `on` where --sandbox defaults to
-    /// `namespace` (`off`, with a warning, on a kernel without Landlock),
-    /// `off` for --take-over.
+    /// --sandbox: `on` or `off`. Default: `on` (`off`, with a warning, on
+    /// a kernel without Landlock).
     #[arg(long, value_name = "on|off", value_enum)]
     pub landlock: Option<crate::sandbox::LandlockMode>,
 

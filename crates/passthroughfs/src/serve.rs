@@ -5,7 +5,8 @@
 //! daemon's longest path and touches every transport.
 
 use crate::plan::Plan;
-use crate::upgrade::{spawn_takeover_listener, take_over, takeover_timeout};
+use crate::takeover_socket::SocketPlace;
+use crate::upgrade::{connect_for_takeover, spawn_takeover_listener, take_over, takeover_timeout};
 use fuse_backend_passthrough::PassthroughFs;
 use fuse_server::{Server, Session};
 use fuse_transport_dev::supervise::Supervised;
@@ -72,9 +73,40 @@ pub(crate) fn serve(
         confinement.mountpoint = Some(m.mountpoint().to_path_buf());
         confinement.fusermount = m.method() == fuse_transport_dev::MountMethod::Fusermount;
     }
+    // A takeover's paths are reached before confining: the new daemon
+    // connects to the old one's socket and has its own unmounter for the
+    // mount it takes; the old daemon's socket directory is held open.
+    let mut takeover = match &args.take_over {
+        Some(socket) => Some(connect_for_takeover(socket, &args.mountpoint)?),
+        None => None,
+    };
+    if let Some((_, mountpoint)) = &takeover {
+        confinement.mountpoint = Some(mountpoint.clone());
+        // An unprivileged daemon's mount was made through fusermount3.
+        // SAFETY: geteuid has no preconditions.
+        confinement.fusermount = unsafe { libc::geteuid() } != 0;
+    }
+    let socket_place = match &args.takeover_socket {
+        Some(path) => Some(
+            SocketPlace::open(path)
+                .map_err(|e| Failure(format!("--takeover-socket {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    if let Some(place) = &socket_place {
+        let dir = place
+            .dir()
+            .try_clone_to_owned()
+            .map_err(|e| Failure(format!("--takeover-socket: {e}")))?;
+        confinement.socket_dir = Some(Arc::new(dir));
+    }
     let confined = passthroughfs::sandbox::confine(&confinement)?;
-    if let (Some(m), Some(u)) = (&mut mount, confined.unmounter) {
-        m.unmount_through(u.into_unmount_fn());
+    // The unmounter of a connection taken over goes to its session.
+    let mut takeover_unmounter = None;
+    match (&mut mount, confined.unmounter) {
+        (Some(m), Some(u)) => m.unmount_through(u.into_unmount_fn()),
+        (None, Some(u)) => takeover_unmounter = Some(u.into_unmount_fn()),
+        _ => {}
     }
     // SOURCE opened where the sandbox has it: inodes reopened by file
     // handle then resolve under its mount (see sandbox::landlock).
@@ -111,11 +143,11 @@ pub(crate) fn serve(
         }
         // One runtime thread per --threads, each a task on its own cloned fd.
         (None, Some(kind)) => {
-            let task = match &args.take_over {
-                Some(socket) => {
+            let task = match takeover.take() {
+                Some(connected) => {
                     let threads = args.threads;
-                    take_over(socket, &fs, &args.mountpoint, &args, move |r| {
-                        passthroughfs::start_tasks_with(
+                    take_over(connected, &fs, &args, move |r| {
+                        let task = passthroughfs::start_tasks_with(
                             kind,
                             threads,
                             TaskConfig::default(),
@@ -129,7 +161,11 @@ pub(crate) fn serve(
                                 )
                             },
                         )
-                        .map_err(|e| std::io::Error::other(e.0))
+                        .map_err(|e| std::io::Error::other(e.0))?;
+                        if let Some(unmount) = takeover_unmounter.take() {
+                            task.unmount_through(unmount);
+                        }
+                        Ok(task)
                     })?
                 }
                 None => {
@@ -151,7 +187,7 @@ pub(crate) fn serve(
             task
         }
         (None, None) => {
-            let session = match (&args.take_over, supervised) {
+            let session = match (takeover.take(), supervised) {
                 (_, Some(supervised)) => {
                     if let Some(group) = watch_group {
                         fs.inherit_watch_group(group);
@@ -163,16 +199,19 @@ pub(crate) fn serve(
                             .map_err(|e| Failure(e.to_string()))?,
                     )
                 }
-                (Some(socket), None) => take_over(socket, &fs, &args.mountpoint, &args, |r| {
-                    DevSession::resume_paused(
+                (Some(connected), None) => take_over(connected, &fs, &args, |r| {
+                    let session = DevSession::resume_paused(
                         server,
                         r.dev_fd,
                         r.mountpoint,
                         &r.negotiated,
                         session_config,
                     )
-                    .map(Arc::new)
-                    .map_err(|e| std::io::Error::other(e.to_string()))
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    if let Some(unmount) = takeover_unmounter.take() {
+                        session.unmount_through(unmount);
+                    }
+                    Ok(Arc::new(session))
                 })?,
                 (None, None) => Arc::new(
                     match &negotiated {
@@ -201,13 +240,8 @@ pub(crate) fn serve(
     if let (Some(set), Some(dev)) = (restart_signal, &dev_session) {
         spawn_restart_thread(set, dev.clone(), fs.clone())?;
     }
-    if let (Some(path), Some(session)) = (&args.takeover_socket, &pausable) {
-        spawn_takeover_listener(
-            path.clone(),
-            session.clone(),
-            fs.clone(),
-            takeover_timeout(&args)?,
-        )?;
+    if let (Some(place), Some(session)) = (socket_place, &pausable) {
+        spawn_takeover_listener(place, session.clone(), fs.clone(), takeover_timeout(&args)?)?;
     }
     tracing::info!(
         source = %source.display(),

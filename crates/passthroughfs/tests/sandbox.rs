@@ -178,6 +178,17 @@ fn all_denied(args: &[&str]) -> Vec<(String, io::Error)> {
     let (d, data) = setup();
     let mut t = Targets::new(d.dir.path());
     let daemon = start(&d, &t, args);
+    denied_by(daemon, &d, &mut t, &data, args)
+}
+
+/// [`all_denied`] of a running `daemon` (started with `args`) serving `d`.
+fn denied_by(
+    daemon: Daemon,
+    d: &Dirs,
+    t: &mut Targets,
+    data: &[u8],
+    args: &[&str],
+) -> Vec<(String, io::Error)> {
     let mut errors = Vec::new();
     for what in ATTEMPTS {
         let e = attempt(&d.mnt, what);
@@ -222,7 +233,11 @@ fn unconfined_every_attempt_succeeds() {
 
 #[test]
 fn namespace_and_landlock_deny_every_attempt() {
-    let errors = all_denied(&confined("namespace", "on", "none"));
+    namespace_and_landlock_denied(all_denied(&confined("namespace", "on", "none")));
+}
+
+/// What each attempt gets under `--sandbox namespace --landlock on`.
+fn namespace_and_landlock_denied(errors: Vec<(String, io::Error)>) {
     for (what, e) in errors {
         // Landlock refuses the file reached through /proc/1/root and TCP
         // (before the empty network namespace would) and keeps signals
@@ -234,6 +249,47 @@ fn namespace_and_landlock_deny_every_attempt() {
         };
         assert_eq!(e.raw_os_error(), Some(want), "{what}: {e}");
     }
+}
+
+/// A live upgrade at the takeover modes' defaults (namespace and
+/// Landlock): the old daemon, confined, hands the mount over through its
+/// socket (made, renamed and removed through its directory's descriptor);
+/// the new one connected before confining itself, denies every attempt,
+/// and unmounts at SIGTERM through the unmounter it started for the mount
+/// it took.
+#[test]
+fn a_daemon_that_took_the_mount_over_is_confined() {
+    let (d, data) = setup();
+    let mut t = Targets::new(d.dir.path());
+    let sock = d.dir.path().join("takeover.sock");
+    let sock = sock.to_str().unwrap();
+    let confinement = confined("namespace", "on", "none");
+    let mut old = start(
+        &d,
+        &t,
+        &[&confinement[..], &["--takeover-socket", sock]].concat(),
+    );
+    let args = [
+        &confinement[..],
+        &["--take-over", sock, "--takeover-socket", sock],
+    ]
+    .concat();
+    let new = start(&d, &t, &args);
+    old.forget_mount();
+    let (status, log, _) = old.wait_exit(Duration::from_secs(60));
+    assert!(
+        status.success() && log.contains("handed the mount over"),
+        "the old daemon: {status}: {log}"
+    );
+    assert!(
+        new.stderr()
+            .contains("confinement=namespace, capabilities, landlock"),
+        "{}",
+        new.stderr()
+    );
+    // The new daemon listens for the next upgrade.
+    assert!(Path::new(sock).exists(), "{}", new.stderr());
+    namespace_and_landlock_denied(denied_by(new, &d, &mut t, &data, &args));
 }
 
 /// Landlock handles reading and writing files only where the backend

@@ -279,7 +279,7 @@ impl PassthroughFs {
                     if nodeid <= fuse_abi::ROOT_ID {
                         return Err(bad(format!("bad node id in {line:?}")));
                     }
-                    let file = self.inodes.files().make(fd);
+                    let file = self.inodes.files().make_restored(fd);
                     self.inodes
                         .restore(Inode::new(nodeid, key, file, mode), refs, next_id);
                 }

@@ -47,6 +47,25 @@ struct HandleOpener {
     next_id: AtomicU64,
 }
 
+impl HandleOpener {
+    /// Whether `handle` (of `fd`'s inode) opens that inode through this
+    /// opener's mount: the same file system, reached through another
+    /// mount.
+    fn opens_same(&self, handle: &sys::FileHandle, fd: BorrowedFd<'_>) -> bool {
+        let opened = crate::creds::with_fs_caps(|| {
+            sys::open_by_handle(self.mount_fd.as_fd(), handle, libc::O_PATH)
+        });
+        let Ok(opened) = opened else { return false };
+        let identity = |fd: BorrowedFd<'_>| {
+            sys::statx_fd(fd, libc::STATX_INO)
+                .ok()
+                .map(|st| (st.stx_ino, st.stx_dev_major, st.stx_dev_minor))
+        };
+        let theirs = identity(fd);
+        theirs.is_some() && theirs == identity(opened.as_fd())
+    }
+}
+
 /// How inodes hold their backing files: by file handle where the backing
 /// file system supports them and the process may open them
 /// (`CAP_DAC_READ_SEARCH`), else by `O_PATH` descriptor.
@@ -144,11 +163,28 @@ impl InodeFiles {
     }
 
     pub(crate) fn make(&self, fd: OwnedFd) -> InodeFile {
+        self.make_checked(fd, false)
+    }
+
+    /// [`InodeFiles::make`] for a descriptor another process opened (a
+    /// live upgrade's node table): one on another mount of the source's
+    /// file system (the old daemon's, in its own mount namespace) is held
+    /// by handle too where the handle opens the same inode through the
+    /// source's mount, so that the inodes taken over keep no descriptor
+    /// each.
+    pub(crate) fn make_restored(&self, fd: OwnedFd) -> InodeFile {
+        self.make_checked(fd, true)
+    }
+
+    fn make_checked(&self, fd: OwnedFd, other_mounts: bool) -> InodeFile {
         let Some(opener) = &self.opener else {
             return InodeFile(Repr::Fd(fd));
         };
         match sys::name_to_handle_fd(fd.as_fd()) {
-            Ok((handle, mnt_id)) if mnt_id == opener.mnt_id => {
+            Ok((handle, mnt_id))
+                if mnt_id == opener.mnt_id
+                    || (other_mounts && opener.opens_same(&handle, fd.as_fd())) =>
+            {
                 let id = opener.next_id.fetch_add(1, Ordering::Relaxed);
                 let fd = CachedFd::new(fd);
                 let recent = Mutex::new(Arc::downgrade(&fd));
@@ -300,5 +336,63 @@ impl InodeFile {
         let pfd = self.path_fd()?;
         let name = sys::NumName::new(pfd.as_fd().as_raw_fd() as u64);
         sys::openat(proc_self_fd, name.as_cstr(), flags & !libc::O_NOFOLLOW, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd as _;
+
+    fn open_path(path: &std::path::Path) -> OwnedFd {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "{}: {}",
+            path.display(),
+            io::Error::last_os_error()
+        );
+        // SAFETY: just opened, ours alone.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// A descriptor opened through another mount of the source's file
+    /// system (as an old daemon in its own mount namespace hands its node
+    /// table over) is held by handle when restored, and by itself when
+    /// made on the request path (a mount below the source).
+    #[test]
+    fn a_descriptor_of_another_mount_is_held_by_handle_when_restored_needs_root() {
+        test_support::require_root();
+        std::thread::spawn(|| {
+            test_support::unshare_mount_namespace();
+            let dir = tempfile::tempdir().unwrap();
+            let (source, other) = (dir.path().join("source"), dir.path().join("other"));
+            std::fs::create_dir(&source).unwrap();
+            std::fs::create_dir(&other).unwrap();
+            std::fs::write(source.join("f"), b"x").unwrap();
+            // The same directory through a second mount.
+            test_support::bind_mount(&source, &other, false);
+            let files = InodeFiles::new(open_path(&source).as_fd(), true, 64);
+            if files.fallback.is_some() {
+                panic!(
+                    "this test needs file handles on {}: {:?}",
+                    dir.path().display(),
+                    files.fallback
+                );
+            }
+            let through_other = || open_path(&other.join("f"));
+            assert!(files.make(through_other()).file_handle().is_none());
+            let restored = files.make_restored(through_other());
+            assert!(restored.file_handle().is_some());
+            // What the handle opens is the file.
+            let fd = restored.path_fd().unwrap();
+            let st = sys::statx_fd(fd.as_fd(), libc::STATX_INO).unwrap();
+            let want = std::fs::metadata(source.join("f")).unwrap();
+            assert_eq!(st.stx_ino, std::os::unix::fs::MetadataExt::ino(&want));
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -446,6 +446,17 @@ impl DevSession {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Has the session's unmount go through `unmount` from now on (see
+    /// [`Mount::unmount_through`](crate::Mount::unmount_through)): for a
+    /// daemon serving a connection it took over or resumed, confined where
+    /// it can't reach the mountpoint itself.
+    pub fn unmount_through(&self, unmount: crate::UnmountFn) {
+        let mut guard = self.mount.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mount) = guard.as_mut() {
+            mount.unmount_through(unmount);
+        }
+    }
+
     /// Unmounts (a plain unmount, lazily if the mount is busy). The workers
     /// end once the kernel drops the connection.
     pub fn unmount(&self) -> Result<(), MountError> {

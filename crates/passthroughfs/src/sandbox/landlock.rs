@@ -1,5 +1,6 @@
 //! A Landlock ruleset: file access limited to SOURCE (and reading
-//! `/proc`, opening `/dev/fuse` and `/dev/null`), no TCP binds or connects, no signals to processes and no
+//! `/proc`, opening `/dev/fuse` and `/dev/null`, making and removing the
+//! takeover socket in its directory), no TCP binds or connects, no signals to processes and no
 //! connections to abstract sockets outside the sandbox. It holds under
 //! `--sandbox none` too.
 
@@ -8,7 +9,9 @@ use landlock::{
     Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The newest ABI these rules were written for (Linux 6.12: scopes).
 const ABI_USED: ABI = ABI::V6;
@@ -26,11 +29,15 @@ pub struct Rules {
     /// `/dev/fuse` (serving threads open it to clone their session's
     /// descriptor) and `/dev/null` (the background daemon's streams).
     devices: Vec<PathFd>,
+    /// The takeover socket's directory: its socket is made, renamed and
+    /// removed there.
+    socket_dir: Option<Arc<OwnedFd>>,
 }
 
 impl Rules {
-    /// Opens SOURCE and `/proc` (before the namespace changes the root).
-    pub fn open(source: &Path) -> Result<Rules, Failure> {
+    /// Opens SOURCE and `/proc` (before the namespace changes the root);
+    /// `socket_dir` is the takeover socket's directory, if there is one.
+    pub fn open(source: &Path, socket_dir: Option<Arc<OwnedFd>>) -> Result<Rules, Failure> {
         let open = |p: &Path| {
             PathFd::new(p).map_err(|e| Failure(format!("--landlock on: {}: {e}", p.display())))
         };
@@ -41,6 +48,7 @@ impl Rules {
                 .into_iter()
                 .filter_map(|p| PathFd::new(p).ok())
                 .collect(),
+            socket_dir,
         })
     }
 
@@ -103,6 +111,14 @@ pub fn restrict(rules: Rules, file_rights_too: bool) -> Result<Option<&'static s
                 .filter(|_| !(file_rights() & handled).is_empty())
                 .map(|fd| Ok(PathBeneath::new(fd, file_rights() & handled))),
         )
+        .map_err(fail)?
+        .add_rules(rules.socket_dir.into_iter().map(|fd| {
+            // Same-directory renames need no `Refer`.
+            Ok(PathBeneath::new(
+                fd,
+                (AccessFs::MakeSock | AccessFs::RemoveFile) & handled,
+            ))
+        }))
         .map_err(fail)?
         .restrict_self()
         .map_err(fail)?;

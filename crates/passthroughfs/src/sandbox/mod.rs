@@ -92,6 +92,10 @@ pub struct Confinement {
     /// Landlock then leaves file-level rights unhandled (see
     /// [`landlock::restrict`]).
     pub file_handles: bool,
+    /// The takeover socket's directory (`--takeover-socket`), opened before
+    /// confining: Landlock lets the daemon make and remove its socket
+    /// there, and nothing else.
+    pub socket_dir: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// The daemon once confined: where SOURCE is reached from now on, and the
@@ -170,7 +174,7 @@ pub fn confine(c: &Confinement) -> Result<Confined, NotConfined> {
     }
     // Landlock needs the paths as the host names them: opened first.
     let rules = match c.landlock {
-        LandlockMode::On => Some(landlock::Rules::open(&c.source)?),
+        LandlockMode::On => Some(landlock::Rules::open(&c.source, c.socket_dir.clone())?),
         LandlockMode::Off => None,
     };
     // Confined, the daemon can't unmount: in its own namespace it doesn't
@@ -291,7 +295,7 @@ pub const fn defaults(mode: ServingMode) -> (SandboxMode, LandlockMode, SeccompM
     match mode {
         ServingMode::Dev => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Uring => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
-        ServingMode::Takeover => (SandboxMode::None, LandlockMode::Off, SeccompMode::Kill),
+        ServingMode::Takeover => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::Supervised => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
         ServingMode::VhostUser => (SandboxMode::Namespace, LandlockMode::On, SeccompMode::Kill),
     }
@@ -367,26 +371,6 @@ impl Confinement {
         if sandbox == SandboxMode::Chroot {
             namespace::chroot(source)?;
         }
-        let refuse = |what: &str, why: &str| {
-            Err(Failure(format!(
-                "--sandbox {} and --landlock {} can't be combined with {what}: {why}; use \
-                 --sandbox none --landlock off there (--seccomp works), see docs/security.md",
-                name(sandbox),
-                if landlock == LandlockMode::On {
-                    "on"
-                } else {
-                    "off"
-                },
-            )))
-        };
-        let thread_bound = sandbox != SandboxMode::None || landlock == LandlockMode::On;
-        if thread_bound && takeover {
-            return refuse(
-                "--takeover-socket or --take-over",
-                "the takeover socket is bound and renamed outside SOURCE while serving, and a \
-                 taken-over connection is served by threads started before confining",
-            );
-        }
         Ok(Confinement {
             sandbox,
             seccomp,
@@ -401,16 +385,8 @@ impl Confinement {
                 takeover,
             },
             file_handles: !args.fs.no_file_handles,
+            socket_dir: None,
         })
-    }
-}
-
-/// The name of a sandbox mode, as the command line spells it.
-fn name(mode: SandboxMode) -> &'static str {
-    match mode {
-        SandboxMode::Namespace => "namespace",
-        SandboxMode::Chroot => "chroot",
-        SandboxMode::None => "none",
     }
 }
 
@@ -433,16 +409,8 @@ mod tests {
 
     #[test]
     fn what_cannot_be_confined_is_refused_with_the_reason() {
-        for (argv, why) in [
-            (&["--sandbox", "chroot"][..], "/proc/self/fd"),
-            (
-                &["--sandbox", "namespace", "--takeover-socket", "/s"][..],
-                "takeover socket",
-            ),
-        ] {
-            let e = confinement(argv).unwrap_err();
-            assert!(e.0.contains(why), "{argv:?}: {}", e.0);
-        }
+        let e = confinement(&["--sandbox", "chroot"]).unwrap_err();
+        assert!(e.0.contains("/proc/self/fd"), "{}", e.0);
     }
 
     #[test]
