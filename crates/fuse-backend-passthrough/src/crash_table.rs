@@ -258,8 +258,8 @@ impl CrashTable {
         w[N_ID].store(inode.nodeid, Ordering::Relaxed);
         w[N_REFS].store(0, Ordering::Relaxed);
         w[N_INO].store(inode.key.ino, Ordering::Relaxed);
-        w[N_DEV].store(inode.key.dev, Ordering::Relaxed);
-        w[N_MNT].store(inode.key.mnt_id, Ordering::Relaxed);
+        w[N_DEV].store(inode.key.dev(), Ordering::Relaxed);
+        w[N_MNT].store(inode.key.mnt_id(), Ordering::Relaxed);
         w[N_MODE].store(u64::from(inode.ftype()), Ordering::Relaxed);
         w[N_GEN].store(u64::from(inode.generation), Ordering::Relaxed);
         let bytes = handle.bytes();

@@ -37,8 +37,7 @@ use crate::crash_table::NO_SLOT;
 use crate::handle::{Handle, LockCtx};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A hasher for keys that are already unique integers (node ids, handles).
@@ -65,26 +64,65 @@ impl Hasher for IdHasher {
 /// A `HashMap` keyed by unique integers.
 pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
-/// What identifies a backing file: device, inode number and mount.
+/// What identifies a backing file: device, inode number and mount. 16
+/// bytes: the device and the mount id are kept in 32 bits each, which
+/// hold every value Linux makes (a device number is 12 bits of major and
+/// 20 of minor inside the kernel; `STATX_MNT_ID` and
+/// `name_to_handle_at` give the 31-bit mount ids, not the 64-bit unique
+/// ones), and an inode is kept in every node (docs/benchmarks.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct InodeKey {
     pub ino: u64,
-    pub dev: u64,
+    /// `(major << 20) | minor`, as the kernel keeps a device number.
+    dev: u32,
     /// Mount id (`STATX_MNT_ID`), 0 if the kernel didn't report one.
-    pub mnt_id: u64,
+    mnt_id: u32,
 }
 
 impl InodeKey {
-    pub(crate) fn from_statx(st: &libc::statx) -> Self {
+    /// The identity of inode `ino` on device `dev` (`st_dev`'s encoding),
+    /// mount `mnt_id` (0: unknown). A device or mount id Linux can't make
+    /// (only from a corrupt record) saturates, which no real file matches.
+    pub(crate) fn new(ino: u64, dev: u64, mnt_id: u64) -> Self {
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let dev = if major < 1 << 12 && minor < 1 << 20 {
+            (major << 20) | minor
+        } else {
+            u32::MAX
+        };
         Self {
-            ino: st.stx_ino,
-            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-            mnt_id: if st.stx_mask & libc::STATX_MNT_ID != 0 {
-                st.stx_mnt_id
-            } else {
-                0
-            },
+            ino,
+            dev,
+            mnt_id: u32::try_from(mnt_id).unwrap_or(u32::MAX),
         }
+    }
+
+    pub(crate) fn from_statx(st: &libc::statx) -> Self {
+        let mnt_id = if st.stx_mask & libc::STATX_MNT_ID != 0 {
+            st.stx_mnt_id
+        } else {
+            0
+        };
+        Self::new(
+            st.stx_ino,
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            mnt_id,
+        )
+    }
+
+    /// The device number, in `st_dev`'s encoding.
+    pub(crate) fn dev(&self) -> u64 {
+        libc::makedev(self.dev >> 20, self.dev & ((1 << 20) - 1))
+    }
+
+    /// The mount id (0: unknown).
+    pub(crate) fn mnt_id(&self) -> u64 {
+        u64::from(self.mnt_id)
+    }
+
+    /// The same device and mount, inode `ino`.
+    pub(crate) fn with_ino(self, ino: u64) -> Self {
+        Self { ino, ..self }
     }
 }
 
@@ -100,8 +138,10 @@ pub(crate) struct Inode {
     pub file: InodeFile,
     /// Lookup references the kernel holds.
     refs: AtomicU64,
-    /// Open handles, lock contexts and writers: `None` until one is made.
-    cold: OnceLock<Box<Cold>>,
+    /// Open handles, lock contexts and writers: null until one is made
+    /// (then owned by the inode; a pointer, not a `OnceLock<Box<_>>`,
+    /// which takes twice the room).
+    cold: AtomicPtr<Cold>,
     /// The backing file's generation where known (0 otherwise), sent in
     /// entry replies: node ids are never reused, so (node id, generation)
     /// is unique either way.
@@ -122,6 +162,9 @@ pub(crate) struct Inode {
     ftype: u16,
     /// `writers` (in [`Cold`]) is not 0 (read without its lock).
     pub has_writers: AtomicBool,
+    /// What the source watch knows of this regular file (in the inode's
+    /// padding: no table of the watch's own holds it).
+    pub file_watch: crate::watch::FileWatch,
 }
 
 /// What an inode needs only once the kernel opens it, locks it or writes
@@ -144,7 +187,7 @@ impl Inode {
     /// does, without asking the kernel again where it can.
     pub(crate) fn watch_id(&self) -> crate::watch::ObjectId<'_> {
         crate::watch::ObjectId {
-            dev: self.key.dev,
+            dev: self.key.dev(),
             handle: self.file.file_handle(),
         }
     }
@@ -163,10 +206,11 @@ impl Inode {
             file,
             generation,
             refs: AtomicU64::new(0),
-            cold: OnceLock::new(),
+            cold: AtomicPtr::new(std::ptr::null_mut()),
             watched: AtomicU32::new(0),
             attrs_watched: AtomicU32::new(0),
             has_writers: AtomicBool::new(false),
+            file_watch: Default::default(),
             crash_slot: AtomicU32::new(NO_SLOT),
             used: AtomicU32::new(0),
             ftype: (mode & libc::S_IFMT) as u16,
@@ -175,13 +219,36 @@ impl Inode {
 
     /// Its open handles, lock contexts and writers, made on first use.
     pub(crate) fn cold(&self) -> &Cold {
-        self.cold.get_or_init(Box::default)
+        if let Some(cold) = self.cold_if_made() {
+            return cold;
+        }
+        let made = Box::into_raw(Box::<Cold>::default());
+        match self.cold.compare_exchange(
+            std::ptr::null_mut(),
+            made,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: `made` is now the inode's, freed only by its drop,
+            // which can't run while `&self` lives.
+            Ok(_) => unsafe { &*made },
+            Err(first) => {
+                // SAFETY: `made` came from `Box::into_raw` above and was
+                // never shared (another thread's won).
+                drop(unsafe { Box::from_raw(made) });
+                // SAFETY: as above, for the one that won.
+                unsafe { &*first }
+            }
+        }
     }
 
     /// Its open handles, lock contexts and writers, if any was ever made
     /// (for readers, which needn't make them).
     pub(crate) fn cold_if_made(&self) -> Option<&Cold> {
-        self.cold.get().map(|c| &**c)
+        let cold = self.cold.load(Ordering::Acquire);
+        // SAFETY: non-null, it is a `Box` the inode owns until its drop,
+        // which can't run while `&self` lives.
+        (!cold.is_null()).then(|| unsafe { &*cold })
     }
 
     /// File type bits (`S_IFMT` of the mode).
@@ -214,21 +281,47 @@ impl Inode {
     }
 }
 
+impl Drop for Inode {
+    fn drop(&mut self) {
+        let cold = *self.cold.get_mut();
+        if !cold.is_null() {
+            // SAFETY: made by `Box::into_raw` in `cold`, owned by this
+            // inode alone, and no reference to it outlives `&self`.
+            drop(unsafe { Box::from_raw(cold) });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sys;
 
     /// The per-node cost docs/benchmarks.md accounts for: an inode in its
-    /// `Arc` fits a 160-byte allocation (glibc adds 8 bytes and rounds to
+    /// `Arc` fits a 144-byte allocation (glibc adds 8 bytes and rounds to
     /// 16), its file handle held in place.
     #[test]
     fn an_inode_stays_small() {
+        assert_eq!(std::mem::size_of::<InodeKey>(), 16);
         assert!(
-            std::mem::size_of::<Inode>() + 2 * std::mem::size_of::<usize>() <= 152,
+            std::mem::size_of::<Inode>() + 2 * std::mem::size_of::<usize>() <= 136,
             "Inode is {} bytes",
             std::mem::size_of::<Inode>()
         );
         assert_eq!(std::mem::size_of::<sys::FileHandle>(), 24);
+    }
+
+    #[test]
+    fn an_inode_key_keeps_the_device_and_mount_it_was_given() {
+        for (major, minor) in [(0, 0), (8, 1), (259, 3), (4095, (1 << 20) - 1), (0, 47)] {
+            let dev = libc::makedev(major, minor);
+            let key = InodeKey::new(7, dev, 42);
+            assert_eq!((key.ino, key.dev(), key.mnt_id()), (7, dev, 42));
+        }
+        // What Linux can't make saturates, and matches no real key.
+        let odd = InodeKey::new(7, libc::makedev(1 << 12, 0), 1 << 40);
+        assert_eq!(odd.mnt_id(), u64::from(u32::MAX));
+        assert_ne!(odd, InodeKey::new(7, libc::makedev(0, 0), 0));
+        assert_eq!(InodeKey::new(9, 5, 6).with_ino(3), InodeKey::new(3, 5, 6));
     }
 }

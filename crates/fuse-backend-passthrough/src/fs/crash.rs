@@ -160,7 +160,7 @@ impl PassthroughFs {
             ));
         }
         let root = self.inodes.root();
-        let table = Arc::new(CrashTable::open(region, (root.key.ino, root.key.dev))?);
+        let table = Arc::new(CrashTable::open(region, (root.key.ino, root.key.dev()))?);
         let (nodes, handles) = table.records();
         self.inodes.set_crash_table(table.clone());
         self.handles.set_crash_table(table.clone());

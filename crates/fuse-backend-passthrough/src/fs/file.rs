@@ -80,7 +80,7 @@ impl PassthroughFs {
             ZeroCopyPolicy::Always => true,
             ZeroCopyPolicy::Auto => {
                 let direct = flags & libc::O_DIRECT != 0 || self.cfg.cache == CachePolicy::Never;
-                !direct || self.supports_nowait(inode.key.dev, fd)
+                !direct || self.supports_nowait(inode.key.dev(), fd)
             }
         }
     }

@@ -130,7 +130,7 @@ impl PassthroughFs {
             && inode.attrs_watched.load(Ordering::Acquire) != was_watched;
         let read_again = newly_marked
             && match (seen, lock(&self.watcher).as_ref()) {
-                (Some(seen), Some(w)) => w.changed_since(inode.nodeid, seen),
+                (Some(seen), Some(w)) => w.changed_since(&inode.file_watch, seen),
                 _ => true,
             };
         let fresh = read_again
@@ -197,10 +197,7 @@ impl PassthroughFs {
         name: &CStr,
         listed_ino: u64,
     ) -> io::Result<CountedEntry<'_>> {
-        let hint = InodeKey {
-            ino: listed_ino,
-            ..parent.key
-        };
+        let hint = parent.key.with_ino(listed_ino);
         if is_dot_or_dotdot(name.to_bytes()) || self.inodes.knows_key(&hint) {
             return self.lookup_in(parent, name);
         }

@@ -232,7 +232,7 @@ impl PassthroughFs {
         }
         // (A watch that can't watch files refuses with EOPNOTSUPP.)
         match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, fd| {
-            w.watch_file(inode.nodeid, fd, inode.watch_id())
+            w.watch_file(inode.nodeid, fd, inode.watch_id(), &inode.file_watch)
         }) {
             Ok(true) => crate::WATCHED_ATTR_TIMEOUT,
             Ok(false) => self.attr_timeout,
@@ -290,7 +290,7 @@ impl PassthroughFs {
             if let Some(watcher) = lock(&self.watcher).clone() {
                 self.creds.root();
                 if let Ok(fd) = inode.file.path_fd() {
-                    watcher.stop_write_events(inode.nodeid, fd.as_fd());
+                    watcher.stop_write_events(inode.nodeid, fd.as_fd(), &inode.file_watch);
                 }
             }
         }
@@ -333,7 +333,7 @@ impl PassthroughFs {
         // A file stays in the watch's table while a write handle has
         // taken its long attributes away: ask the table.
         let dir = dir_epoch == epoch;
-        let file = inode.is_reg() && watcher.watches_file(inode.nodeid);
+        let file = inode.is_reg() && inode.file_watch.is_watched();
         if !dir && !file {
             return;
         }
@@ -344,7 +344,7 @@ impl PassthroughFs {
             watcher.unwatch(inode.nodeid, fd);
         }
         if file {
-            watcher.unwatch_file(inode.nodeid, fd);
+            watcher.unwatch_file(inode.nodeid, inode.watch_id(), &inode.file_watch, fd);
         }
     }
 

@@ -79,7 +79,7 @@ impl PassthroughFs {
             Ok(fds.len() - 1)
         };
         let root = self.inodes.root();
-        text.push_str(&format!("root {} {}\n", root.key.ino, root.key.dev));
+        text.push_str(&format!("root {} {}\n", root.key.ino, root.key.dev()));
         text.push_str(&format!(
             "next {} {}\n",
             self.inodes.next_id(),
@@ -115,8 +115,8 @@ impl PassthroughFs {
                 "inode {} {} {} {} {} {} {at}\n",
                 inode.nodeid,
                 inode.key.ino,
-                inode.key.dev,
-                inode.key.mnt_id,
+                inode.key.dev(),
+                inode.key.mnt_id(),
                 inode.ftype(),
                 inode.refs(),
             ));
@@ -180,11 +180,12 @@ impl PassthroughFs {
             for (nodeid, digest) in saved.dirs {
                 text.push_str(&format!("watched-dir {nodeid} {digest}\n"));
             }
-            for (nodeid, digest, quiet) in saved.files {
-                let long = self
-                    .inodes
-                    .get(nodeid)
-                    .is_ok_and(|i| epoch != 0 && i.attrs_watched.load(Ordering::Acquire) == epoch);
+            for (nodeid, digest, _) in saved.files {
+                let inode = self.inodes.get(nodeid).ok();
+                let long = inode.as_ref().is_some_and(|i| {
+                    epoch != 0 && i.attrs_watched.load(Ordering::Acquire) == epoch
+                });
+                let quiet = inode.and_then(|i| i.file_watch.quiet());
                 let how = quiet.map_or("own-mark", Quiet::as_text);
                 text.push_str(&format!(
                     "watched-file {nodeid} {} {digest} {how}\n",
@@ -246,11 +247,12 @@ impl PassthroughFs {
                 Some("root") => {
                     let (ino, dev) = (num(w.next(), line)?, num(w.next(), line)?);
                     let root = self.inodes.root();
-                    if (ino, dev) != (root.key.ino, root.key.dev) {
+                    if (ino, dev) != (root.key.ino, root.key.dev()) {
                         return Err(bad(format!(
                             "the state is of another source (root inode {ino} on device {dev}, \
                              this one serves {} on {})",
-                            root.key.ino, root.key.dev
+                            root.key.ino,
+                            root.key.dev()
                         )));
                     }
                 }
@@ -260,11 +262,11 @@ impl PassthroughFs {
                 }
                 Some("inode") => {
                     let nodeid = num(w.next(), line)?;
-                    let key = InodeKey {
-                        ino: num(w.next(), line)?,
-                        dev: num(w.next(), line)?,
-                        mnt_id: num(w.next(), line)?,
-                    };
+                    let key = InodeKey::new(
+                        num(w.next(), line)?,
+                        num(w.next(), line)?,
+                        num(w.next(), line)?,
+                    );
                     let mode = num(w.next(), line)? as u32;
                     let refs = num(w.next(), line)?;
                     let fd = take(w.next().unwrap_or_default())?;
@@ -460,6 +462,11 @@ impl PassthroughFs {
             .files
             .retain(|(node, _, _)| self.inodes.get(*node).is_ok());
         let dirs: Vec<u64> = saved.dirs.iter().map(|(node, _)| *node).collect();
+        for &(node, _, quiet) in &saved.files {
+            if let Ok(inode) = self.inodes.get(node) {
+                inode.file_watch.restore(quiet);
+            }
+        }
         let watcher = SourceWatcher::restore(saved, self.proc_self_fd.as_fd())?;
         let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
         for node in dirs {
@@ -549,7 +556,8 @@ mod tests {
         let root = fs.inodes.root();
         format!(
             "passthrough-state {version}\nroot {} {}\nnext 2 1\n",
-            root.key.ino, root.key.dev
+            root.key.ino,
+            root.key.dev()
         )
     }
 

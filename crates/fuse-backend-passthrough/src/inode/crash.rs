@@ -82,11 +82,7 @@ impl InodeStore {
                 table.free_node(r.slot);
                 continue;
             };
-            let key = InodeKey {
-                ino: r.ino,
-                dev: r.dev,
-                mnt_id: r.mnt_id,
-            };
+            let key = InodeKey::new(r.ino, r.dev, r.mnt_id);
             let inode = Inode::new(r.nodeid, key, file, r.mode);
             inode.crash_slot.store(r.slot, Ordering::Release);
             self.restore(inode, r.refs, next);

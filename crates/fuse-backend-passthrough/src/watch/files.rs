@@ -2,14 +2,13 @@
 //! per file system for a privileged daemon, and the ignore marks that keep
 //! the daemon's own writes quiet. Apart from the directories' watch in
 //! the parent module because files have these two ways of being marked
-//! and the bookkeeping between them ([`Quiet`]).
+//! and the bookkeeping between them ([`Quiet`], [`FileWatch`]).
 
-use super::marked::shrink_when_sparse;
 use super::{ObjectId, SourceWatcher, FILE_MASK};
 use crate::sys;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Whether the writes of a file watched through a filesystem-wide mark
 /// are reported.
@@ -46,6 +45,73 @@ impl Quiet {
     }
 }
 
+/// What the source watch knows of one regular file, kept in its inode
+/// (one byte) rather than in tables of the watch's own: a walk over a
+/// large tree holds this for every file the kernel knows. Changed only
+/// under the watch's file table lock.
+#[derive(Debug, Default)]
+pub(crate) struct FileWatch(AtomicU8);
+
+impl FileWatch {
+    /// In the watch's table of files: its changes are passed on.
+    const WATCHED: u8 = 1;
+    /// Watched through a filesystem-wide mark (else by a mark of its own).
+    const THROUGH_FS: u8 = 2;
+    /// With [`FileWatch::THROUGH_FS`]: an ignore mark keeps its writes
+    /// quiet ([`Quiet::Yes`]).
+    const QUIET: u8 = 4;
+    /// With [`FileWatch::THROUGH_FS`]: its writes were quiet for a while
+    /// ([`Quiet::Lifted`]).
+    const LIFTED: u8 = 8;
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, bits: u8) {
+        self.0.store(bits, Ordering::Release);
+    }
+
+    /// Whether the file is in the watch's table.
+    pub(crate) fn is_watched(&self) -> bool {
+        self.get() & Self::WATCHED != 0
+    }
+
+    /// How a filesystem-wide mark watches it (`None`: it isn't watched,
+    /// or by a mark of its own).
+    pub(crate) fn quiet(&self) -> Option<Quiet> {
+        let bits = self.get();
+        if bits & Self::WATCHED == 0 || bits & Self::THROUGH_FS == 0 {
+            return None;
+        }
+        Some(if bits & Self::QUIET != 0 {
+            Quiet::Yes
+        } else if bits & Self::LIFTED != 0 {
+            Quiet::Lifted
+        } else {
+            Quiet::No
+        })
+    }
+
+    /// The state of a file watched through a filesystem-wide mark as
+    /// `quiet` says, or by a mark of its own (`None`).
+    fn watched(quiet: Option<Quiet>) -> u8 {
+        Self::WATCHED
+            | match quiet {
+                None => 0,
+                Some(Quiet::No) => Self::THROUGH_FS,
+                Some(Quiet::Yes) => Self::THROUGH_FS | Self::QUIET,
+                Some(Quiet::Lifted) => Self::THROUGH_FS | Self::LIFTED,
+            }
+    }
+
+    /// Sets the state a live upgrade's previous process recorded for a
+    /// file in the table it hands over ([`SourceWatcher::restore`]).
+    pub(crate) fn restore(&self, quiet: Option<Quiet>) {
+        self.set(Self::watched(quiet));
+    }
+}
+
 impl SourceWatcher {
     /// Whether regular files can be watched ([`SourceWatcher::watch_file`]).
     pub(crate) fn watches_files(&self) -> bool {
@@ -53,10 +119,10 @@ impl SourceWatcher {
     }
 
     /// Watches the regular file of the `O_PATH` descriptor `file`, node
-    /// `nodeid`, whose identity is `id`, for changes of its data and
-    /// attributes; nothing if it is watched already. The caller reads the
-    /// attributes it answers with after this: a change after the mark is
-    /// reported.
+    /// `nodeid`, whose identity is `id` and whose watch state is `state`,
+    /// for changes of its data and attributes; nothing if it is watched
+    /// already. The caller reads the attributes it answers with after
+    /// this: a change after the mark is reported.
     ///
     /// Where the file's file system has a filesystem-wide mark (placed
     /// here on its first file), watching a file is an entry in the table
@@ -67,14 +133,15 @@ impl SourceWatcher {
         nodeid: u64,
         file: BorrowedFd<'_>,
         id: ObjectId<'_>,
+        state: &FileWatch,
     ) -> io::Result<()> {
         if !self.watches_files {
             return Err(sys::errno(libc::EOPNOTSUPP));
         }
         if self.filesystem_marked(id.dev, file) {
-            return self.watch_file_through_fs(nodeid, file, id);
+            return self.watch_file_through_fs(nodeid, file, id, state);
         }
-        let known = self.shared.files().by_node.contains_key(&nodeid);
+        let known = state.is_watched();
         // A file marked before may have had FAN_MODIFY taken off its mark
         // (`modify_events`): adding the whole mask again restores it.
         let fid = if known {
@@ -90,7 +157,11 @@ impl SourceWatcher {
             path.as_cstr(),
         )?;
         if let Some(fid) = fid {
-            self.shared.files().insert(nodeid, &fid);
+            let mut files = self.shared.files();
+            if !state.is_watched() {
+                files.insert(nodeid, &fid, id.handle.is_none());
+                state.set(FileWatch::watched(None));
+            }
         }
         Ok(())
     }
@@ -139,26 +210,39 @@ impl SourceWatcher {
         nodeid: u64,
         file: BorrowedFd<'_>,
         id: ObjectId<'_>,
+        state: &FileWatch,
     ) -> io::Result<()> {
-        if !self.shared.files().by_node.contains_key(&nodeid) {
-            let fid = self.fid_of(file, id)?;
-            self.shared.files().insert(nodeid, &fid);
+        let fid = if state.is_watched() {
+            None
+        } else {
+            Some(self.fid_of(file, id)?)
+        };
+        let mut files = self.shared.files();
+        if let Some(fid) = fid {
+            if !state.is_watched() {
+                files.insert(nodeid, &fid, id.handle.is_none());
+                // In an adopted group the dead process may have left an
+                // ignore mark on a file it was writing: lifted as one of
+                // ours would be (there may be none there: ENOENT).
+                let first = if self.adopted.load(Ordering::Acquire) {
+                    Quiet::Yes
+                } else {
+                    Quiet::No
+                };
+                state.set(FileWatch::watched(Some(first)));
+            }
         }
-        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
-        // In an adopted group the dead process may have left an ignore
-        // mark on a file it was writing: lifted as one of ours would be
-        // (there may be none there: ENOENT).
-        let adopted = self.adopted.load(Ordering::Acquire);
-        let first = if adopted { Quiet::Yes } else { Quiet::No };
-        let quiet = through_fs.entry(nodeid).or_insert(first);
-        if *quiet == Quiet::Yes {
+        if state.quiet() == Some(Quiet::Yes) {
             match self.remove_ignore_mark(file) {
                 Ok(()) => {}
-                Err(e) if adopted && e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e)
+                    if self.adopted.load(Ordering::Acquire)
+                        && e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => return Err(e),
             }
-            *quiet = Quiet::Lifted;
+            state.set(FileWatch::watched(Some(Quiet::Lifted)));
         }
+        drop(files);
         Ok(())
     }
 
@@ -193,9 +277,9 @@ impl SourceWatcher {
         self.shared.missed.load(Ordering::Acquire)
     }
 
-    /// Whether the file of node `nodeid`, whose attributes were read after
-    /// [`SourceWatcher::changes_seen`] said `seen` and which
-    /// [`SourceWatcher::watch_file`] watched since, may have changed
+    /// Whether the file whose watch state is `state`, whose attributes
+    /// were read after [`SourceWatcher::changes_seen`] said `seen` and
+    /// which [`SourceWatcher::watch_file`] watched since, may have changed
     /// between that read and the watch without it being reported: then
     /// its attributes must be read again. With a mark of its own (placed
     /// after the read) it may have; through a filesystem-wide mark (placed
@@ -204,85 +288,95 @@ impl SourceWatcher {
     /// before, which this count shows (a change of another file then costs
     /// a read too), unless an ignore mark kept its writes quiet until
     /// this watch.
-    pub(crate) fn changed_since(&self, nodeid: u64, seen: u64) -> bool {
-        let mut through_fs = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
-        match through_fs.get_mut(&nodeid) {
+    pub(crate) fn changed_since(&self, state: &FileWatch, seen: u64) -> bool {
+        let _files = self.shared.files();
+        match state.quiet() {
             Some(Quiet::No) => self.shared.missed.load(Ordering::Acquire) != seen,
-            Some(quiet @ Quiet::Lifted) => {
+            Some(Quiet::Lifted) => {
                 // The caller reads again now, after the ignore mark went.
-                *quiet = Quiet::No;
+                state.set(FileWatch::watched(Some(Quiet::No)));
                 true
             }
             Some(Quiet::Yes) | None => true,
         }
     }
 
-    /// Stops the watched file of node `nodeid` (`O_PATH` descriptor
-    /// `file`) from reporting writes (`FAN_MODIFY`) while the daemon holds
-    /// it open for writing: its own writes would raise an event each
-    /// (measured in docs/benchmarks.md). [`SourceWatcher::watch_file`]
-    /// restores it. A file watched through a filesystem-wide mark gets an
-    /// ignore mark for `FAN_MODIFY` (one that a write doesn't clear).
-    pub(crate) fn stop_write_events(&self, nodeid: u64, file: BorrowedFd<'_>) {
-        if !self.shared.files().by_node.contains_key(&nodeid) {
-            return;
-        }
-        if let Some(quiet) = self
-            .through_fs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&nodeid)
-        {
-            if *quiet == Quiet::Yes {
-                return;
+    /// Stops the watched file whose `O_PATH` descriptor is `file` and
+    /// whose watch state is `state` (node `nodeid`, for the log) from
+    /// reporting writes (`FAN_MODIFY`) while the daemon holds it open for
+    /// writing: its own writes would raise an event each (measured in
+    /// docs/benchmarks.md). [`SourceWatcher::watch_file`] restores it. A
+    /// file watched through a filesystem-wide mark gets an ignore mark
+    /// for `FAN_MODIFY` (one that a write doesn't clear).
+    pub(crate) fn stop_write_events(&self, nodeid: u64, file: BorrowedFd<'_>, state: &FileWatch) {
+        let _files = self.shared.files();
+        match state.quiet() {
+            _ if !state.is_watched() => {}
+            Some(Quiet::Yes) => {}
+            Some(_) => {
+                let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+                match sys::fanotify_mark_path(
+                    self.group.as_fd(),
+                    libc::FAN_MARK_ADD
+                        | libc::FAN_MARK_IGNORED_MASK
+                        | libc::FAN_MARK_IGNORED_SURV_MODIFY,
+                    libc::FAN_MODIFY,
+                    path.as_cstr(),
+                ) {
+                    Ok(()) => state.set(FileWatch::watched(Some(Quiet::Yes))),
+                    Err(e) => tracing::debug!(nodeid, "quieting a file's write events: {e}"),
+                }
             }
-            let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-            match sys::fanotify_mark_path(
-                self.group.as_fd(),
-                libc::FAN_MARK_ADD
-                    | libc::FAN_MARK_IGNORED_MASK
-                    | libc::FAN_MARK_IGNORED_SURV_MODIFY,
-                libc::FAN_MODIFY,
-                path.as_cstr(),
-            ) {
-                Ok(()) => *quiet = Quiet::Yes,
-                Err(e) => tracing::debug!(nodeid, "quieting a file's write events: {e}"),
+            None => {
+                let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+                if let Err(e) = sys::fanotify_mark_path(
+                    self.group.as_fd(),
+                    libc::FAN_MARK_REMOVE,
+                    libc::FAN_MODIFY,
+                    path.as_cstr(),
+                ) {
+                    tracing::debug!(nodeid, "stopping a file's write events: {e}");
+                }
             }
-            return;
         }
-        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
-        if let Err(e) = sys::fanotify_mark_path(
-            self.group.as_fd(),
-            libc::FAN_MARK_REMOVE,
-            libc::FAN_MODIFY,
-            path.as_cstr(),
-        ) {
-            tracing::debug!(nodeid, "stopping a file's write events: {e}");
-        }
-    }
-
-    /// Whether the file of node `nodeid` is watched.
-    pub(crate) fn watches_file(&self, nodeid: u64) -> bool {
-        self.shared.files().by_node.contains_key(&nodeid)
     }
 
     /// Stops watching the file of node `nodeid` (the kernel forgot it),
-    /// whose `O_PATH` descriptor is `file` (`None` if it can't be opened
-    /// any more: a removed file, whose mark went with it).
-    pub(crate) fn unwatch_file(&self, nodeid: u64, file: Option<BorrowedFd<'_>>) {
-        if !self.shared.files().remove(nodeid) {
-            return;
-        }
-        let through_fs = {
-            let mut map = self.through_fs.lock().unwrap_or_else(|e| e.into_inner());
-            let quiet = map.remove(&nodeid);
-            shrink_when_sparse(&mut map);
+    /// whose identity is `id`, whose watch state is `state` and whose
+    /// `O_PATH` descriptor is `file` (`None` if it can't be opened any
+    /// more: a removed file, whose mark went with it).
+    pub(crate) fn unwatch_file(
+        &self,
+        nodeid: u64,
+        id: ObjectId<'_>,
+        state: &FileWatch,
+        file: Option<BorrowedFd<'_>>,
+    ) {
+        let quiet = {
+            let mut files = self.shared.files();
+            if !state.is_watched() {
+                return;
+            }
+            let quiet = state.quiet();
+            state.set(0);
+            // A file held by its handle was recorded without the way back:
+            // its digest is made again from that handle.
+            let removed = files.remove(nodeid)
+                || self
+                    .known_fid(id)
+                    .is_some_and(|fid| files.remove_digest(nodeid, fid.digest()));
+            if !removed {
+                tracing::debug!(
+                    nodeid,
+                    "source watch: an unwatched file wasn't in the table"
+                );
+            }
             quiet
         };
         let Some(file) = file else {
             return;
         };
-        if let Some(quiet) = through_fs {
+        if let Some(quiet) = quiet {
             // Only an ignore mark is the file's own (it holds the inode).
             if quiet == Quiet::Yes {
                 if let Err(e) = self.remove_ignore_mark(file) {

@@ -83,7 +83,7 @@ mod marked;
 mod reader;
 mod saved;
 
-pub(crate) use files::Quiet;
+pub(crate) use files::{FileWatch, Quiet};
 pub(crate) use saved::SavedWatch;
 
 use crate::inode::IdMap;
@@ -202,9 +202,6 @@ pub(crate) struct SourceWatcher {
     /// changes of that file system's files (else each file gets a mark of
     /// its own), once a file there was watched.
     filesystems: Mutex<IdMap<bool>>,
-    /// Files watched through a filesystem-wide mark, by node id, and
-    /// whether an ignore mark keeps their writes quiet.
-    through_fs: Mutex<IdMap<Quiet>>,
     /// The group was another process's ([`SourceWatcher::adopt`]) and the
     /// nodes it knew are being marked again: a file watched through a
     /// filesystem-wide mark may still have that process's ignore mark,
@@ -348,7 +345,6 @@ impl SourceWatcher {
             fsids: Mutex::new(HashMap::new()),
             privileged,
             filesystems: Mutex::new(IdMap::default()),
-            through_fs: Mutex::new(IdMap::default()),
             adopted: AtomicBool::new(false),
         }
     }
@@ -366,7 +362,7 @@ impl SourceWatcher {
         }
         let fid = self.fid_of(dir, id)?;
         sys::fanotify_mark_dir(self.group.as_fd(), libc::FAN_MARK_ADD, MASK, dir)?;
-        self.shared.dirs().insert(nodeid, &fid);
+        self.shared.dirs().insert(nodeid, &fid, true);
         Ok(())
     }
 
@@ -394,7 +390,7 @@ impl SourceWatcher {
             watched_dirs: self.shared.dirs().by_node.len(),
             invalidations: self.shared.invalidations.load(Ordering::Relaxed),
             watching_files: self.watches_files,
-            watched_files: self.shared.files().by_node.len(),
+            watched_files: self.shared.files().len(),
             file_invalidations: self.shared.file_invalidations.load(Ordering::Relaxed),
             overflows: self.shared.overflows.load(Ordering::Relaxed),
             filesystems_watched: self
@@ -424,6 +420,23 @@ pub(crate) struct ObjectId<'a> {
 }
 
 impl SourceWatcher {
+    /// The fanotify id of the object identified by `id`, if that can be
+    /// told without asking the kernel: it has a file handle, and its file
+    /// system's id is known (from [`SourceWatcher::fid_of`] before).
+    fn known_fid(&self, id: ObjectId<'_>) -> Option<Fid> {
+        let handle = id.handle?;
+        let fsid = *self
+            .fsids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id.dev)?;
+        Some(Fid {
+            fsid,
+            kind: handle.kind(),
+            bytes: Box::from(handle.bytes()),
+        })
+    }
+
     /// The fanotify id of the object of `fd`, identified by `id`.
     fn fid_of(&self, fd: BorrowedFd<'_>, id: ObjectId<'_>) -> io::Result<Fid> {
         let (kind, bytes) = match id.handle {

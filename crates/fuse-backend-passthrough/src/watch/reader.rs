@@ -162,7 +162,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                         tracing::warn!("source watch: expiring cached names: {e}");
                     }
                     // And every watched file's attributes and data.
-                    let files: Vec<u64> = shared.files().by_node.keys().copied().collect();
+                    let files: Vec<u64> = shared.files().all().map(|(node, _)| node).collect();
                     changed.extend(files.into_iter().map(|node| (node, true)));
                 }
                 Event::Changed { file, data } => {

@@ -4,7 +4,6 @@
 
 use super::{Quiet, SourceWatcher};
 use crate::sys;
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -23,7 +22,10 @@ pub(crate) struct SavedWatch {
     /// Marked directories: node id and the digest of its fanotify id.
     pub(crate) dirs: Vec<(u64, u64)>,
     /// Watched regular files: node id, digest, and how a filesystem-wide
-    /// mark watches it (`None`: by a mark of its own).
+    /// mark watches it (`None`: by a mark of its own; kept in the file's
+    /// inode, [`FileWatch`](super::FileWatch), so [`SourceWatcher::save`]
+    /// leaves it `None` for the caller to fill in and
+    /// [`SourceWatcher::restore`] leaves it for the caller to set).
     pub(crate) files: Vec<(u64, u64, Option<Quiet>)>,
     /// By device number: whether a filesystem-wide mark watches that file
     /// system's files.
@@ -35,14 +37,6 @@ impl SourceWatcher {
     /// and what the watcher knows of its marks. Call it with the thread
     /// stopped ([`SourceWatcher::stop_reading`]) and no request served.
     pub(crate) fn save(&self) -> io::Result<SavedWatch> {
-        // Copied first: the two tables are never locked together.
-        let through_fs: HashMap<u64, Quiet> = self
-            .through_fs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(&n, &q)| (n, q))
-            .collect();
         let mut dirs: Vec<(u64, u64)> = self
             .shared
             .dirs()
@@ -54,9 +48,8 @@ impl SourceWatcher {
         let mut files: Vec<(u64, u64, Option<Quiet>)> = self
             .shared
             .files()
-            .by_node
-            .iter()
-            .map(|(&n, &d)| (n, d, through_fs.get(&n).copied()))
+            .all()
+            .map(|(n, d)| (n, d, None))
             .collect();
         files.sort_unstable_by_key(|&(n, _, _)| n);
         let mut filesystems: Vec<(u64, bool)> = self
@@ -102,17 +95,15 @@ impl SourceWatcher {
         {
             let mut dirs = watcher.shared.dirs();
             for (node, digest) in saved.dirs {
-                dirs.insert_digest(node, digest);
+                dirs.insert_digest(node, digest, true);
             }
         }
         {
+            // Remembered both ways: the next process may hold a file by
+            // descriptor that this one held by handle.
             let mut files = watcher.shared.files();
-            let mut through_fs = watcher.through_fs.lock().unwrap_or_else(|e| e.into_inner());
-            for (node, digest, quiet) in saved.files {
-                files.insert_digest(node, digest);
-                if let Some(quiet) = quiet {
-                    through_fs.insert(node, quiet);
-                }
+            for (node, digest, _) in saved.files {
+                files.insert_digest(node, digest, true);
             }
         }
         watcher
