@@ -1,18 +1,22 @@
 //! What the workspace's mounting tests share: the root and kernel checks
 //! that fail a test with its reason (never pass it silently), reading
 //! `/proc/self/mountinfo`, scratch directories for a source and a
-//! mountpoint, waiting with a deadline, and looking at processes.
+//! mountpoint, waiting with a deadline, looking at processes, and
+//! capturing a log.
 //!
-//! A dev-dependency of the crates that mount in their tests; it depends on
-//! none of them, so that none of them is built twice.
+//! A dev-dependency of the crates whose tests use it (those that mount,
+//! and the server's for its log capture); it depends on none of them, so
+//! that none of them is built twice.
 
 pub mod file;
 pub mod load;
+pub mod log;
 pub mod mountinfo;
 pub mod namespace;
 pub mod process;
 
 pub use file::{mmap_writes_through, open_direct, Aligned, SharedMap};
+pub use log::LogBuf;
 pub use mountinfo::{
     detach, is_mounted, kill_and_detach, mounts_with_exact_source, mounts_with_source,
     remove_unless_mounted, MountGuard,
