@@ -18,6 +18,18 @@ mod vendor;
 mod vm;
 mod xfstests;
 
+/// passthroughfs's options for no confinement at all (no namespace, no
+/// Landlock, no seccomp filter), for runs that measure or count the
+/// daemon's own work (over vhost-user it confines itself by default).
+const UNCONFINED: [&str; 6] = [
+    "--sandbox",
+    "none",
+    "--landlock",
+    "off",
+    "--seccomp",
+    "none",
+];
+
 #[derive(Parser)]
 #[command(about = "Project tasks for the FUSE workspace")]
 struct Cli {
