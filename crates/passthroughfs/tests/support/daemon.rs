@@ -29,6 +29,18 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Creates `path` (emptying it if it exists) and opens it for reading and
+/// writing: a client's file held open across what the test does.
+pub fn create_read_write(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()))
+}
+
 /// Makes `files` empty files in directories of 1,000 under `src`
 /// (`dN/fM`, the numbers zero-padded to `width` digits); returns the
 /// number of directories.
