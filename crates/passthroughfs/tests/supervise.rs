@@ -82,7 +82,7 @@ fn twenty_crashes_under_load_and_no_client_notices_needs_file_handles() {
     // Held across every crash: an open file, written at offsets and
     // fsynced after each crash.
     let held_path = d.mnt.join("held");
-    let held = daemon::create_read_write(&held_path);
+    let held = daemon::create_rw(&held_path);
     held.write_all_at(b"before;", 0).unwrap();
     let mut written = b"before;".to_vec();
 
@@ -166,7 +166,7 @@ fn ten_planned_restarts_under_load_needs_file_handles() {
     // build installed at the program's path would be it).
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
-    let held = daemon::create_read_write(&d.mnt.join("held"));
+    let held = daemon::create_rw(&d.mnt.join("held"));
     let stop_clients = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
     let workers = clients(&d.mnt, 4, &stop_clients, &rounds);

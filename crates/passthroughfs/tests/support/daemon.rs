@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped, with_timeout,
-    MountGuard, Scratch as Dirs,
+    create_rw, gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped,
+    with_timeout, MountGuard, Scratch as Dirs,
 };
 
 /// Runs `cmd` (a daemon's start, say, that returns once it is in the
@@ -27,18 +27,6 @@ pub fn output(cmd: &mut Command) -> std::process::Output {
 /// `bytes` (a process's output) as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Creates `path` (emptying it if it exists) and opens it for reading and
-/// writing: a client's file held open across what the test does.
-pub fn create_read_write(path: &Path) -> std::fs::File {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()))
 }
 
 /// Makes `files` empty files in directories of 1,000 under `src`
