@@ -45,15 +45,7 @@ fn crash(supervisor: &Daemon, n: usize) {
     let pid = serving_pid(supervisor);
     // SAFETY: a plain kill of the supervisor's child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while supervisor.stderr().matches("passthroughfs serving").count() < n + 2 {
-        assert!(
-            Instant::now() < deadline,
-            "crash {n}: no new serving process: {}",
-            supervisor.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_serving(supervisor, n + 1);
     assert!(
         is_mounted(&supervisor.mnt),
         "crash {n}: the mount went away"
