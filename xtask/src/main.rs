@@ -71,6 +71,17 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Passes `result` on, unless it is an error: then prints it on one line
+/// after `prefix` and ends the process with status 1 (an error returned
+/// from `main` would add a backtrace when `RUST_BACKTRACE` is set).
+fn exit_on_error(prefix: &str, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    if let Err(e) = result {
+        eprintln!("{prefix}{}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 /// The workspace root (the parent of this crate's directory).
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
