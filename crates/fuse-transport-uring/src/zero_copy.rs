@@ -305,6 +305,27 @@ impl ZeroCopyEntry {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))
     }
 
+    /// [`Self::run_fixed`] until all `len` bytes moved between the bounce
+    /// memfd (from its start) and the request's pages at `at`; a transfer
+    /// that moves nothing is `EIO`.
+    fn run_fixed_all(
+        &self,
+        way: Direction,
+        memfd: BorrowedFd<'_>,
+        at: usize,
+        len: usize,
+    ) -> io::Result<()> {
+        let mut moved = 0;
+        while moved < len {
+            let n = self.run_fixed(way, memfd, moved as u64, at + moved, len - moved)?;
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            moved += n;
+        }
+        Ok(())
+    }
+
     /// Copies `data` into the request's pages after the bytes written
     /// (READ), through the bounce memfd. All or an error.
     fn bounce_in(&mut self, data: &[u8]) -> io::Result<()> {
@@ -313,24 +334,11 @@ impl ZeroCopyEntry {
         }
         let memfd = self.fixed().bounce()?;
         write_all_at(memfd, data, 0)?;
-        let mut moved = 0;
-        while moved < data.len() {
-            let n = self.run_fixed(
-                Direction::Read,
-                memfd,
-                moved as u64,
-                self.done + moved,
-                data.len() - moved,
-            )?;
-            if n == 0 {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            moved += n;
-        }
-        self.done += moved;
+        self.run_fixed_all(Direction::Read, memfd, self.done, data.len())?;
+        self.done += data.len();
         self.counters()
             .zero_copy_copied_bytes
-            .fetch_add(moved as u64, Ordering::Relaxed);
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -338,20 +346,7 @@ impl ZeroCopyEntry {
     /// `out`, through the bounce memfd.
     fn bounce_out(&self, at: usize, out: &mut [u8]) -> io::Result<()> {
         let memfd = self.fixed().bounce()?;
-        let mut moved = 0;
-        while moved < out.len() {
-            let n = self.run_fixed(
-                Direction::Write,
-                memfd,
-                moved as u64,
-                at + moved,
-                out.len() - moved,
-            )?;
-            if n == 0 {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            moved += n;
-        }
+        self.run_fixed_all(Direction::Write, memfd, at, out.len())?;
         let mut got = 0;
         while got < out.len() {
             let n = fuse_server::io::pread(memfd, &mut out[got..], got as u64)?;
