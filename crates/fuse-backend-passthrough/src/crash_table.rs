@@ -240,18 +240,25 @@ impl CrashTable {
         self.region.words()[at].fetch_max(high as u64, Ordering::AcqRel);
     }
 
+    /// A free slot of `slots` (the table's `what`, whose high-water mark
+    /// is the header word `high_at`); `None`, with a warning the first
+    /// time, when the table is full.
+    fn take_slot(&self, slots: &Mutex<Slots>, what: &str, high_at: usize) -> Option<u32> {
+        let mut slots = lock(slots);
+        let Some(slot) = slots.take() else {
+            drop(slots);
+            self.full(what);
+            return None;
+        };
+        self.raise_high(high_at, slots.high);
+        Some(slot)
+    }
+
     /// Writes down a new node (with no lookup reference yet); `NO_SLOT`
     /// when the table is full.
     pub(crate) fn add_node(&self, inode: &Inode, handle: &FileHandle) -> u32 {
-        let slot = {
-            let mut nodes = lock(&self.nodes);
-            let Some(slot) = nodes.take() else {
-                drop(nodes);
-                self.full("nodes");
-                return NO_SLOT;
-            };
-            self.raise_high(H_NODE_HIGH, nodes.high);
-            slot
+        let Some(slot) = self.take_slot(&self.nodes, "nodes", H_NODE_HIGH) else {
+            return NO_SLOT;
         };
         let w = self.node(slot);
         w[N_USED].store(0, Ordering::Release);
@@ -297,15 +304,8 @@ impl CrashTable {
         dir: bool,
         passthrough_id: i32,
     ) -> u32 {
-        let slot = {
-            let mut handles = lock(&self.handles);
-            let Some(slot) = handles.take() else {
-                drop(handles);
-                self.full("handles");
-                return NO_SLOT;
-            };
-            self.raise_high(H_HANDLE_HIGH, handles.high);
-            slot
+        let Some(slot) = self.take_slot(&self.handles, "handles", H_HANDLE_HIGH) else {
+            return NO_SLOT;
         };
         let w = self.handle(slot);
         w[F_USED].store(0, Ordering::Release);
