@@ -349,13 +349,8 @@ impl CrashTable {
     /// use become free ones. Call once, before serving.
     pub(crate) fn records(&self) -> (Vec<NodeRecord>, Vec<HandleRecord>) {
         let mut nodes = Vec::new();
-        let mut node_slots = lock(&self.nodes);
-        for slot in 0..node_slots.high {
+        for slot in self.slots_in_use(&self.nodes, N_USED, |slot| self.node(slot)) {
             let w = self.node(slot);
-            if w[N_USED].load(Ordering::Acquire) != 1 {
-                node_slots.free.push(slot);
-                continue;
-            }
             let head = w[N_HANDLE_HEAD].load(Ordering::Relaxed);
             let len = ((head >> 32) as usize).min(crate::sys::MAX_HANDLE_SZ);
             let mut bytes = Vec::with_capacity(HANDLE_WORDS_MAX * 8);
@@ -378,16 +373,9 @@ impl CrashTable {
                 handle,
             });
         }
-        node_slots.free.reverse();
-        drop(node_slots);
         let mut handles = Vec::new();
-        let mut handle_slots = lock(&self.handles);
-        for slot in 0..handle_slots.high {
+        for slot in self.slots_in_use(&self.handles, F_USED, |slot| self.handle(slot)) {
             let w = self.handle(slot);
-            if w[F_USED].load(Ordering::Acquire) != 1 {
-                handle_slots.free.push(slot);
-                continue;
-            }
             handles.push(HandleRecord {
                 slot,
                 fh: w[F_FH].load(Ordering::Relaxed),
@@ -397,7 +385,28 @@ impl CrashTable {
                 passthrough_id: w[F_PASSTHROUGH].load(Ordering::Relaxed) as i64 as i32,
             });
         }
-        handle_slots.free.reverse();
         (nodes, handles)
+    }
+
+    /// The slots of `slots` that a previous process left in use (the word
+    /// `used_at` of their `words` is 1); the others become free ones, the
+    /// lowest to be taken first.
+    fn slots_in_use<'a>(
+        &'a self,
+        slots: &Mutex<Slots>,
+        used_at: usize,
+        words: impl Fn(u32) -> &'a [AtomicU64],
+    ) -> Vec<u32> {
+        let mut slots = lock(slots);
+        let mut in_use = Vec::new();
+        for slot in 0..slots.high {
+            if words(slot)[used_at].load(Ordering::Acquire) == 1 {
+                in_use.push(slot);
+            } else {
+                slots.free.push(slot);
+            }
+        }
+        slots.free.reverse();
+        in_use
     }
 }
