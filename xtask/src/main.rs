@@ -18,6 +18,18 @@ mod vendor;
 mod vm;
 mod xfstests;
 
+/// passthroughfs's options for no confinement at all (no namespace, no
+/// Landlock, no seccomp filter), for runs that measure or count the
+/// daemon's own work (over vhost-user it confines itself by default).
+const UNCONFINED: [&str; 6] = [
+    "--sandbox",
+    "none",
+    "--landlock",
+    "off",
+    "--seccomp",
+    "none",
+];
+
 #[derive(Parser)]
 #[command(about = "Project tasks for the FUSE workspace")]
 struct Cli {
@@ -57,6 +69,17 @@ fn main() -> anyhow::Result<()> {
         Task::Xfstests(args) => xfstests::run(&args),
         Task::Man(args) => man::run(&args),
     }
+}
+
+/// Passes `result` on, unless it is an error: then prints it on one line
+/// after `prefix` and ends the process with status 1 (an error returned
+/// from `main` would add a backtrace when `RUST_BACKTRACE` is set).
+fn exit_on_error(prefix: &str, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    if let Err(e) = result {
+        eprintln!("{prefix}{}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// The workspace root (the parent of this crate's directory).

@@ -19,6 +19,12 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// The file at `path` as text; an error names the file.
+pub fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
 /// `s` quoted for a POSIX shell (`'...'`, with `'` written `'\''`).
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))

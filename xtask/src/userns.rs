@@ -145,12 +145,7 @@ impl Mapping {
 /// Runs the suite in a user namespace; on failure prints a one-line reason
 /// and exits with status 1.
 pub fn run(args: &UsernsArgs) -> Result<()> {
-    if let Err(e) = run_inner(args) {
-        // Not returned: main would add a backtrace when RUST_BACKTRACE is set.
-        eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
-        std::process::exit(1);
-    }
-    Ok(())
+    crate::exit_on_error("error: ", run_inner(args))
 }
 
 /// The body of [`run`].

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_io::{
-    copy_file, AlignedBuf, CopyMethod, CopyOptions, File, IoBuf, IoBufMut, OpenOptions, Runtime,
-    RuntimeType,
+    copy_file, AlignedBuf, CopyMethod, CopyOptions, File, IoBuf, IoBufMut, RuntimeType,
 };
 use common::{pattern, runtime, scratch};
 
@@ -82,19 +81,6 @@ unsafe impl IoBufMut for CanaryBuf {
     }
 }
 
-/// Turns the runtime until the ring has no operation in flight (or fails after 10 s).
-fn drain(rt: &Runtime) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while rt.uring_in_flight() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{} operations never completed",
-            rt.uring_in_flight()
-        );
-        rt.block_on(async { tokio::time::sleep(Duration::from_millis(1)).await });
-    }
-}
-
 /// A read that can never complete by itself (an empty pipe), dropped while in flight: the
 /// buffer stays with the driver until the cancel's CQE, then is freed intact.
 #[test]
@@ -111,7 +97,7 @@ fn dropped_pipe_read_keeps_its_buffer_until_the_cqe() {
     // Dropped by the timeout while in flight: not freed yet (or freed after a cancel CQE).
     let abandoned = rt.uring_stats().abandoned;
     assert_eq!(abandoned, 1);
-    drain(&rt);
+    common::wait_idle(&rt, "operations never completed");
     assert_eq!(
         tally.dropped.load(Ordering::SeqCst),
         1,
@@ -144,12 +130,7 @@ fn dropped_disk_reads_and_vectored_ops() {
     let mut started = 0;
     for round in 0..20 {
         rt.block_on(async {
-            let f = OpenOptions::new()
-                .read(true)
-                .direct(true)
-                .open(&path)
-                .await
-                .unwrap();
+            let f = common::open_direct_read(&path).await;
             let mut futs = Vec::new();
             for i in 0..16u64 {
                 let f = f.clone();
@@ -175,7 +156,7 @@ fn dropped_disk_reads_and_vectored_ops() {
             }
         });
     }
-    drain(&rt);
+    common::wait_idle(&rt, "operations never completed");
     assert_eq!(
         tally.dropped.load(Ordering::SeqCst),
         started,
@@ -244,7 +225,7 @@ fn dropped_copy_then_the_runtime_still_works() {
         );
     });
     assert!(rt.uring_stats().abandoned > 0);
-    drain(&rt);
+    common::wait_idle(&rt, "operations never completed");
     let rep = rt
         .block_on(copy_file(&src, dir.path().join("dst2"), &o))
         .unwrap();

@@ -261,21 +261,11 @@ fn defer_taskrun_ring_works() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&src)
-            .await
-            .unwrap();
+        let f = common::open_read_write(&src).await;
         let bufs: Vec<Vec<u8>> = (0..300).map(|i| pattern(4096, i)).collect();
         let (r, bufs) = f.writev_at(bufs, 4096).await;
         assert_eq!(r.unwrap(), 300 * 4096);
-        let d = OpenOptions::new()
-            .read(true)
-            .direct(true)
-            .open(&src)
-            .await
-            .unwrap();
+        let d = common::open_direct_read(&src).await;
         let rb: Vec<AlignedBuf> = (0..300).map(|_| AlignedBuf::with_capacity(4096)).collect();
         let (r, rb) = d.readv_at(rb, 4096).await;
         assert_eq!(r.unwrap(), 300 * 4096);
@@ -299,14 +289,7 @@ fn defer_taskrun_ring_works() {
         assert!(t.is_err());
     });
     assert!(std::fs::read(&src).unwrap() == std::fs::read(dir.path().join("dst")).unwrap());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while rt.uring_in_flight() > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the cancelled read never completed"
-        );
-        rt.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(1)).await });
-    }
+    common::wait_idle(&rt, "the cancelled read never completed");
 }
 
 /// When `io_uring_setup` fails (here: blocked by a seccomp filter returning ENOSYS, as a

@@ -148,12 +148,7 @@ fn read_exact_and_write_all() {
     for kind in RuntimeType::ALL {
         let rt = runtime(kind);
         rt.block_on(async {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .await
-                .unwrap();
+            let f = common::open_read_write(&path).await;
             let (r, buf) = f.read_exact_at(Vec::with_capacity(50_000), 25_000).await;
             r.unwrap();
             assert_eq!(&buf[..], &data[25_000..75_000]);

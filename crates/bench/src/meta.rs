@@ -332,6 +332,21 @@ struct Timed {
     ramp_ops: u64,
 }
 
+impl Timed {
+    /// The outcome of a time-based `kind`: its operations were not timed
+    /// one by one, so no latency.
+    fn outcome(self, kind: Kind) -> Outcome {
+        Outcome {
+            kind,
+            ops: self.ops,
+            elapsed: self.elapsed,
+            passes: self.passes,
+            ramp_ops: self.ramp_ops,
+            latency: None,
+        }
+    }
+}
+
 /// Runs `step` (which returns operations done) for the ramp, then for the
 /// measured window; returns the window's ops, passes and length, and the
 /// ramp's ops.
@@ -412,14 +427,7 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
             let mut buf = DentBuf::new();
             let stat = kind == Kind::ReaddirStat;
             let t = timed(opts, || readdir_pass(&opts.dir, &mut buf, stat))?;
-            Ok(Outcome {
-                kind,
-                ops: t.ops,
-                elapsed: t.elapsed,
-                passes: t.passes,
-                ramp_ops: t.ramp_ops,
-                latency: None,
-            })
+            Ok(t.outcome(kind))
         }
         Kind::Stat | Kind::StatUncached => {
             if names.is_empty() {
@@ -442,14 +450,7 @@ pub fn run(kind: Kind, opts: &Options) -> io::Result<Outcome> {
                 }
                 Ok(order.len() as u64)
             })?;
-            Ok(Outcome {
-                kind,
-                ops: t.ops,
-                elapsed: t.elapsed,
-                passes: t.passes,
-                ramp_ops: t.ramp_ops,
-                latency: None,
-            })
+            Ok(t.outcome(kind))
         }
     }
 }

@@ -240,18 +240,25 @@ impl CrashTable {
         self.region.words()[at].fetch_max(high as u64, Ordering::AcqRel);
     }
 
+    /// A free slot of `slots` (the table's `what`, whose high-water mark
+    /// is the header word `high_at`); `None`, with a warning the first
+    /// time, when the table is full.
+    fn take_slot(&self, slots: &Mutex<Slots>, what: &str, high_at: usize) -> Option<u32> {
+        let mut slots = lock(slots);
+        let Some(slot) = slots.take() else {
+            drop(slots);
+            self.full(what);
+            return None;
+        };
+        self.raise_high(high_at, slots.high);
+        Some(slot)
+    }
+
     /// Writes down a new node (with no lookup reference yet); `NO_SLOT`
     /// when the table is full.
     pub(crate) fn add_node(&self, inode: &Inode, handle: &FileHandle) -> u32 {
-        let slot = {
-            let mut nodes = lock(&self.nodes);
-            let Some(slot) = nodes.take() else {
-                drop(nodes);
-                self.full("nodes");
-                return NO_SLOT;
-            };
-            self.raise_high(H_NODE_HIGH, nodes.high);
-            slot
+        let Some(slot) = self.take_slot(&self.nodes, "nodes", H_NODE_HIGH) else {
+            return NO_SLOT;
         };
         let w = self.node(slot);
         w[N_USED].store(0, Ordering::Release);
@@ -297,15 +304,8 @@ impl CrashTable {
         dir: bool,
         passthrough_id: i32,
     ) -> u32 {
-        let slot = {
-            let mut handles = lock(&self.handles);
-            let Some(slot) = handles.take() else {
-                drop(handles);
-                self.full("handles");
-                return NO_SLOT;
-            };
-            self.raise_high(H_HANDLE_HIGH, handles.high);
-            slot
+        let Some(slot) = self.take_slot(&self.handles, "handles", H_HANDLE_HIGH) else {
+            return NO_SLOT;
         };
         let w = self.handle(slot);
         w[F_USED].store(0, Ordering::Release);
@@ -349,13 +349,8 @@ impl CrashTable {
     /// use become free ones. Call once, before serving.
     pub(crate) fn records(&self) -> (Vec<NodeRecord>, Vec<HandleRecord>) {
         let mut nodes = Vec::new();
-        let mut node_slots = lock(&self.nodes);
-        for slot in 0..node_slots.high {
+        for slot in self.slots_in_use(&self.nodes, N_USED, |slot| self.node(slot)) {
             let w = self.node(slot);
-            if w[N_USED].load(Ordering::Acquire) != 1 {
-                node_slots.free.push(slot);
-                continue;
-            }
             let head = w[N_HANDLE_HEAD].load(Ordering::Relaxed);
             let len = ((head >> 32) as usize).min(crate::sys::MAX_HANDLE_SZ);
             let mut bytes = Vec::with_capacity(HANDLE_WORDS_MAX * 8);
@@ -378,16 +373,9 @@ impl CrashTable {
                 handle,
             });
         }
-        node_slots.free.reverse();
-        drop(node_slots);
         let mut handles = Vec::new();
-        let mut handle_slots = lock(&self.handles);
-        for slot in 0..handle_slots.high {
+        for slot in self.slots_in_use(&self.handles, F_USED, |slot| self.handle(slot)) {
             let w = self.handle(slot);
-            if w[F_USED].load(Ordering::Acquire) != 1 {
-                handle_slots.free.push(slot);
-                continue;
-            }
             handles.push(HandleRecord {
                 slot,
                 fh: w[F_FH].load(Ordering::Relaxed),
@@ -397,7 +385,28 @@ impl CrashTable {
                 passthrough_id: w[F_PASSTHROUGH].load(Ordering::Relaxed) as i64 as i32,
             });
         }
-        handle_slots.free.reverse();
         (nodes, handles)
+    }
+
+    /// The slots of `slots` that a previous process left in use (the word
+    /// `used_at` of their `words` is 1); the others become free ones, the
+    /// lowest to be taken first.
+    fn slots_in_use<'a>(
+        &'a self,
+        slots: &Mutex<Slots>,
+        used_at: usize,
+        words: impl Fn(u32) -> &'a [AtomicU64],
+    ) -> Vec<u32> {
+        let mut slots = lock(slots);
+        let mut in_use = Vec::new();
+        for slot in 0..slots.high {
+            if words(slot)[used_at].load(Ordering::Acquire) == 1 {
+                in_use.push(slot);
+            } else {
+                slots.free.push(slot);
+            }
+        }
+        slots.free.reverse();
+        in_use
     }
 }

@@ -479,27 +479,13 @@ impl Drop for LockWaitFuture {
     }
 }
 
-extern "C" fn interrupt_handler(_signal: libc::c_int) {}
-
 /// Installs a do-nothing handler for `signal` without `SA_RESTART`, so
 /// that the signal makes a blocking lock wait return `EINTR`
 /// (process-wide: see `PassthroughConfig::interrupt_signal`).
 fn install_interrupt_handler(signal: i32) {
-    // SAFETY: a zeroed sigaction is valid; the handler does nothing and is
-    // async-signal-safe.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = interrupt_handler as *const () as usize;
-        action.sa_flags = 0;
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-            tracing::warn!(
-                signal,
-                "installing the lock interrupt handler: {}",
-                io::Error::last_os_error()
-            );
-            return;
-        }
+    if let Err(e) = fuse_server::sys::install_interrupting_handler(signal) {
+        tracing::warn!(signal, "installing the lock interrupt handler: {e}");
+        return;
     }
     tracing::debug!(
         signal,

@@ -174,22 +174,13 @@ impl BlockingPool {
         T: Send + 'static,
         F: FnOnce() -> io::Result<T> + Send + 'static,
     {
-        let slot = Arc::new(Slot {
-            inner: Mutex::new(SlotInner {
-                phase: Phase::Queued,
-                value: None,
-                waker: None,
-            }),
-            counters: self.inner.counters.clone(),
-        });
+        let slot = Slot::queued(self.inner.counters.clone());
         let job_slot = slot.clone();
         let job: Job = Box::new(move || job_slot.run(f));
         self.inner.counters.queued.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.submit(job) {
             // No thread to run it: the job was taken back, nothing ran.
-            let mut s = lock(&slot.inner);
-            s.phase = Phase::Done;
-            s.value = Some(Err(e));
+            slot.fail_unrun(e);
         }
         PoolFuture { slot }
     }
@@ -230,14 +221,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,
 {
-    let slot = Arc::new(Slot {
-        inner: Mutex::new(SlotInner {
-            phase: Phase::Queued,
-            value: None,
-            waker: None,
-        }),
-        counters,
-    });
+    let slot = Slot::queued(counters);
     let job_slot = slot.clone();
     let spawned = std::thread::Builder::new()
         .name(name.into())
@@ -245,9 +229,7 @@ where
         .spawn(move || job_slot.run(f));
     if let Err(e) = spawned {
         tracing::warn!("starting a thread for a lock wait: {e}");
-        let mut s = lock(&slot.inner);
-        s.phase = Phase::Done;
-        s.value = Some(Err(io::Error::from_raw_os_error(libc::ENOLCK)));
+        slot.fail_unrun(io::Error::from_raw_os_error(libc::ENOLCK));
     }
     PoolFuture { slot }
 }
@@ -321,6 +303,26 @@ struct Slot<T> {
 }
 
 impl<T> Slot<T> {
+    /// The slot of a job not started yet.
+    fn queued(counters: Arc<Counters>) -> Arc<Self> {
+        Arc::new(Slot {
+            inner: Mutex::new(SlotInner {
+                phase: Phase::Queued,
+                value: None,
+                waker: None,
+            }),
+            counters,
+        })
+    }
+
+    /// Ends a job that will never run (no thread could take it) with
+    /// `error`; its future has not been polled yet, so nobody waits.
+    fn fail_unrun(&self, error: io::Error) {
+        let mut s = lock(&self.inner);
+        s.phase = Phase::Done;
+        s.value = Some(Err(error));
+    }
+
     /// Runs the job on a pool thread, unless its future is gone.
     fn run(&self, f: impl FnOnce() -> io::Result<T>) {
         {

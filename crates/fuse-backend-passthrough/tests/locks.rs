@@ -390,20 +390,12 @@ fn flock_contended_and_released() {
     assert!(t.count(fuse_abi::Opcode::Setlk) + t.count(fuse_abi::Opcode::Setlkw) >= 2);
 }
 
-extern "C" fn on_sigusr1(_: i32) {}
-
 #[test]
 fn setlkw_interrupted_by_a_signal() {
     let t = TestMount::new();
     std::fs::write(t.m("f"), b"x").unwrap();
     let holder = LockHolder::spawn(&t.m("f"), 0, 0, false);
-    // SAFETY: installing a do-nothing handler without SA_RESTART.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigusr1 as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
-    }
+    fuse_server::sys::install_interrupting_handler(libc::SIGUSR1).unwrap();
     let path = CString::new(t.m("f").as_os_str().as_encoded_bytes()).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {

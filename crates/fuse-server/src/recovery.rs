@@ -692,15 +692,7 @@ pub fn handed(nodeid: u64) {
 /// journaled request: `error` and `body` (a body too large to keep marks
 /// the request as one to run again).
 pub(crate) fn save_reply(error: i32, body: &[u8]) {
-    CURRENT.with(|c| {
-        let c = c.borrow();
-        let Some((j, i)) = &c.record else { return };
-        let r = j.record(*i);
-        if body.len() > SAVED_REPLY_MAX {
-            r[R_STATE].store(STATE_BIG, Ordering::Release);
-            return;
-        }
-        r[R_STATE].store(STATE_STARTED, Ordering::Release);
+    save_in_record(body.len(), SAVED_REPLY_MAX, STATE_SAVED, |r| {
         let opcode = r[R_OPCODE_ERROR].load(Ordering::Relaxed) & 0xffff_ffff;
         r[R_OPCODE_ERROR].store(opcode | ((error as u32 as u64) << 32), Ordering::Relaxed);
         for (k, chunk) in body.chunks(8).enumerate() {
@@ -708,8 +700,6 @@ pub(crate) fn save_reply(error: i32, body: &[u8]) {
             w[..chunk.len()].copy_from_slice(chunk);
             r[R_REPLY_AT + k].store(u64::from_le_bytes(w), Ordering::Relaxed);
         }
-        r[R_LEN].store(body.len() as u64, Ordering::Relaxed);
-        r[R_STATE].store(STATE_SAVED, Ordering::Release);
     });
 }
 
@@ -717,20 +707,31 @@ pub(crate) fn save_reply(error: i32, body: &[u8]) {
 /// hands to the kernel (too many to keep: the request runs again as a
 /// large reply would, and an entry's reference may leak).
 pub(crate) fn save_entries(nodeids: &[u64]) {
+    save_in_record(nodeids.len(), R_IDS_MAX, STATE_ENTRIES, |r| {
+        for (k, id) in nodeids.iter().enumerate() {
+            r[R_IDS_AT + k].store(*id, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Records `len` items of a reply in the record of the current thread's
+/// journaled request, if it has one: `fill` writes them between the
+/// record's `STATE_STARTED` and `saved` (the state that says what it
+/// holds). More than `max` can't be kept: the record says `STATE_BIG`
+/// instead, and the request runs again.
+fn save_in_record(len: usize, max: usize, saved: u64, fill: impl FnOnce(&[AtomicU64])) {
     CURRENT.with(|c| {
         let c = c.borrow();
         let Some((j, i)) = &c.record else { return };
         let r = j.record(*i);
-        if nodeids.len() > R_IDS_MAX {
+        if len > max {
             r[R_STATE].store(STATE_BIG, Ordering::Release);
             return;
         }
         r[R_STATE].store(STATE_STARTED, Ordering::Release);
-        for (k, id) in nodeids.iter().enumerate() {
-            r[R_IDS_AT + k].store(*id, Ordering::Relaxed);
-        }
-        r[R_LEN].store(nodeids.len() as u64, Ordering::Relaxed);
-        r[R_STATE].store(STATE_ENTRIES, Ordering::Release);
+        fill(r);
+        r[R_LEN].store(len as u64, Ordering::Relaxed);
+        r[R_STATE].store(saved, Ordering::Release);
     });
 }
 

@@ -269,13 +269,7 @@ impl Server {
         if !expects_reply {
             return self.handle_unjournaled(tx).await;
         }
-        let ctx = Context {
-            unique,
-            nodeid: header.nodeid,
-            uid: header.uid,
-            gid: header.gid,
-            pid: header.pid,
-        };
+        let ctx = Context::of_request(&header);
         let mut attempt = Attempt::First;
         if unique & fuse_abi::UNIQUE_RESEND != 0 {
             let (resent, a) = journal.take_previous(unique);

@@ -1,5 +1,6 @@
 //! The workspace's system-call plumbing, in one place: a libc return
-//! value made an [`io::Result`], `EINTR` retried, and positioned I/O.
+//! value made an [`io::Result`], `EINTR` retried, positioned I/O, and the
+//! do-nothing signal handler that interrupts a blocking call.
 //!
 //! It lives here, low in the graph, because every crate that makes raw
 //! system calls (the transports, the backend, the daemon, the bench)
@@ -64,6 +65,26 @@ pub fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
 #[inline]
 pub fn cvt_retry<T: SyscallReturn>(mut call: impl FnMut() -> T) -> io::Result<T> {
     retry(|| cvt(call()))
+}
+
+extern "C" fn do_nothing(_signal: libc::c_int) {}
+
+/// Installs, process-wide, a handler for `signal` that does nothing,
+/// without `SA_RESTART`: sent to a thread, the signal then makes the
+/// blocking system call it is in return `EINTR` (a transport's wake
+/// signal, the backend's lock wait interrupt).
+pub fn install_interrupting_handler(signal: i32) -> io::Result<()> {
+    // SAFETY: an all-zero sigaction is valid, and the fields that matter
+    // are set before the call; the handler does nothing, so it is
+    // async-signal-safe.
+    cvt(unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = do_nothing as *const () as usize;
+        action.sa_flags = 0;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut())
+    })
+    .map(drop)
 }
 
 /// `offset` as the `off_t` a positioned call takes; `EINVAL` past

@@ -19,6 +19,19 @@ pub struct Context {
     pub pid: u32,
 }
 
+impl Context {
+    /// The context of the request whose header is `header`.
+    pub(crate) fn of_request(header: &fuse_abi::InHeader) -> Self {
+        Self {
+            unique: header.unique,
+            nodeid: header.nodeid,
+            uid: header.uid,
+            gid: header.gid,
+            pid: header.pid,
+        }
+    }
+}
+
 /// A directory entry handed to the kernel (LOOKUP, CREATE, MKNOD, MKDIR,
 /// SYMLINK, LINK, READDIRPLUS).
 ///

@@ -10,6 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use test_support::log::{without_latency, LogBuf};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// A transaction over a byte vector, recording the reply.
@@ -462,45 +463,15 @@ fn errors_the_kernel_would_refuse_become_eio() {
     }
 }
 
-/// A log writer into a shared buffer.
-struct LogBuf(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for LogBuf {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The log lines that `filter` (an `EnvFilter`) lets through while `f`
 /// runs on this thread, each line's latency, checked to be a number of
 /// microseconds, cut off.
 fn log_lines(filter: &str, f: impl FnOnce()) -> Vec<String> {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || LogBuf(sink.clone()))
-        .with_ansi(false)
-        .without_time()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
-    text.lines()
-        .map(|line| {
-            let (rest, latency) = line
-                .rsplit_once(" (")
-                .unwrap_or_else(|| panic!("no latency: {line}"));
-            let micros = latency
-                .strip_suffix(" µs)")
-                .unwrap_or_else(|| panic!("no latency: {line}"));
-            assert!(micros.parse::<u64>().is_ok(), "latency: {line}");
-            rest.trim_start().to_string()
-        })
+    let log = LogBuf::default();
+    tracing::subscriber::with_default(log.subscriber(filter), f);
+    log.text()
+        .lines()
+        .map(|line| without_latency(line).trim_start().to_string())
         .collect()
 }
 

@@ -2,6 +2,7 @@
 //! `FUSE_DEV_IOC_BACKING_OPEN` / `FUSE_DEV_IOC_BACKING_CLOSE` on the
 //! connection's `/dev/fuse` descriptor.
 
+use crate::dev::ioctl_reading;
 use fuse_server::BackingFiles;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -15,38 +16,15 @@ pub fn backing_open(dev: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<i32> 
         flags: 0,
         padding: 0,
     };
-    // SAFETY: the ioctl reads a `struct fuse_backing_map` from the pointer,
-    // which is valid for the call.
-    let rc = unsafe {
-        libc::ioctl(
-            dev.as_raw_fd(),
-            fuse_abi::ioctl::DEV_IOC_BACKING_OPEN as _,
-            &map,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
+    // SAFETY: FUSE_DEV_IOC_BACKING_OPEN reads a `struct fuse_backing_map`.
+    unsafe { ioctl_reading(dev, fuse_abi::ioctl::DEV_IOC_BACKING_OPEN, &map) }
 }
 
 /// `FUSE_DEV_IOC_BACKING_CLOSE` on `dev`: unregisters backing id `id`.
 pub fn backing_close(dev: BorrowedFd<'_>, id: i32) -> io::Result<()> {
     let id = id as u32;
-    // SAFETY: the ioctl reads a u32 from the pointer, valid for the call.
-    let rc = unsafe {
-        libc::ioctl(
-            dev.as_raw_fd(),
-            fuse_abi::ioctl::DEV_IOC_BACKING_CLOSE as _,
-            &id,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    // SAFETY: FUSE_DEV_IOC_BACKING_CLOSE reads a u32.
+    unsafe { ioctl_reading(dev, fuse_abi::ioctl::DEV_IOC_BACKING_CLOSE, &id) }.map(drop)
 }
 
 /// The backing files of one connection, registered through a descriptor

@@ -3,7 +3,7 @@
 use fuse_server::sys::{cvt_retry, cvt_size};
 use std::ffi::CStr;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 const DEV_FUSE: &CStr = c"/dev/fuse";
 
@@ -19,18 +19,31 @@ pub fn clone_fd(master: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     // SAFETY: `raw` is a fresh fd we own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let master_fd: u32 = master.as_raw_fd() as u32;
-    // SAFETY: FUSE_DEV_IOC_CLONE reads a u32 from the pointer.
-    let rc = unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            fuse_abi::ioctl::DEV_IOC_CLONE as _,
-            &master_fd,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: FUSE_DEV_IOC_CLONE reads a u32 from its argument.
+    unsafe { ioctl_reading(fd.as_fd(), fuse_abi::ioctl::DEV_IOC_CLONE, &master_fd) }?;
     Ok(fd)
+}
+
+/// `ioctl(fd, request, arg)` for a `FUSE_DEV_IOC_*` request that reads
+/// its argument: the non-negative result, or the error.
+///
+/// # Safety
+///
+/// `request` must read no more than a `T` through its argument, and write
+/// nothing through it.
+pub(crate) unsafe fn ioctl_reading<T>(
+    fd: BorrowedFd<'_>,
+    request: u32,
+    arg: &T,
+) -> io::Result<i32> {
+    // SAFETY: `arg` is valid for reads of a `T` during the call, and the
+    // request reads no more (the caller's contract).
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg as *const T) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
 }
 
 /// Reads one request into `buf` (`read(2)`). EINTR is returned to the

@@ -154,10 +154,10 @@ impl DevSession {
         // would make the kernel fail that request with EIO.
         let config = config.clone_fd(false).prefault_buffers(true);
         crate::session::install_wake_handler(config.wake_signal);
-        let master = Arc::new(dev_fd.try_clone().map_err(SessionError::Init)?);
-        server.set_backing_files(Arc::new(crate::backing::DevBackingFiles::new(
-            Arc::downgrade(&master),
-        )));
+        let master = crate::session::keep_as_master(
+            &server,
+            dev_fd.try_clone().map_err(SessionError::Init)?,
+        );
         server.set_request_journal(area.journal());
         match area.negotiated().map_err(SessionError::Init)? {
             Some(negotiated) => {

@@ -69,50 +69,42 @@ pub trait Pausable: fuse_server::Session {
     fn connection_fd(&self) -> io::Result<OwnedFd>;
 }
 
-impl Pausable for DevSession {
-    fn pause(&self) -> io::Result<()> {
-        DevSession::pause(self)
-    }
+/// Implements [`Pausable`] for a session type whose own methods of the
+/// same names do the work; `connection_fd` is how it duplicates its
+/// session descriptor.
+macro_rules! pausable_by_own_methods {
+    ($session:ty, connection_fd: |$this:ident| $connection_fd:expr) => {
+        impl Pausable for $session {
+            fn pause(&self) -> io::Result<()> {
+                <$session>::pause(self)
+            }
 
-    fn unpause(&self) -> io::Result<()> {
-        DevSession::unpause(self)
-    }
+            fn unpause(&self) -> io::Result<()> {
+                <$session>::unpause(self)
+            }
 
-    fn release(&self) -> io::Result<()> {
-        DevSession::release(self).map(drop)
-    }
+            fn release(&self) -> io::Result<()> {
+                <$session>::release(self).map(drop)
+            }
 
-    fn is_released(&self) -> bool {
-        DevSession::is_released(self)
-    }
+            fn is_released(&self) -> bool {
+                <$session>::is_released(self)
+            }
 
-    fn connection_fd(&self) -> io::Result<OwnedFd> {
-        self.dev_fd()?.as_fd().try_clone_to_owned()
-    }
+            fn connection_fd(&self) -> io::Result<OwnedFd> {
+                let $this = self;
+                $connection_fd
+            }
+        }
+    };
 }
+
+pausable_by_own_methods!(DevSession, connection_fd: |session| {
+    session.dev_fd()?.as_fd().try_clone_to_owned()
+});
 
 #[cfg(feature = "tokio")]
-impl Pausable for FuseDevTask {
-    fn pause(&self) -> io::Result<()> {
-        FuseDevTask::pause(self)
-    }
-
-    fn unpause(&self) -> io::Result<()> {
-        FuseDevTask::unpause(self)
-    }
-
-    fn release(&self) -> io::Result<()> {
-        FuseDevTask::release(self).map(drop)
-    }
-
-    fn is_released(&self) -> bool {
-        FuseDevTask::is_released(self)
-    }
-
-    fn connection_fd(&self) -> io::Result<OwnedFd> {
-        FuseDevTask::connection_fd(self)
-    }
-}
+pausable_by_own_methods!(FuseDevTask, connection_fd: |task| FuseDevTask::connection_fd(task));
 
 /// The version of the exchange this build speaks.
 pub const TAKEOVER_VERSION: u32 = 2;
@@ -322,6 +314,28 @@ pub fn write_line(stream: &UnixStream, line: &str) -> io::Result<()> {
     w.write_all(format!("{line}\n").as_bytes())
 }
 
+/// A zeroed control buffer with room for `payload` bytes of control data
+/// (`CMSG_SPACE`).
+fn control_buffer(payload: usize) -> Vec<u8> {
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
+    vec![0u8; space]
+}
+
+/// The header of a message of one byte (`iov`) with `control` as its
+/// control buffer. It holds raw pointers to both: they must outlive its
+/// use in `sendmsg`/`recvmsg`.
+fn one_byte_msghdr(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid value (null pointers, zero
+    // lengths); the fields that matter are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len() as _;
+    msg
+}
+
 /// `sendmsg` of one byte with `fds` attached.
 fn send_fds(stream: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
     let byte = [b'f'];
@@ -330,18 +344,12 @@ fn send_fds(stream: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
         iov_len: 1,
     };
     let payload = std::mem::size_of_val(fds);
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the
-    // call; the control buffer is CMSG_SPACE(payload) bytes, so the first
-    // header and its data fit.
+    let mut control = control_buffer(payload);
+    let msg = one_byte_msghdr(&mut iov, &mut control);
+    // SAFETY: `iov` and `control` (which `msg` points at) outlive the call;
+    // the control buffer is CMSG_SPACE(payload) bytes, so the first header
+    // and its data fit.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
@@ -358,18 +366,12 @@ fn recv_fds(stream: &UnixStream, max: usize) -> io::Result<Vec<OwnedFd>> {
         iov_base: byte.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE((max * size_of::<RawFd>()) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: as in `send_fds`; the kernel writes at most `space` bytes of
-    // control data, and every descriptor it passes is taken into an
-    // OwnedFd exactly once.
+    let mut control = control_buffer(max * size_of::<RawFd>());
+    let mut msg = one_byte_msghdr(&mut iov, &mut control);
+    // SAFETY: as in `send_fds`; the kernel writes at most the control
+    // buffer's length of control data, and every descriptor it passes is
+    // taken into an OwnedFd exactly once.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
         let n = cvt_retry(|| libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC))?;
         let mut fds = Vec::new();
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);

@@ -15,36 +15,12 @@ mod common;
 use common::require_root;
 use fuse_server::{Server, Session};
 use fuse_transport_dev::{DevSession, MountOptions, SessionConfig};
-use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use test_support::log::{without_latency, LogBuf};
 
 /// Only a broken mount takes this long to log what it answered.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A log writer into a shared buffer.
-#[derive(Clone, Default)]
-struct LogBuf(Arc<Mutex<Vec<u8>>>);
-
-impl LogBuf {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl io::Write for LogBuf {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Waits until a line of `log` contains each of `parts` and returns it.
 fn wait_for_line(log: &LogBuf, parts: &[&str]) -> String {
@@ -63,31 +39,11 @@ fn wait_for_line(log: &LogBuf, parts: &[&str]) -> String {
     }
 }
 
-/// The latency at the end of a line, which must be a number of
-/// microseconds; the line without it.
-fn without_latency(line: &str) -> &str {
-    let (rest, latency) = line
-        .rsplit_once(" (")
-        .unwrap_or_else(|| panic!("no latency: {line}"));
-    let micros = latency
-        .strip_suffix(" µs)")
-        .unwrap_or_else(|| panic!("no latency: {line}"));
-    assert!(micros.parse::<u64>().is_ok(), "latency: {line}");
-    rest
-}
-
 #[test]
 fn request_log_through_a_mount() {
     require_root();
     let log = LogBuf::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .without_time()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("fuse_request=info"))
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    tracing::subscriber::set_global_default(log.subscriber("fuse_request=info")).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let server = Server::new(Arc::new(hello::HelloFs::new())).with_request_log(true);

@@ -230,12 +230,7 @@ pub(super) fn run_one_ring(mut thread: QueueThread, handshake: Handshake) -> io:
             Ok(Err(e)) | Err(e) => Err(e),
         },
     };
-    if thread.in_flight > 0 {
-        tracing::debug!(
-            entries = thread.in_flight,
-            "closing a ring with entries in the kernel (they are cancelled)"
-        );
-    }
+    thread.note_entries_left();
     // The tasks, then the ring (the last handle to it is the runtime's),
     // then the entries' memory.
     drop(shared);

@@ -232,12 +232,7 @@ pub(crate) fn run(plan: ThreadPlan, shared: Arc<Shared>, handshake: Handshake) -
         Ok(false) => Ok(()),
         Err(e) => Err(e),
     };
-    if thread.in_flight > 0 {
-        tracing::debug!(
-            entries = thread.in_flight,
-            "closing a ring with entries in the kernel (they are cancelled)"
-        );
-    }
+    thread.note_entries_left();
     drop(ring);
     drop(thread);
     result
@@ -626,6 +621,17 @@ impl QueueThread {
     fn mark_in_kernel(&mut self, index: usize) {
         self.entries[index].in_kernel = true;
         self.in_flight += 1;
+    }
+
+    /// Logs the entries still in the kernel as the ring closes (closing
+    /// cancels them); the serving loop ended without waiting for them.
+    fn note_entries_left(&self) {
+        if self.in_flight > 0 {
+            tracing::debug!(
+                entries = self.in_flight,
+                "closing a ring with entries in the kernel (they are cancelled)"
+            );
+        }
     }
 
     /// Entry `index` came back from the kernel (its CQE).

@@ -274,10 +274,12 @@ impl ZeroCopyEntry {
         unsafe { &*self.counters }
     }
 
-    /// `READ_FIXED`: `len` bytes of `fd` at `offset` into the request's
-    /// pages at `at`.
-    fn read_fixed(
+    /// Moves `len` bytes between `fd` at `offset` and the request's pages
+    /// at `at`: into the pages (`READ_FIXED`) for [`Direction::Read`], out
+    /// of them (`WRITE_FIXED`) for [`Direction::Write`].
+    fn run_fixed(
         &self,
+        way: Direction,
         fd: BorrowedFd<'_>,
         offset: u64,
         at: usize,
@@ -285,33 +287,43 @@ impl ZeroCopyEntry {
     ) -> io::Result<usize> {
         let slot = self.slot()?;
         let len = u32::try_from(len).unwrap_or(u32::MAX);
+        let fd = types::Fd(fd.as_raw_fd());
         // `addr` is an offset into the registered pages, which start at 0.
-        let sqe = opcode::ReadFixed::new(types::Fd(fd.as_raw_fd()), at as *mut u8, len, slot)
-            .offset(offset)
-            .build();
-        self.fixed().run(sqe)
-    }
-
-    /// `WRITE_FIXED`: `len` bytes of the request's pages at `at` to `fd`
-    /// at `offset`.
-    fn write_fixed(
-        &self,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        let slot = self.slot()?;
-        let len = u32::try_from(len).unwrap_or(u32::MAX);
-        let sqe = opcode::WriteFixed::new(types::Fd(fd.as_raw_fd()), at as *const u8, len, slot)
-            .offset(offset)
-            .build();
+        let sqe = match way {
+            Direction::Read => opcode::ReadFixed::new(fd, at as *mut u8, len, slot)
+                .offset(offset)
+                .build(),
+            Direction::Write => opcode::WriteFixed::new(fd, at as *const u8, len, slot)
+                .offset(offset)
+                .build(),
+        };
         self.fixed().run(sqe)
     }
 
     fn slot(&self) -> io::Result<u16> {
         self.slot
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))
+    }
+
+    /// [`Self::run_fixed`] until all `len` bytes moved between the bounce
+    /// memfd (from its start) and the request's pages at `at`; a transfer
+    /// that moves nothing is `EIO`.
+    fn run_fixed_all(
+        &self,
+        way: Direction,
+        memfd: BorrowedFd<'_>,
+        at: usize,
+        len: usize,
+    ) -> io::Result<()> {
+        let mut moved = 0;
+        while moved < len {
+            let n = self.run_fixed(way, memfd, moved as u64, at + moved, len - moved)?;
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            moved += n;
+        }
+        Ok(())
     }
 
     /// Copies `data` into the request's pages after the bytes written
@@ -322,18 +334,11 @@ impl ZeroCopyEntry {
         }
         let memfd = self.fixed().bounce()?;
         write_all_at(memfd, data, 0)?;
-        let mut moved = 0;
-        while moved < data.len() {
-            let n = self.read_fixed(memfd, moved as u64, self.done + moved, data.len() - moved)?;
-            if n == 0 {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            moved += n;
-        }
-        self.done += moved;
+        self.run_fixed_all(Direction::Read, memfd, self.done, data.len())?;
+        self.done += data.len();
         self.counters()
             .zero_copy_copied_bytes
-            .fetch_add(moved as u64, Ordering::Relaxed);
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -341,14 +346,7 @@ impl ZeroCopyEntry {
     /// `out`, through the bounce memfd.
     fn bounce_out(&self, at: usize, out: &mut [u8]) -> io::Result<()> {
         let memfd = self.fixed().bounce()?;
-        let mut moved = 0;
-        while moved < out.len() {
-            let n = self.write_fixed(memfd, moved as u64, at + moved, out.len() - moved)?;
-            if n == 0 {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            moved += n;
-        }
+        self.run_fixed_all(Direction::Write, memfd, at, out.len())?;
         let mut got = 0;
         while got < out.len() {
             let n = fuse_server::io::pread(memfd, &mut out[got..], got as u64)?;
@@ -392,7 +390,7 @@ impl ZeroCopyWriter for ZeroCopyEntry {
         if count == 0 {
             return Ok(0);
         }
-        match self.read_fixed(fd, offset, self.done, count) {
+        match self.run_fixed(Direction::Read, fd, offset, self.done, count) {
             Ok(n) => {
                 self.done += n;
                 self.moved(n);
@@ -451,7 +449,7 @@ impl ZeroCopyReader for ZeroCopyEntry {
         if count == 0 {
             return Ok(0);
         }
-        let n = match self.write_fixed(fd, offset, self.done, count) {
+        let n = match self.run_fixed(Direction::Write, fd, offset, self.done, count) {
             Ok(n) => {
                 self.moved(n);
                 n

@@ -164,13 +164,7 @@ fn stat_on(cpu: usize, path: PathBuf) -> mpsc::Receiver<i32> {
 /// Waits (up to a minute) until the connection serving `mnt` has `n`
 /// requests waiting for an answer (fusectl's `waiting`).
 fn wait_for_waiting(mnt: &Path, n: u64) {
-    let root = Path::new("/sys/fs/fuse/connections");
-    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
-        let _ = test_support::command("mount")
-            .args(["-t", "fusectl", "none"])
-            .arg(root)
-            .status();
-    }
+    let root = test_support::fusectl_connections();
     // The connection's number is the mount's device minor, read from
     // mountinfo: a stat of the mountpoint would wait for an answer too.
     let mount = test_support::mountinfo::mounts_at(mnt)

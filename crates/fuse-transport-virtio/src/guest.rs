@@ -215,11 +215,11 @@ fn refused_alignment(e: &io::Error, fd: BorrowedFd<'_>) -> bool {
 }
 
 /// Moves `span` (offset, bytes) of `segs` to the file at `offset`
-/// (`to_file`) or from it, vectored straight on guest memory (`iov` is
-/// the caller's reusable iovec array), and counts it in `stats`.
-/// `Ok(None)`: the file refused the guest's alignment (`O_DIRECT`), and
-/// the caller moves the data through an aligned buffer instead.
-fn move_vectored(
+/// (`to_file`) or from it, and counts it in `stats`: vectored straight on
+/// guest memory (`iov` is the caller's reusable iovec array), or through an
+/// aligned buffer of ours where the file refuses the guest's alignment
+/// (`O_DIRECT`).
+fn move_data(
     segs: &Segments,
     iov: &mut Vec<libc::iovec>,
     stats: &mut DataStats,
@@ -227,16 +227,28 @@ fn move_vectored(
     fd: BorrowedFd<'_>,
     offset: u64,
     to_file: bool,
-) -> io::Result<Option<usize>> {
+) -> io::Result<usize> {
     let (at, count) = span;
     segs.iovecs(at, count, iov);
     match vectored(fd, iov, offset, to_file) {
         Ok(n) => {
             let n = n.min(count);
             stats.vectored(n, iov.len());
-            Ok(Some(n))
+            Ok(n)
         }
-        Err(e) if refused_alignment(&e, fd) => Ok(None),
+        Err(e) if refused_alignment(&e, fd) => {
+            let mut buf = AlignedBuf::new(count)?;
+            let n = if to_file {
+                let got = segs.copy_out(at, &mut buf[..count]);
+                fuse_server::io::pwrite(fd, &buf[..got], offset)?
+            } else {
+                let n = fuse_server::io::pread(fd, &mut buf[..count], offset)?;
+                segs.copy_in(at, &buf[..n]);
+                n
+            };
+            stats.bounced(n);
+            Ok(n)
+        }
         Err(e) => Err(e),
     }
 }
@@ -308,20 +320,6 @@ impl<'a> GuestReader<'a> {
     pub fn stats(&self) -> DataStats {
         self.stats
     }
-
-    fn through_bounce(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        count: usize,
-    ) -> io::Result<usize> {
-        let mut buf = AlignedBuf::new(count)?;
-        let got = self.segs.copy_out(self.pos, &mut buf[..count]);
-        let n = fuse_server::io::pwrite(fd, &buf[..got], offset)?;
-        self.pos += n;
-        self.stats.bounced(n);
-        Ok(n)
-    }
 }
 
 impl ZeroCopyReader for GuestReader<'_> {
@@ -334,7 +332,7 @@ impl ZeroCopyReader for GuestReader<'_> {
         if count == 0 {
             return Ok(0);
         }
-        let moved = move_vectored(
+        let n = move_data(
             self.segs,
             &mut self.iov,
             &mut self.stats,
@@ -343,13 +341,8 @@ impl ZeroCopyReader for GuestReader<'_> {
             offset,
             true,
         )?;
-        match moved {
-            Some(n) => {
-                self.pos += n;
-                Ok(n)
-            }
-            None => self.through_bounce(fd, offset, count),
-        }
+        self.pos += n;
+        Ok(n)
     }
 
     fn unconsumed(&self) -> &[u8] {
@@ -412,20 +405,6 @@ impl<'a> GuestWriter<'a> {
     pub fn stats(&self) -> DataStats {
         self.stats
     }
-
-    fn through_bounce(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        count: usize,
-    ) -> io::Result<usize> {
-        let mut buf = AlignedBuf::new(count)?;
-        let n = fuse_server::io::pread(fd, &mut buf[..count], offset)?;
-        self.segs.copy_in(self.start + self.written, &buf[..n]);
-        self.written += n;
-        self.stats.bounced(n);
-        Ok(n)
-    }
 }
 
 impl ZeroCopyWriter for GuestWriter<'_> {
@@ -447,7 +426,7 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         if count == 0 {
             return Ok(0);
         }
-        let moved = move_vectored(
+        let n = move_data(
             self.segs,
             &mut self.iov,
             &mut self.stats,
@@ -456,13 +435,8 @@ impl ZeroCopyWriter for GuestWriter<'_> {
             offset,
             false,
         )?;
-        match moved {
-            Some(n) => {
-                self.written += n;
-                Ok(n)
-            }
-            None => self.through_bounce(fd, offset, count),
-        }
+        self.written += n;
+        Ok(n)
     }
 
     fn write_all(&mut self, data: &[u8]) -> io::Result<()> {

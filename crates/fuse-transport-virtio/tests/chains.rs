@@ -327,6 +327,26 @@ impl Guest {
         InitOut::read_from_prefix(&body).unwrap().0
     }
 
+    /// CREATE of the regular file `name` (mode 0644 less `umask`, opened
+    /// for reading and writing) in the root directory, which must succeed.
+    fn create(&mut self, name: &[u8], umask: u32) -> (EntryOut, OpenOut) {
+        let name = cstr(name);
+        let create = Operation::Create {
+            name: &name,
+            args: CreateArgs {
+                flags: libc::O_RDWR as u32,
+                mode: libc::S_IFREG | 0o644,
+                umask,
+                ..CreateArgs::default()
+            },
+        };
+        let out = self.alloc(size_of::<EntryOut>() + size_of::<OpenOut>());
+        let (h, body) = self.call(ROOT_ID, &create, &[], &[out]);
+        assert_eq!(h.error, 0, "CREATE");
+        let (entry, rest) = EntryOut::read_from_prefix(&body).unwrap();
+        (entry, OpenOut::read_from_bytes(rest).unwrap())
+    }
+
     /// An INIT as the guest's driver sends it, and the room for its reply.
     fn init_op(&mut self) -> (Operation<'static>, Buf) {
         let flags = InitFlags::INIT_EXT
@@ -481,21 +501,7 @@ fn serve_a_session(runtime: Option<VirtioRuntime>) {
     assert_eq!(h.error, 0);
     assert_eq!(AttrOut::read_from_bytes(&body).unwrap().attr.size, 13);
 
-    let name = cstr(b"big");
-    let create = Operation::Create {
-        name: &name,
-        args: CreateArgs {
-            flags: libc::O_RDWR as u32,
-            mode: libc::S_IFREG | 0o644,
-            umask: 0o022,
-            ..CreateArgs::default()
-        },
-    };
-    let out = g.alloc(size_of::<EntryOut>() + size_of::<OpenOut>());
-    let (h, body) = g.call(ROOT_ID, &create, &[], &[out]);
-    assert_eq!(h.error, 0, "CREATE");
-    let (entry, rest) = EntryOut::read_from_prefix(&body).unwrap();
-    let open = OpenOut::read_from_bytes(rest).unwrap();
+    let (entry, open) = g.create(b"big", 0o022);
 
     // A 1 MiB WRITE in 256 scattered guest pages, one of them across the
     // two memory regions.
@@ -585,20 +591,7 @@ fn bad_chains_get_errors_not_panics() {
     assert_eq!(g.submit(1, &[outside], &[reply]), 0);
 
     // A WRITE that says more data than its chain carries: EINVAL.
-    let name = cstr(b"f");
-    let create = Operation::Create {
-        name: &name,
-        args: CreateArgs {
-            flags: libc::O_RDWR as u32,
-            mode: libc::S_IFREG | 0o644,
-            ..CreateArgs::default()
-        },
-    };
-    let out = g.alloc(size_of::<EntryOut>() + size_of::<OpenOut>());
-    let (h, body) = g.call(ROOT_ID, &create, &[], &[out]);
-    assert_eq!(h.error, 0);
-    let (entry, rest) = EntryOut::read_from_prefix(&body).unwrap();
-    let open = OpenOut::read_from_bytes(rest).unwrap();
+    let (entry, open) = g.create(b"f", 0);
     let page = g.alloc(PAGE);
     let write = Operation::Write {
         args: WriteArgs {

@@ -442,31 +442,19 @@ pub fn start_tasks_with(
 ) -> Result<Arc<FuseDevTask>, Failure> {
     let config = config.runtime_name(kind.to_string());
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("fuse-task-0".into())
-        .spawn(move || {
-            let rt = match kind.build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = tx.send(Err(Failure(format!("building the {kind} runtime: {e}"))));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                match make(config) {
-                    Ok(task) => {
-                        let task = Arc::new(task);
-                        let _ = tx.send(Ok(task.clone()));
-                        // The error is wait()'s too.
-                        let _ = task.run_shared().await;
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(Failure(e.to_string())));
-                    }
-                }
-            });
-        })
-        .map_err(|e| Failure(format!("starting runtime thread 0: {e}")))?;
+    spawn_runtime_thread(kind, 0, tx, move |tx| async move {
+        match make(config) {
+            Ok(task) => {
+                let task = Arc::new(task);
+                let _ = tx.send(Ok(task.clone()));
+                // The error is wait()'s too.
+                let _ = task.run_shared().await;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(Failure(e.to_string())));
+            }
+        }
+    })?;
     let task = rx
         .recv()
         .map_err(|_| Failure("runtime thread 0 ended before mounting".into()))??;
@@ -486,37 +474,51 @@ pub fn start_tasks_with(
             .sibling()
             .map_err(|e| stop(Failure(format!("cloning /dev/fuse for thread {i}: {e}"))))?;
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(format!("fuse-task-{i}"))
-            .spawn(move || {
-                let rt = match kind.build() {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = tx.send(Err(Failure(format!("building the {kind} runtime: {e}"))));
-                        return;
+        spawn_runtime_thread(kind, i, tx, move |tx| async move {
+            match sibling.into_task() {
+                Ok(task) => {
+                    let _ = tx.send(Ok(()));
+                    if let Err(e) = task.run().await {
+                        tracing::warn!("a sibling task failed: {e}");
                     }
-                };
-                rt.block_on(async move {
-                    match sibling.into_task() {
-                        Ok(task) => {
-                            let _ = tx.send(Ok(()));
-                            if let Err(e) = task.run().await {
-                                tracing::warn!("a sibling task failed: {e}");
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(Failure(format!("task for thread {i}: {e}"))));
-                        }
-                    }
-                });
-            })
-            .map_err(|e| stop(Failure(format!("starting runtime thread {i}: {e}"))))?;
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(Failure(format!("task for thread {i}: {e}"))));
+                }
+            }
+        })
+        .map_err(stop)?;
         rx.recv()
             .map_err(|_| Failure(format!("runtime thread {i} ended before serving")))
             .and_then(|r| r)
             .map_err(stop)?;
     }
     Ok(task)
+}
+
+/// Starts runtime thread `i` of [`start_tasks_with`] (`fuse-task-{i}`):
+/// it builds a `kind` runtime and runs `serve` on it, which reports
+/// through `tx`; a runtime that can't be built is reported there instead.
+fn spawn_runtime_thread<T, F>(
+    kind: async_io::RuntimeType,
+    i: usize,
+    tx: std::sync::mpsc::Sender<Result<T, Failure>>,
+    serve: impl FnOnce(std::sync::mpsc::Sender<Result<T, Failure>>) -> F + Send + 'static,
+) -> Result<(), Failure>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(format!("fuse-task-{i}"))
+        .spawn(move || match kind.build() {
+            Ok(rt) => rt.block_on(serve(tx)),
+            Err(e) => {
+                let _ = tx.send(Err(Failure(format!("building the {kind} runtime: {e}"))));
+            }
+        })
+        .map(drop)
+        .map_err(|e| Failure(format!("starting runtime thread {i}: {e}")))
 }
 
 /// Blocks SIGINT, SIGTERM, SIGHUP and SIGUSR1 in this thread (call it

@@ -88,13 +88,7 @@ fn modes() -> Vec<(&'static str, Transport, Vec<&'static str>)> {
 
 /// The fusectl directory of the connection serving `mnt`.
 fn connection_dir(mnt: &Path) -> PathBuf {
-    let root = Path::new("/sys/fs/fuse/connections");
-    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
-        let _ = Command::new("mount")
-            .args(["-t", "fusectl", "none"])
-            .arg(root)
-            .status();
-    }
+    let root = test_support::fusectl_connections();
     let dev = std::fs::metadata(mnt).unwrap().dev();
     let minor = libc::minor(dev);
     let dir = root.join(minor.to_string());

@@ -66,6 +66,20 @@ fn with_closed_output(flags: &[&str], d: &daemon::Dirs) -> Command {
     cmd
 }
 
+/// Starts `daemon` (the program and its options) serving `d`'s source at
+/// its mountpoint, its log at `rust_log`, its standard error piped.
+fn spawn_with_stderr(daemon: &mut Command, d: &daemon::Dirs, rust_log: &str) -> Child {
+    daemon
+        .arg(&d.src)
+        .arg(&d.mnt)
+        .env("RUST_LOG", rust_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Waits for `child` to exit (killing it and failing if it doesn't).
 fn wait_exit(child: &mut Child) -> ExitStatus {
     let start = Instant::now();
@@ -152,18 +166,11 @@ fn the_log_file_keeps_the_log_in_the_foreground_and_the_background() {
     let d = guarded_dirs_as_root();
     // Foreground: nothing on standard error, every line in the file.
     let fg_log = d.dir.path().join("fg.log");
-    let mut child = Command::new(BIN)
-        .arg("-f")
-        .arg("--log-file")
-        .arg(&fg_log)
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_with_stderr(
+        Command::new(BIN).arg("-f").arg("--log-file").arg(&fg_log),
+        &d,
+        "info",
+    );
     let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
     wait_until(
         || read(&fg_log).contains("passthroughfs serving") || child.try_wait().unwrap().is_some(),
@@ -207,16 +214,11 @@ fn the_log_file_keeps_the_log_in_the_foreground_and_the_background() {
 #[test]
 fn a_log_file_on_a_full_disk_costs_lines_not_the_mount() {
     let d = guarded_dirs_as_root();
-    let mut child = Command::new(BIN)
-        .args(["-f", "-d", "--log-file", "/dev/full"])
-        .arg(&d.src)
-        .arg(&d.mnt)
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_with_stderr(
+        Command::new(BIN).args(["-f", "-d", "--log-file", "/dev/full"]),
+        &d,
+        "debug",
+    );
     wait_until(
         || is_mounted(&d.mnt) || child.try_wait().unwrap().is_some(),
         || "the daemon neither mounted nor exited".into(),

@@ -45,15 +45,7 @@ fn crash(supervisor: &Daemon, n: usize) {
     let pid = serving_pid(supervisor);
     // SAFETY: a plain kill of the supervisor's child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while supervisor.stderr().matches("passthroughfs serving").count() < n + 2 {
-        assert!(
-            Instant::now() < deadline,
-            "crash {n}: no new serving process: {}",
-            supervisor.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_serving(supervisor, n + 1);
     assert!(
         is_mounted(&supervisor.mnt),
         "crash {n}: the mount went away"
@@ -82,13 +74,7 @@ fn twenty_crashes_under_load_and_no_client_notices_needs_file_handles() {
     // Held across every crash: an open file, written at offsets and
     // fsynced after each crash.
     let held_path = d.mnt.join("held");
-    let held = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&held_path)
-        .unwrap();
+    let held = daemon::create_rw(&held_path);
     held.write_all_at(b"before;", 0).unwrap();
     let mut written = b"before;".to_vec();
 
@@ -172,13 +158,7 @@ fn ten_planned_restarts_under_load_needs_file_handles() {
     // build installed at the program's path would be it).
     let d = dirs();
     let daemon = start(&d.src, &d.mnt);
-    let held = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(d.mnt.join("held"))
-        .unwrap();
+    let held = daemon::create_rw(&d.mnt.join("held"));
     let stop_clients = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
     let workers = clients(&d.mnt, 4, &stop_clients, &rounds);

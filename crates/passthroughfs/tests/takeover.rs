@@ -83,22 +83,10 @@ fn twenty_upgrades_under_load_and_no_client_notices() {
 
     // Held across every upgrade: an open file (its offset too) and a lock.
     let held_path = d.mnt.join("held");
-    let mut held = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&held_path)
-        .unwrap();
+    let mut held = daemon::create_rw(&held_path);
     held.write_all(b"before;").unwrap();
     // And a file deleted while open: no name leads to it any more.
-    let mut ghost = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(d.mnt.join("ghost"))
-        .unwrap();
+    let mut ghost = daemon::create_rw(&d.mnt.join("ghost"));
     std::fs::remove_file(d.mnt.join("ghost")).unwrap();
     let locked = std::fs::File::open(d.mnt.join("held")).unwrap();
     // SAFETY: flock on a descriptor we own.

@@ -1,4 +1,5 @@
-//! Files the I/O tests share: page-aligned buffers and `O_DIRECT` opens,
+//! Files the I/O tests share: read-write creation, page-aligned buffers
+//! and `O_DIRECT` opens,
 //! shared mappings, and the mapping check the passthrough tests make on
 //! every way a mount is served.
 
@@ -10,6 +11,17 @@ use std::path::Path;
 /// Where an [`Aligned`] buffer starts: a page boundary, which `O_DIRECT`
 /// asks of the memory it reads into and writes from.
 const PAGE: usize = 4096;
+
+/// `path` opened for reading and writing, created or truncated.
+pub fn create_rw(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()))
+}
 
 /// A page-aligned buffer for `O_DIRECT`.
 pub struct Aligned {

@@ -1,18 +1,22 @@
 //! What the workspace's mounting tests share: the root and kernel checks
 //! that fail a test with its reason (never pass it silently), reading
 //! `/proc/self/mountinfo`, scratch directories for a source and a
-//! mountpoint, waiting with a deadline, and looking at processes.
+//! mountpoint, waiting with a deadline, looking at processes, and
+//! capturing a log.
 //!
-//! A dev-dependency of the crates that mount in their tests; it depends on
-//! none of them, so that none of them is built twice.
+//! A dev-dependency of the crates whose tests use it (those that mount,
+//! and the server's for its log capture); it depends on none of them, so
+//! that none of them is built twice.
 
 pub mod file;
 pub mod load;
+pub mod log;
 pub mod mountinfo;
 pub mod namespace;
 pub mod process;
 
-pub use file::{mmap_writes_through, open_direct, Aligned, SharedMap};
+pub use file::{create_rw, mmap_writes_through, open_direct, Aligned, SharedMap};
+pub use log::LogBuf;
 pub use mountinfo::{
     detach, is_mounted, kill_and_detach, mounts_with_exact_source, mounts_with_source,
     remove_unless_mounted, MountGuard,
@@ -36,6 +40,21 @@ pub fn require_root() {
         "this test mounts FUSE file systems with mount(2): it needs root (CI runs it as root; \
          or CAP_SYS_ADMIN in a user namespace: `cargo xtask test-in-userns`); euid is {euid}"
     );
+}
+
+/// The fusectl directory: a subdirectory per FUSE connection, named by
+/// the connection's number (its mount's device minor), with the
+/// connection's `waiting` count and `abort` switch. Mounted first where
+/// nothing is mounted there yet (a fresh mount namespace, a container).
+pub fn fusectl_connections() -> &'static std::path::Path {
+    let root = std::path::Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()) {
+        let _ = command("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(root)
+            .status();
+    }
+    root
 }
 
 /// The switch that lets the kernel offer FUSE over io_uring.

@@ -151,6 +151,20 @@ mod tests {
         Thresholds::parse("default = 0.1\n[groups]\nmetadata = 0.25\n").unwrap()
     }
 
+    /// A run with one workload, read, at `native` on the backing
+    /// directory and `ours` through our daemon.
+    fn native_and_ours(native: f64, ours: f64) -> RunReport {
+        report(&[
+            ("native", "read", &[native]),
+            ("ours:dev/sync", "read", &[ours]),
+        ])
+    }
+
+    /// How many regressions `new` has against `base` (the test thresholds).
+    fn regressions(base: &RunReport, new: &RunReport, by: CompareBy) -> usize {
+        compare(base, new, &thresholds(), by).regressions().count()
+    }
+
     #[test]
     fn a_made_up_regression_is_caught() {
         let base = report(&[
@@ -193,56 +207,21 @@ mod tests {
 
     #[test]
     fn equal_runs_and_improvements_pass() {
-        let base = report(&[
-            ("native", "read", &[100.0]),
-            ("ours:dev/sync", "read", &[80.0]),
-        ]);
-        let better = report(&[
-            ("native", "read", &[100.0]),
-            ("ours:dev/sync", "read", &[95.0]),
-        ]);
-        assert_eq!(
-            compare(&base, &base, &thresholds(), CompareBy::Absolute)
-                .regressions()
-                .count(),
-            0
-        );
-        assert_eq!(
-            compare(&base, &better, &thresholds(), CompareBy::Absolute)
-                .regressions()
-                .count(),
-            0
-        );
+        let base = native_and_ours(100.0, 80.0);
+        let better = native_and_ours(100.0, 95.0);
+        assert_eq!(regressions(&base, &base, CompareBy::Absolute), 0);
+        assert_eq!(regressions(&base, &better, CompareBy::Absolute), 0);
         // Exactly at the threshold is not a regression.
-        let edge = report(&[
-            ("native", "read", &[100.0]),
-            ("ours:dev/sync", "read", &[72.0]),
-        ]);
-        assert_eq!(
-            compare(&base, &edge, &thresholds(), CompareBy::Absolute)
-                .regressions()
-                .count(),
-            0
-        );
+        let edge = native_and_ours(100.0, 72.0);
+        assert_eq!(regressions(&base, &edge, CompareBy::Absolute), 0);
     }
 
     #[test]
     fn relative_to_native_ignores_a_slower_machine() {
-        let base = report(&[
-            ("native", "read", &[100.0]),
-            ("ours:dev/sync", "read", &[80.0]),
-        ]);
+        let base = native_and_ours(100.0, 80.0);
         // Everything 30% slower: absolute regresses, relative doesn't.
-        let slow = report(&[
-            ("native", "read", &[70.0]),
-            ("ours:dev/sync", "read", &[56.0]),
-        ]);
-        assert_eq!(
-            compare(&base, &slow, &thresholds(), CompareBy::Absolute)
-                .regressions()
-                .count(),
-            2
-        );
+        let slow = native_and_ours(70.0, 56.0);
+        assert_eq!(regressions(&base, &slow, CompareBy::Absolute), 2);
         let rel = compare(&base, &slow, &thresholds(), CompareBy::Native);
         assert_eq!(rel.rows.len(), 1, "native itself is not compared");
         assert_eq!(rel.regressions().count(), 0);

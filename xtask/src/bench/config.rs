@@ -238,10 +238,7 @@ impl WorkloadFile {
 
     /// Reads `benches/workloads.toml`.
     pub fn load(benches: &Path) -> Result<WorkloadFile> {
-        let path = benches.join("workloads.toml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+        load_with(benches, "workloads.toml", Self::parse)
     }
 }
 
@@ -276,10 +273,7 @@ impl Thresholds {
 
     /// Reads `benches/thresholds.toml`.
     pub fn load(benches: &Path) -> Result<Thresholds> {
-        let path = benches.join("thresholds.toml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+        load_with(benches, "thresholds.toml", Self::parse)
     }
 
     /// The threshold of a workload (by name and group).
@@ -321,10 +315,15 @@ pub fn parse_goals(text: &str) -> Result<Vec<Goal>> {
 
 /// Reads `benches/goals.toml`.
 pub fn load_goals(benches: &Path) -> Result<Vec<Goal>> {
-    let path = benches.join("goals.toml");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    parse_goals(&text).with_context(|| format!("in {}", path.display()))
+    load_with(benches, "goals.toml", parse_goals)
+}
+
+/// Reads `benches/<name>` and parses it with `parse`; an error names the
+/// file.
+fn load_with<T>(benches: &Path, name: &str, parse: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+    let path = benches.join(name);
+    let text = crate::text::read_text(&path)?;
+    parse(&text).with_context(|| format!("in {}", path.display()))
 }
 
 /// `benches/peers.toml`: where the peers come from.
@@ -384,10 +383,7 @@ pub struct LibfuseHpPeer {
 impl Peers {
     /// Reads `benches/peers.toml`.
     pub fn load(benches: &Path) -> Result<Peers> {
-        let path = benches.join("peers.toml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("in {}", path.display()))
+        load_with(benches, "peers.toml", |text| Ok(toml::from_str(text)?))
     }
 }
 

@@ -50,8 +50,7 @@ fn splice_docs(text: &str, generated: &str) -> Result<String> {
 
 /// Replaces the generated part of docs/benchmarks.md with this run's report.
 pub(super) fn update_docs(report: &RunReport, docs: &Path) -> Result<()> {
-    let text =
-        std::fs::read_to_string(docs).with_context(|| format!("reading {}", docs.display()))?;
+    let text = crate::text::read_text(docs)?;
     let generated = crate::text::repo_relative(&report::docs_section(report));
     let new = splice_docs(&text, &generated).with_context(|| format!("in {}", docs.display()))?;
     std::fs::write(docs, new).with_context(|| format!("writing {}", docs.display()))?;

@@ -229,8 +229,7 @@ fn run_compare(
 
 /// Re-renders an existing run and compares it if asked.
 fn from_results(args: &BenchArgs, path: &Path, benches: &Path) -> Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = crate::text::read_text(path)?;
     let mut report: RunReport =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if report.schema != SCHEMA {

@@ -551,68 +551,53 @@ fn cargo_home() -> Option<PathBuf> {
 /// private, warnings denied), runs clippy (warnings denied), and builds the sync-only
 /// passthrough.
 fn step_build(ctx: &mut Ctx) -> Result<Outcome> {
-    run_cmd(
-        cargo()
-            .args(["build", "--release", "--workspace"])
-            .current_dir(&ctx.root),
-    )?;
-    run_cmd(
-        cargo()
-            .args(["test", "--workspace", "--no-run"])
-            .current_dir(&ctx.root),
-    )?;
+    // Each is `cargo ARGS` in the workspace's root.
+    let in_root = |args: &[&str]| {
+        let mut cmd = cargo();
+        cmd.args(args).current_dir(&ctx.root);
+        cmd
+    };
+    run_cmd(&mut in_root(&["build", "--release", "--workspace"]))?;
+    run_cmd(&mut in_root(&["test", "--workspace", "--no-run"]))?;
     // Every public item's docs build without a warning (broken links,
     // unescaped HTML, links from public docs to private items),
     // fuse-server's with every item documented.
     run_cmd(
-        cargo()
-            .args(["doc", "--workspace", "--no-deps", "-q"])
-            .env("RUSTDOCFLAGS", "-D warnings")
-            .current_dir(&ctx.root),
+        in_root(&["doc", "--workspace", "--no-deps", "-q"]).env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     // The private items' docs too (module docs of the internals are where
     // the next engineer reads how a crate works), with every feature on.
     run_cmd(
-        cargo()
-            .args([
-                "doc",
-                "--workspace",
-                "--no-deps",
-                "-q",
-                "--document-private-items",
-                "--all-features",
-            ])
-            .env("RUSTDOCFLAGS", "-D warnings")
-            .current_dir(&ctx.root),
+        in_root(&[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "-q",
+            "--document-private-items",
+            "--all-features",
+        ])
+        .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     // Clippy on every target, warnings denied: among them the workspace's
     // `undocumented_unsafe_blocks` (Cargo.toml), so each `unsafe` block
     // keeps its `// SAFETY:` comment.
-    run_cmd(
-        cargo()
-            .args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "-q",
-                "--",
-                "-D",
-                "warnings",
-            ])
-            .current_dir(&ctx.root),
-    )?;
+    run_cmd(&mut in_root(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "-q",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     // The passthrough without its async path (no tokio, no io_uring), as a
     // sync-only user builds it.
-    run_cmd(
-        cargo()
-            .args([
-                "build",
-                "-p",
-                "fusewire-backend-passthrough",
-                "--no-default-features",
-            ])
-            .current_dir(&ctx.root),
-    )?;
+    run_cmd(&mut in_root(&[
+        "build",
+        "-p",
+        "fusewire-backend-passthrough",
+        "--no-default-features",
+    ]))?;
     Ok(Outcome::Done)
 }
 

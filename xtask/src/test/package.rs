@@ -541,7 +541,7 @@ fn reach<'a>(published: &'a [Published], name: &str, reached: &mut Vec<&'a str>)
 fn serving_line(log: &Path) -> Result<String> {
     let deadline = Instant::now() + DAEMON_TIMEOUT;
     loop {
-        let text = fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+        let text = crate::text::read_text(log)?;
         if let Some(line) = text.lines().find(|l| l.starts_with("serving ")) {
             return Ok(line.to_string());
         }

@@ -269,7 +269,27 @@ pub(super) enum Event {
     Eof,
 }
 
-/// Forwards the lines of `stream` as [`Event`]s.
+/// The qemu command both kinds of boot start from: `args`' CPUs and
+/// memory, no display and no network, the kernel `vmlinuz` with `initrd`
+/// and the command line `append`, and the console on stdout (piped, as
+/// stderr is, for [`spawn_qemu`]).
+pub(super) fn qemu_command(args: &VmArgs, vmlinuz: &Path, initrd: &Path, append: &str) -> Command {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-accel", "tcg", "-cpu", "max"])
+        .args(["-smp", &args.cpus.to_string()])
+        .args(["-m", &args.memory.to_string()])
+        .args(["-nographic", "-nic", "none"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", append])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
 /// Starts qemu (`line` is its command as shown) with its console logged
 /// to `log`: the process, its output lines (stdout and stderr as they
 /// come), the log file, and the run's record with the start time.
@@ -293,6 +313,7 @@ pub(super) fn spawn_qemu(
     Ok((qemu, rx, log_file, vm))
 }
 
+/// Forwards the lines of `stream` as [`Event`]s.
 pub(super) fn forward(stream: impl Read + Send + 'static, tx: mpsc::Sender<Event>) {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(stream);
@@ -320,19 +341,8 @@ pub(super) fn boot(args: &VmArgs, vmlinuz: &Path, initrd: &Path, log: &Path) -> 
         append.push(' ');
         append.push_str(extra);
     }
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-accel", "tcg", "-cpu", "max"])
-        .args(["-smp", &args.cpus.to_string()])
-        .args(["-m", &args.memory.to_string()])
-        .args(["-nographic", "-no-reboot", "-nic", "none"])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", &append])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = qemu_command(args, vmlinuz, initrd, &append);
+    cmd.arg("-no-reboot");
     let line = display(&cmd);
     println!("$ {line}");
     println!(

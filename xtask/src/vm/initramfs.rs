@@ -83,6 +83,33 @@ pub(super) fn plan(args: &VmArgs, probe: &str, built: &Built) -> Result<String> 
 /// Where the measurement script lies in the guest.
 pub(super) const GUEST_MEASURE_SCRIPT: &str = "/xtask/vm-memory.sh";
 
+/// A fresh staging directory, `run_dir/initramfs`, with what every guest
+/// starts from: the usual directories and `extra_dirs`, busybox,
+/// [`INIT_SCRIPT`] as `/init`, and the files `etc` in `/etc`.
+pub(super) fn stage_base(
+    run_dir: &Path,
+    extra_dirs: &[&str],
+    etc: &[(&str, &str)],
+) -> Result<PathBuf> {
+    let staging = run_dir.join("initramfs");
+    if staging.exists() {
+        fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
+    }
+    let dirs = [
+        "bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run",
+    ];
+    for dir in dirs.iter().chain(extra_dirs) {
+        fs::create_dir_all(staging.join(dir))?;
+    }
+    install(&staging, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
+    fs::write(staging.join("init"), INIT_SCRIPT)?;
+    fs::set_permissions(staging.join("init"), fs::Permissions::from_mode(0o755))?;
+    for (name, text) in etc {
+        fs::write(staging.join("etc").join(name), text)?;
+    }
+    Ok(staging)
+}
+
 /// Copies `from` to `staging/<to, made relative>`, executable.
 pub(super) fn install(staging: &Path, from: &Path, to: &Path) -> Result<()> {
     let dest = staging.join(to.strip_prefix("/").unwrap_or(to));
@@ -128,22 +155,7 @@ pub(super) fn build_initramfs(
     probe: &Path,
     built: &Built,
 ) -> Result<PathBuf> {
-    let staging = run_dir.join("initramfs");
-    if staging.exists() {
-        fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
-    }
-    for dir in [
-        "bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run",
-        "xtask",
-    ] {
-        fs::create_dir_all(staging.join(dir))?;
-    }
-    install(&staging, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
-    fs::write(staging.join("init"), INIT_SCRIPT)?;
-    fs::set_permissions(staging.join("init"), fs::Permissions::from_mode(0o755))?;
-    for (name, text) in ETC_FILES {
-        fs::write(staging.join("etc").join(name), text)?;
-    }
+    let staging = stage_base(run_dir, &["xtask"], ETC_FILES)?;
     let guest_probe = "/xtask/vm-probe";
     install(&staging, probe, Path::new(guest_probe))?;
     for t in &built.tests {

@@ -318,11 +318,7 @@ const TAIL_LINES: usize = 80;
 /// Errors are printed here and end the process with status 1 (an error
 /// returned from `main` would add a backtrace when `RUST_BACKTRACE` is set).
 pub fn run(args: &VmArgs) -> Result<()> {
-    if let Err(e) = run_vm(args) {
-        eprintln!("error: test-in-vm: {}", format!("{e:#}").replace('\n', " "));
-        std::process::exit(1);
-    }
-    Ok(())
+    crate::exit_on_error("error: test-in-vm: ", run_vm(args))
 }
 
 /// [`run`], returning its errors.

@@ -13,6 +13,7 @@
 //! ```
 
 use super::Mode;
+use crate::text::read_text;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::Path;
@@ -64,10 +65,7 @@ pub struct Curated {
 impl Curated {
     /// Reads `xtask/xfstests/curated.txt`.
     pub fn load(root: &Path) -> Result<Self> {
-        let path = root.join(CURATED);
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {CURATED}"))
+        Self::parse(&read_text(&root.join(CURATED))?).with_context(|| format!("in {CURATED}"))
     }
 
     /// Parses the text of `curated.txt`.
@@ -126,10 +124,7 @@ pub struct Excluded {
 impl Excluded {
     /// Reads `xtask/xfstests/excluded.txt`.
     pub fn load(root: &Path) -> Result<Self> {
-        let path = root.join(EXCLUDED);
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {EXCLUDED}"))
+        Self::parse(&read_text(&root.join(EXCLUDED))?).with_context(|| format!("in {EXCLUDED}"))
     }
 
     /// Parses the text of `excluded.txt`; every entry needs a reason.

@@ -143,6 +143,16 @@ pub struct CopyReport {
     pub fell_back: bool,
 }
 
+impl CopyReport {
+    /// Takes the data and operation counts of the path that did the work.
+    fn take_counts(&mut self, path: &CopyReport) {
+        self.bytes = path.bytes;
+        self.reads = path.reads;
+        self.writes = path.writes;
+        self.resubmits = path.resubmits;
+    }
+}
+
 /// Test hooks: make a read fail with a real kernel error, or pretend the source is larger.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Fault {
@@ -405,30 +415,11 @@ pub(crate) async fn copy_fds(
 
     let mut eof = None;
     if method == CopyMethod::CopyFileRange {
-        let r = match &on_ring {
-            Some(_) => {
-                let job2 = job.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut rep = CopyReport::default();
-                    let r = cfr_copy(&job2, &mut rep);
-                    (r, rep)
-                })
-                .await
-                .map_err(|e| Error::io("copy_file_range task", io::Error::other(e)))?
-            }
-            None => {
-                let mut rep = CopyReport::default();
-                let r = cfr_copy(&job, &mut rep);
-                (r, rep)
-            }
-        };
+        let r = run_blocking(on_ring.is_some(), &job, "copy_file_range task", cfr_copy).await?;
         match r {
             (Ok(e), rep) => {
                 eof = e;
-                report.bytes = rep.bytes;
-                report.reads = rep.reads;
-                report.writes = rep.writes;
-                report.resubmits = rep.resubmits;
+                report.take_counts(&rep);
             }
             (Err(CfrError::Unsupported(e)), _) if opts.method == CopyMethod::Auto => {
                 tracing::debug!("copy_file_range refused ({e}); falling back");
@@ -467,36 +458,14 @@ pub(crate) async fn copy_fds(
             }
         };
         eof = r?;
-        report.bytes = rep.bytes;
-        report.reads = rep.reads;
-        report.writes = rep.writes;
-        report.resubmits = rep.resubmits;
+        report.take_counts(&rep);
         report.uring_enters = rep.uring_enters;
     }
     if method == CopyMethod::ReadWrite {
-        let r = match &on_ring {
-            Some(_) => {
-                let job2 = job.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut rep = CopyReport::default();
-                    let r = rw_copy(&job2, &mut rep);
-                    (r, rep)
-                })
-                .await
-                .map_err(|e| Error::io("read/write copy task", io::Error::other(e)))?
-            }
-            None => {
-                let mut rep = CopyReport::default();
-                let r = rw_copy(&job, &mut rep);
-                (r, rep)
-            }
-        };
-        let rep = r.1;
-        eof = r.0?;
-        report.bytes = rep.bytes;
-        report.reads = rep.reads;
-        report.writes = rep.writes;
-        report.resubmits = rep.resubmits;
+        let (r, rep) =
+            run_blocking(on_ring.is_some(), &job, "read/write copy task", rw_copy).await?;
+        eof = r?;
+        report.take_counts(&rep);
     }
     report.method = Some(method);
     let len = eof.map_or(size, |e| e.min(size));
@@ -507,6 +476,31 @@ pub(crate) async fn copy_fds(
             .map_err(|e| Error::io(format!("truncating the destination to {len}"), e))?;
     }
     Ok(report)
+}
+
+/// Runs the blocking copy path `copy` on `job`, with a fresh report of its
+/// own: on tokio's blocking pool when this thread serves a ring (so that
+/// the ring keeps serving), else right here. `what` names the task in the
+/// error of a blocking task that didn't finish.
+async fn run_blocking<T: Send + 'static>(
+    on_ring: bool,
+    job: &Job,
+    what: &'static str,
+    copy: fn(&Job, &mut CopyReport) -> T,
+) -> Result<(T, CopyReport), Error> {
+    let run = move |job: &Job| {
+        let mut rep = CopyReport::default();
+        let r = copy(job, &mut rep);
+        (r, rep)
+    };
+    if on_ring {
+        let job = job.clone();
+        tokio::task::spawn_blocking(move || run(&job))
+            .await
+            .map_err(|e| Error::io(what, io::Error::other(e)))
+    } else {
+        Ok(run(job))
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use async_io::{Runtime, RuntimeType};
+use async_io::{File, OpenOptions, Runtime, RuntimeType};
 
 /// A scratch directory under the target dir (ext4 here: O_DIRECT works, unlike some tmpfs).
 pub fn scratch() -> tempfile::TempDir {
@@ -33,6 +33,41 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// Opens the existing file `path` for reading and writing.
+pub async fn open_read_write(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .await
+        .unwrap()
+}
+
+/// Opens the existing file `path` for reading with `O_DIRECT`, so that
+/// reads go to the device, not the page cache.
+pub async fn open_direct_read(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .direct(true)
+        .open(path)
+        .await
+        .unwrap()
+}
+
+/// Turns `rt` until its ring has no operation in flight; fails with
+/// `what` (and how many are left) after 10 s.
+pub fn wait_idle(rt: &Runtime, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rt.uring_in_flight() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} ({} still in flight)",
+            rt.uring_in_flight()
+        );
+        rt.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(1)).await });
+    }
 }
 
 /// Writes `data` to a new file `name` in `dir`.

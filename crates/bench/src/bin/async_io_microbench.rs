@@ -165,6 +165,16 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
+/// The order to run `len` configurations in during round `round`: in turn
+/// forwards and backwards, so that none always runs first.
+fn round_order(len: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
@@ -422,12 +432,7 @@ fn vectored(dir: &Path, rounds: usize, text: &mut String) -> (Value, Vec<Value>)
             }
             let mut samples: Vec<Vec<f64>> = vec![Vec::new(); VConf::ALL.len()];
             for round in 0..rounds {
-                // Alternate the order each round.
-                let mut order: Vec<usize> = (0..VConf::ALL.len()).collect();
-                if round % 2 == 1 {
-                    order.reverse();
-                }
-                for i in order {
+                for i in round_order(VConf::ALL.len(), round) {
                     samples[i].push(b.run(VConf::ALL[i], op, nbufs, iters));
                 }
             }
@@ -706,11 +711,7 @@ fn copies(dir: &Path, rounds: usize, mib: u64, text: &mut String) -> (Value, Vec
                 .expect("cache the source");
         }
         for round in 0..rounds {
-            let mut order: Vec<usize> = (0..confs.len()).collect();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
+            for i in round_order(confs.len(), round) {
                 if is_direct {
                     drop_caches_of(&src);
                 }

@@ -19,9 +19,9 @@ use std::time::Duration;
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    chmod, in_initial_user_namespace, is_mounted, mmap_writes_through, mounts_with_exact_source,
-    mounts_with_source, open_direct, pattern, process_mark, process_start_time, require_root,
-    wait_until, Aligned, SharedMap,
+    chmod, create_rw, in_initial_user_namespace, is_mounted, mmap_writes_through,
+    mounts_with_exact_source, mounts_with_source, open_direct, pattern, process_mark,
+    process_start_time, require_root, wait_until, Aligned, SharedMap,
 };
 
 /// Small files written through the mount read the same below, and the
@@ -119,17 +119,6 @@ pub fn renameat2(from: &Path, to: &Path, flags: u32) -> i32 {
         Ok(()) => 0,
         Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
     }
-}
-
-/// `path` opened for reading and writing, created or truncated.
-pub fn create_rw(path: &Path) -> fs::File {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()))
 }
 
 /// `path`, which exists, opened for writing and truncated.

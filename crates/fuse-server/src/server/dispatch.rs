@@ -46,13 +46,7 @@ impl Server {
                 return self.reply_error(tx, unique, e.errno());
             }
         };
-        let ctx = Context {
-            unique,
-            nodeid: header.nodeid,
-            uid: header.uid,
-            gid: header.gid,
-            pid: header.pid,
-        };
+        let ctx = Context::of_request(&header);
         let ino = header.nodeid;
         let fs = &*self.fs;
 

@@ -44,6 +44,15 @@ pub fn init_during_mount(
     Ok((mount, server.negotiated().copied()))
 }
 
+/// Keeps `fd` as the session descriptor that `server`'s backing files
+/// (kernel passthrough) are registered on. The registry holds it weakly,
+/// so it never outlives the session: the caller keeps what this returns.
+pub(crate) fn keep_as_master(server: &Server, fd: OwnedFd) -> Arc<OwnedFd> {
+    let master = Arc::new(fd);
+    server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+    master
+}
+
 /// Mounts with synchronous INIT where the kernel offers it, answering INIT
 /// with `server` during mount(2), or on the old path after it on this
 /// thread if `answer_pending_here` (else the caller does): the mount, the server
@@ -62,8 +71,7 @@ pub(crate) fn mount_answering_init(
     // the session's.
     let kept: Mutex<Option<Arc<OwnedFd>>> = Mutex::new(None);
     let keep = |fd: BorrowedFd<'_>| -> io::Result<Arc<OwnedFd>> {
-        let master = Arc::new(fd.try_clone_to_owned()?);
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        let master = keep_as_master(&server, fd.try_clone_to_owned()?);
         *kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(master.clone());
         Ok(master)
     };

@@ -15,11 +15,10 @@ mod worker;
 pub use config::SessionConfig;
 pub(crate) use handover::{can_hand_over, lock_waits_refuse, release_mount};
 pub use init::init_during_mount;
-pub(crate) use init::{mount_answering_init, serve_init};
+pub(crate) use init::{keep_as_master, mount_answering_init, serve_init};
 pub(crate) use worker::install_wake_handler;
 use worker::spawn_worker;
 
-use crate::backing::DevBackingFiles;
 use crate::dev;
 use crate::mount::{Mount, MountError, MountOptions};
 use fuse_server::{AlignedBuf, NotificationSink, Notifier, Server, Session};
@@ -137,15 +136,8 @@ impl DevSession {
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
         install_wake_handler(config.wake_signal);
-        let master = Arc::new(
-            mount
-                .dev_fd()
-                .try_clone_to_owned()
-                .map_err(SessionError::Init)?,
-        );
-        // Backing files (kernel passthrough) are registered on this fd; the
-        // registry holds it weakly, so it never outlives the session.
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        let fd = mount.dev_fd().try_clone_to_owned();
+        let master = keep_as_master(&server, fd.map_err(SessionError::Init)?);
         let server = Arc::new(server);
         serve_init(&server, master.as_fd())?;
         Self::serve(server, master, mount, config, false)
@@ -163,13 +155,8 @@ impl DevSession {
         config: SessionConfig,
     ) -> Result<Self, SessionError> {
         install_wake_handler(config.wake_signal);
-        let master = Arc::new(
-            mount
-                .dev_fd()
-                .try_clone_to_owned()
-                .map_err(SessionError::Init)?,
-        );
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        let fd = mount.dev_fd().try_clone_to_owned();
+        let master = keep_as_master(&server, fd.map_err(SessionError::Init)?);
         server.resume(negotiated).map_err(SessionError::Init)?;
         Self::serve(Arc::new(server), master, mount, config, false)
     }
@@ -214,8 +201,7 @@ impl DevSession {
         paused: bool,
     ) -> Result<Self, SessionError> {
         install_wake_handler(config.wake_signal);
-        let master = Arc::new(dev_fd.try_clone().map_err(SessionError::Init)?);
-        server.set_backing_files(Arc::new(DevBackingFiles::new(Arc::downgrade(&master))));
+        let master = keep_as_master(&server, dev_fd.try_clone().map_err(SessionError::Init)?);
         server.resume(negotiated).map_err(SessionError::Init)?;
         let mount = Mount::adopt(dev_fd, mountpoint);
         Self::serve(Arc::new(server), master, mount, config, paused)

@@ -239,8 +239,6 @@ fn release_pages(buf: &mut [u8]) {
     }
 }
 
-extern "C" fn wake_handler(_signal: libc::c_int) {}
-
 /// Installs a do-nothing handler for the wake signal, without
 /// `SA_RESTART`, so the signal makes a blocked `read(2)` return EINTR
 /// (process-wide, see [`SessionConfig::wake_signal`]). Once per signal: a
@@ -251,21 +249,9 @@ pub(crate) fn install_wake_handler(signal: i32) {
     if installed.contains(&signal) {
         return;
     }
-    // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe
-    // (it does nothing).
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = wake_handler as *const () as usize;
-        action.sa_flags = 0;
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-            tracing::warn!(
-                signal,
-                "installing the worker wake signal handler: {}",
-                io::Error::last_os_error()
-            );
-            return;
-        }
+    if let Err(e) = fuse_server::sys::install_interrupting_handler(signal) {
+        tracing::warn!(signal, "installing the worker wake signal handler: {e}");
+        return;
     }
     installed.push(signal);
     tracing::debug!(

@@ -137,10 +137,7 @@ impl FuseDevTask {
             &session_config,
             false,
         )?;
-        let fd = dev::clone_fd(master.as_fd())
-            .or_else(|_| master.try_clone())
-            .map_err(SessionError::Init)?;
-        let fd = register(fd)?;
+        let fd = register_clone(master.as_fd())?;
         let mut task = Self::owner_shared(server, fd, mount, config);
         task.backing_fd = Some(master);
         Ok(task)
@@ -152,10 +149,7 @@ impl FuseDevTask {
         mount: Mount,
         config: TaskConfig,
     ) -> Result<Self, SessionError> {
-        let fd = dev::clone_fd(mount.dev_fd())
-            .or_else(|_| mount.dev_fd().try_clone_to_owned())
-            .map_err(SessionError::Init)?;
-        let fd = register(fd)?;
+        let fd = register_clone(mount.dev_fd())?;
         use_for_backing_files(&server, &fd);
         Ok(Self::owner(server, fd, mount, config))
     }
@@ -170,10 +164,7 @@ impl FuseDevTask {
         negotiated: &fuse_server::Negotiated,
         config: TaskConfig,
     ) -> Result<Self, SessionError> {
-        let fd = dev::clone_fd(mount.dev_fd())
-            .or_else(|_| mount.dev_fd().try_clone_to_owned())
-            .map_err(SessionError::Init)?;
-        let fd = register(fd)?;
+        let fd = register_clone(mount.dev_fd())?;
         use_for_backing_files(&server, &fd);
         server.resume(negotiated).map_err(SessionError::Init)?;
         Ok(Self::owner(server, fd, mount, config))
@@ -196,10 +187,7 @@ impl FuseDevTask {
         negotiated: &fuse_server::Negotiated,
         config: TaskConfig,
     ) -> Result<Self, SessionError> {
-        let fd = dev::clone_fd(dev_fd.as_fd())
-            .or_else(|_| dev_fd.try_clone())
-            .map_err(SessionError::Init)?;
-        let fd = register(fd)?;
+        let fd = register_clone(dev_fd.as_fd())?;
         // Before resuming: the file system decides there whether it can
         // use kernel passthrough.
         use_for_backing_files(&server, &fd);
@@ -307,6 +295,16 @@ fn use_for_backing_files(server: &Server, fd: &Arc<AsyncFd<OwnedFd>>) {
 /// that too, or an unmounted task would never wake.
 const READ_OR_ERROR: tokio::io::Interest =
     tokio::io::Interest::READABLE.add(tokio::io::Interest::ERROR);
+
+/// The task's own descriptor of the connection `dev_fd` is on, registered
+/// ([`register`]): a clone with its own request queue
+/// (`FUSE_DEV_IOC_CLONE`) where the kernel makes one, else a duplicate.
+fn register_clone(dev_fd: BorrowedFd<'_>) -> Result<Arc<AsyncFd<OwnedFd>>, SessionError> {
+    let fd = dev::clone_fd(dev_fd)
+        .or_else(|_| dev_fd.try_clone_to_owned())
+        .map_err(SessionError::Init)?;
+    register(fd)
+}
 
 /// Makes `fd` non-blocking and registers it with the current runtime's
 /// reactor.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped, with_timeout,
-    MountGuard, Scratch as Dirs,
+    create_rw, gone, is_mounted, require_uring, thread_names, thread_wchans, threads_stopped,
+    with_timeout, MountGuard, Scratch as Dirs,
 };
 
 /// Runs `cmd` (a daemon's start, say, that returns once it is in the

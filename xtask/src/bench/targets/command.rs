@@ -151,16 +151,7 @@ pub fn command_for(
                 args.push("--uring".into());
             }
             if !*confined {
-                for a in [
-                    "--sandbox",
-                    "none",
-                    "--landlock",
-                    "off",
-                    "--seccomp",
-                    "none",
-                ] {
-                    args.push(a.into());
-                }
+                args.extend(crate::UNCONFINED.map(String::from));
             }
             if ms.writeback {
                 args.push("--writeback".into());

@@ -118,33 +118,21 @@ fn boot_once(
     // tsc=reliable: see `BASE_APPEND`.
     let append =
         format!("console=ttyS0 panic=-1 quiet tsc=reliable xtask.phase={phase} {extra_append}");
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-accel", "tcg", "-cpu", "max"])
-        .args(["-smp", &args.cpus.to_string()])
-        .args(["-m", &args.memory.to_string()])
-        .args(["-nographic", "-nic", "none"])
-        // The kill phase reboots the guest once (a new session on the same
-        // connection); elsewhere a reboot ends the run (a panic, with
-        // `panic=-1`).
-        .args(if phase == "kill" {
-            &[][..]
-        } else {
-            &["-no-reboot"][..]
-        })
-        .args([
-            "-object",
-            &format!("memory-backend-memfd,id=mem,size={}M,share=on", args.memory),
-            "-numa",
-            "node,memdev=mem",
-        ])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", &append])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = qemu_command(args, vmlinuz, initrd, &append);
+    // The kill phase reboots the guest once (a new session on the same
+    // connection); elsewhere a reboot ends the run (a panic, with
+    // `panic=-1`).
+    cmd.args(if phase == "kill" {
+        &[][..]
+    } else {
+        &["-no-reboot"][..]
+    })
+    .args([
+        "-object",
+        &format!("memory-backend-memfd,id=mem,size={}M,share=on", args.memory),
+        "-numa",
+        "node,memdev=mem",
+    ]);
     for (i, (socket, tag)) in devices.iter().enumerate() {
         cmd.arg("-chardev")
             .arg(format!("socket,id=vfs{i},path={}", utf8(socket)?))

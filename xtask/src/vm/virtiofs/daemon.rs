@@ -82,16 +82,7 @@ pub(super) fn build_daemon(release: bool) -> Result<PathBuf> {
     Ok(exe)
 }
 
-/// Our daemon's options for no confinement at all (its defaults over
-/// vhost-user confine it: namespace, Landlock, seccomp kill).
-pub(super) const UNCONFINED: [&str; 6] = [
-    "--sandbox",
-    "none",
-    "--landlock",
-    "off",
-    "--seccomp",
-    "none",
-];
+pub(super) use crate::UNCONFINED;
 
 /// `passthroughfs --vhost-user` on `socket`, serving `shared`, with
 /// `--daemon-arg`s, logging at `rust_log`.

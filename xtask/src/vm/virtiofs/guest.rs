@@ -169,22 +169,7 @@ pub(super) fn initramfs(
     checker: &Path,
     pjdfstest: Option<&Path>,
 ) -> Result<PathBuf> {
-    let staging = run_dir.join("initramfs");
-    if staging.exists() {
-        fs::remove_dir_all(&staging)?;
-    }
-    for dir in [
-        "bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run",
-        "mnt", "xtask",
-    ] {
-        fs::create_dir_all(staging.join(dir))?;
-    }
-    install(&staging, Path::new(BUSYBOX), Path::new(BUSYBOX))?;
-    fs::write(staging.join("init"), INIT_SCRIPT)?;
-    fs::set_permissions(staging.join("init"), fs::Permissions::from_mode(0o755))?;
-    for (name, text) in GUEST_ETC {
-        fs::write(staging.join("etc").join(name), text)?;
-    }
+    let staging = stage_base(run_dir, &["mnt", "xtask"], GUEST_ETC)?;
     install(&staging, checker, Path::new(GUEST_CHECKER))?;
     if let Some(pjdfstest) = pjdfstest {
         install(&staging, pjdfstest, Path::new(GUEST_PJDFSTEST.0))?;

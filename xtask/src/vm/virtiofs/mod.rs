@@ -133,19 +133,24 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
         "info,fuse_transport_virtio::data=debug",
     );
     let mut daemon = start_daemon(cmd, &socket, &daemon_log)?;
+    // Every boot of this run: the guest with the one device at `socket`,
+    // in `phase`, its console logged to `log`.
+    let boot = |phase: &str, log: &Path, kill: Option<&mut Daemon>| {
+        boot_virtiofs(
+            args,
+            (&kernel.vmlinuz, &initrd),
+            &[(&socket, TAG)],
+            phase,
+            "",
+            log,
+            kill,
+        )
+    };
 
     let mut problems = Vec::new();
     println!("\n--> boot 1: file operations and data integrity");
     let log1 = run_dir.join("console-check.log");
-    let (vm1, mut notes) = boot_virtiofs(
-        args,
-        (&kernel.vmlinuz, &initrd),
-        &[(&socket, TAG)],
-        "check",
-        "",
-        &log1,
-        None,
-    )?;
+    let (vm1, mut notes) = boot("check", &log1, None)?;
     timings.extend(vm1.timings());
     problems.extend(steps_ok(&vm1, CHECK_STEPS));
     let pjd = pjdfstest_report(&vm1);
@@ -161,15 +166,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
     println!("\n--> boot 2: reconnect, then the daemon killed under load");
     let log2 = run_dir.join("console-kill.log");
     let t = Instant::now();
-    let (vm2, notes2) = boot_virtiofs(
-        args,
-        (&kernel.vmlinuz, &initrd),
-        &[(&socket, TAG)],
-        "kill",
-        "",
-        &log2,
-        Some(&mut daemon),
-    )?;
+    let (vm2, notes2) = boot("kill", &log2, Some(&mut daemon))?;
     timings.push(("boot 2", t.elapsed().as_secs_f64()));
     notes.extend(notes2);
     problems.extend(steps_ok(
@@ -219,15 +216,7 @@ pub(super) fn run_virtiofs(args: &VmArgs) -> Result<()> {
             let mut cmd = our_daemon(args, &daemon_exe, &socket, &shared, "info");
             cmd.args(["--runtime", runtime]);
             let _daemon = start_daemon(cmd, &socket, &daemon_log)?;
-            let (vm, n) = boot_virtiofs(
-                args,
-                (&kernel.vmlinuz, &initrd),
-                &[(&socket, TAG)],
-                "check",
-                "",
-                &log,
-                None,
-            )?;
+            let (vm, n) = boot("check", &log, None)?;
             timings.push((timing, t.elapsed().as_secs_f64()));
             notes.extend(n.into_iter().map(|n| format!("--runtime {runtime}: {n}")));
             let label = |p: String| format!("--runtime {runtime}: {p}");
