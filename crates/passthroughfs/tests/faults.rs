@@ -452,10 +452,25 @@ fn issue(op: Op, n: usize, mnt: &Path, files: &OpFiles) -> Option<i32> {
 /// yet: it runs cancelled once the daemon is dead
 /// (`fuse_uring_send_in_task`). See docs/security.md, "A daemon that
 /// dies".
+///
+/// Over io_uring also EINTR and EAGAIN: the kernel hands a request to the
+/// daemon's ring thread as task work that copies its arguments into the
+/// ring entry's buffer, and once that thread has a SIGKILL pending (before
+/// it is marked exiting, when the work would be cancelled instead) a copy
+/// that has to fault a page in fails with EINTR (EAGAIN where the address
+/// space lock is contended), which the request ends with as it is
+/// (`fuse_uring_prepare_send`, `fuse_uring_req_end`; found once in a
+/// loaded run, by a LOOKUP, whose name is such an argument). Over
+/// /dev/fuse the kernel turns copy failures into EIO.
 fn cut_off_errnos(transport: Transport) -> &'static [i32] {
     match transport {
         Transport::Dev => &[libc::ECONNABORTED, libc::EIO],
-        Transport::Uring => &[libc::ECONNABORTED, libc::ECANCELED],
+        Transport::Uring => &[
+            libc::ECONNABORTED,
+            libc::ECANCELED,
+            libc::EINTR,
+            libc::EAGAIN,
+        ],
     }
 }
 
