@@ -3,7 +3,8 @@
 //!
 //! A test that hangs in a FUSE request leaves nothing in its output to say
 //! where: the state of its threads (kernel stack, system call, wait
-//! channel) does. And a process that is its own file system's daemon can't
+//! channel) does, with where its descriptors lead (who still holds a
+//! `/dev/fuse`). And a process that is its own file system's daemon can't
 //! finish dying while one of its threads waits for an answer from the
 //! daemon threads already gone: the kernel keeps the request until the
 //! connection is aborted.
@@ -41,6 +42,49 @@ fn read_with_deadline(path: String) -> String {
     }
 }
 
+/// Where the descriptors of process `pid` lead (`3 -> /dev/fuse`, ...),
+/// read from the first of its threads that shows them: a process whose
+/// main thread has exited (a zombie leader with threads left) shows its
+/// table only under its threads' directories. Bounded like every read
+/// here.
+fn descriptors(pid: u32, tids: &[u32]) -> String {
+    let (tx, rx) = mpsc::channel();
+    let tids = tids.to_vec();
+    let reader = std::thread::Builder::new()
+        .name("xtask-proc-fds".into())
+        .spawn(move || {
+            for tid in tids {
+                let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task/{tid}/fd")) else {
+                    continue;
+                };
+                let mut fds: Vec<(u32, String)> = dir
+                    .flatten()
+                    .filter_map(|e| {
+                        let fd = e.file_name().to_str()?.parse().ok()?;
+                        let target = fs::read_link(e.path()).ok()?;
+                        Some((fd, target.display().to_string()))
+                    })
+                    .collect();
+                if fds.is_empty() {
+                    continue;
+                }
+                fds.sort_unstable();
+                let listed: Vec<String> = fds
+                    .iter()
+                    .map(|(fd, target)| format!("{fd} -> {target}"))
+                    .collect();
+                let _ = tx.send(format!("(thread {tid}'s table) {}", listed.join(", ")));
+                return;
+            }
+            let _ = tx.send("none".into());
+        });
+    if let Err(e) = reader {
+        return format!("(no thread to read with: {e})");
+    }
+    rx.recv_timeout(READ_PATIENCE)
+        .unwrap_or_else(|_| "(blocked)".into())
+}
+
 /// `pid` and every process under it, parents first.
 pub(super) fn process_tree(pid: u32) -> Vec<u32> {
     let mut all = Vec::new();
@@ -72,7 +116,7 @@ pub(super) fn describe(tree: &[u32]) -> String {
             .filter_map(|t| t.file_name().to_str()?.parse().ok())
             .collect();
         tids.sort_unstable();
-        for tid in tids {
+        for &tid in &tids {
             let at = |file: &str| read_with_deadline(format!("/proc/{pid}/task/{tid}/{file}"));
             let status = at("status");
             let state = status
@@ -91,6 +135,8 @@ pub(super) fn describe(tree: &[u32]) -> String {
                 let _ = writeln!(out, "    {frame}");
             }
         }
+        let fds = descriptors(pid, &tids);
+        let _ = writeln!(out, "  descriptors: {fds}");
     }
     let waiting = fuse_connections()
         .into_iter()
@@ -236,5 +282,6 @@ mod tests {
             text.contains(&format!("thread {} sleep [", child.id())),
             "{text}"
         );
+        assert!(text.contains("descriptors: (thread"), "{text}");
     }
 }
