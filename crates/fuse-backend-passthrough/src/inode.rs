@@ -29,7 +29,7 @@ mod refs;
 mod store;
 
 pub(crate) use fd_cache::default_fd_cache_size;
-pub(crate) use file::{InodeFile, InodeFiles};
+pub(crate) use file::{InodeFile, InodeFiles, PathFd};
 pub(crate) use refs::Counted;
 pub(crate) use store::InodeStore;
 

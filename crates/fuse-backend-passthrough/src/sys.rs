@@ -735,6 +735,21 @@ pub(crate) fn name_to_handle_fd_flags(
     fd: BorrowedFd<'_>,
     flags: libc::c_int,
 ) -> io::Result<(FileHandle, u64)> {
+    name_to_handle(fd, EMPTY, libc::AT_EMPTY_PATH | flags)
+}
+
+/// `name_to_handle_at(2)` of `name` in directory `dir`, not following a
+/// symbolic link or triggering an automount: the handle of what the name
+/// leads to now and the id of its mount.
+pub(crate) fn name_to_handle_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<(FileHandle, u64)> {
+    name_to_handle(dir, name, 0)
+}
+
+fn name_to_handle(
+    fd: BorrowedFd<'_>,
+    path: &CStr,
+    flags: libc::c_int,
+) -> io::Result<(FileHandle, u64)> {
     let mut raw = RawFileHandle {
         handle_bytes: MAX_HANDLE_SZ as u32,
         handle_type: 0,
@@ -742,15 +757,15 @@ pub(crate) fn name_to_handle_fd_flags(
     };
     let mut mnt_id: libc::c_int = 0;
     // SAFETY: `raw` is a file_handle with `handle_bytes` bytes of room;
-    // `mnt_id` is valid for writes; the path is the empty string.
+    // `mnt_id` is valid for writes; the path is a C string.
     cvt(unsafe {
         libc::syscall(
             libc::SYS_name_to_handle_at,
             fd.as_raw_fd(),
-            EMPTY.as_ptr(),
+            path.as_ptr(),
             &mut raw as *mut RawFileHandle,
             &mut mnt_id as *mut libc::c_int,
-            libc::AT_EMPTY_PATH | flags,
+            flags,
         )
     })?;
     let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);

@@ -323,49 +323,12 @@ fn loop_ext4_source() -> (PathBuf, LoopExt4) {
     (mnt, LoopExt4 { dir: Some(dir) })
 }
 
-/// A tmpfs mounted for the test; unmounted on drop.
-struct Tmpfs {
-    dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if let Some(dir) = self.dir.take() {
-            let c = c(dir.path());
-            // SAFETY: a NUL-terminated path.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
-}
-
-fn tmpfs_source() -> (PathBuf, Tmpfs) {
-    let dir = test_support::tmp_dir("pt-identity-tmpfs-");
-    let target = c(dir.path());
-    // SAFETY: NUL-terminated strings; a plain tmpfs mount.
-    let r = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            c"mode=0755".as_ptr().cast(),
-        )
-    };
-    assert_eq!(
-        r,
-        0,
-        "mounting a tmpfs: {}",
-        std::io::Error::last_os_error()
-    );
-    (dir.path().to_path_buf(), Tmpfs { dir: Some(dir) })
-}
-
 test_support::test_cases! {
     reused_inode_number_with_file_handles_on_ext4_needs_root =>
         all_cases(true, Reuse::Required, loop_ext4_source);
     reused_inode_number_with_file_handles_on_tmpfs_needs_root =>
-        all_cases(true, Reuse::Either, tmpfs_source);
+        all_cases(true, Reuse::Either, || tmpfs_source("pt-identity-tmpfs-"));
     inode_numbers_held_by_descriptor_are_never_reused_on_ext4 =>
         all_cases(false, Reuse::Impossible, ext4_source);
-    inode_numbers_held_by_descriptor_on_tmpfs => all_cases(false, Reuse::Impossible, tmpfs_source);
+    inode_numbers_held_by_descriptor_on_tmpfs => all_cases(false, Reuse::Impossible, || tmpfs_source("pt-identity-tmpfs-"));
 }

@@ -103,6 +103,71 @@ test_support::test_cases! {
     large_directory_each_entry_once_plain_readdir => large_directory(false);
 }
 
+/// A first listing with a stat of each name (`ls -l`, `find`) holds the
+/// new names' inodes by file handle without opening them: the descriptor
+/// cache doesn't grow with the listing. What was listed then works
+/// through the mount (each file opened by its handle when read).
+///
+/// The source is a tmpfs of its own, filled before the mount: a file the
+/// source watch saw change just as it was looked up is read again (and
+/// opened), and other tests write on `/tmp`'s file system meanwhile.
+fn first_listing_opens_nothing(plus: bool) {
+    let (src, _tmpfs) = tmpfs_source("pt-first-listing-");
+    fs::create_dir(src.join("d")).unwrap();
+    let n = 400;
+    for i in 0..n {
+        fs::write(src.join(format!("d/f{i}")), format!("file {i}")).unwrap();
+    }
+    fs::create_dir(src.join("d/sub")).unwrap();
+    fs::write(src.join("d/sub/inner"), b"inner").unwrap();
+    std::os::unix::fs::symlink("f7", src.join("d/link")).unwrap();
+    let t = TestMount::of_source(&src, readdir_config(plus), test_options());
+    assert!(
+        t.fs.uses_file_handles(),
+        "inodes held by descriptor: {:?}",
+        t.fs.file_handle_fallback()
+    );
+    // The directory itself is opened (to be listed): counted before.
+    lmeta(&t.m("d"));
+    let before = t.fs.cached_fds();
+    let lookups = t.count(fuse_abi::Opcode::Lookup);
+    // lstat(2) as `find` and `ls -l` do: basic attributes, which the
+    // kernel has from the lookup (Rust's metadata asks for the birth time
+    // too, which costs a STATX request each).
+    let names: Vec<String> = list(&t.m("d")).into_iter().map(|e| e.0).collect();
+    assert_eq!(names.len(), n + 4);
+    for name in &names {
+        let p = c(&t.m("d").join(name));
+        // SAFETY: stat is plain data; a NUL-terminated path.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `st` is valid for writes.
+        assert_eq!(unsafe { libc::lstat(p.as_ptr(), &mut st) }, 0, "{name}");
+    }
+    let opened = t.fs.cached_fds().saturating_sub(before);
+    assert!(
+        opened <= 4,
+        "a first listing of {} names opened {opened} of them",
+        n + 2
+    );
+    if !plus {
+        assert!(t.count(fuse_abi::Opcode::Lookup) - lookups >= n as u64);
+    }
+    for i in 0..n {
+        assert_eq!(
+            fs::read_to_string(t.m(&format!("d/f{i}"))).unwrap(),
+            format!("file {i}")
+        );
+    }
+    assert_eq!(fs::read_link(t.m("d/link")).unwrap(), Path::new("f7"));
+    assert_eq!(fs::read(t.m("d/link")).unwrap(), b"file 7");
+    assert_eq!(fs::read(t.m("d/sub/inner")).unwrap(), b"inner");
+}
+
+test_support::test_cases! {
+    first_listing_opens_nothing_needs_file_handles_readdirplus => first_listing_opens_nothing(true);
+    first_listing_opens_nothing_needs_file_handles_plain_readdir => first_listing_opens_nothing(false);
+}
+
 #[test]
 fn readdirplus_lookup_counts_return_to_zero_needs_root() {
     // (Dropping the kernel's caches needs real root.)

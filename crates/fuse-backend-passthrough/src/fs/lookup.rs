@@ -130,7 +130,7 @@ impl PassthroughFs {
             && inode.attrs_watched.load(Ordering::Acquire) != was_watched;
         let read_again = newly_marked
             && match (seen, lock(&self.watcher).as_ref()) {
-                (Some(seen), Some(w)) => w.changed_since(&inode.file_watch, seen),
+                (Some(seen), Some(w)) => w.changed_since(&inode.file_watch, inode.watch_id(), seen),
                 _ => true,
             };
         let fresh = read_again
@@ -164,17 +164,23 @@ impl PassthroughFs {
         // Before the name is read: a change after it is then reported.
         let timeout = self.entry_timeout_in(parent);
         let pfd = parent.file.path_fd()?;
+        let seen = self.watch_seen();
         let st = sys::statx(
             pfd.as_fd(),
             name,
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
             STATX_WANTED,
         )?;
-        if let Some(counted) = self
-            .inodes
-            .get_live_by_key_and_ref(&InodeKey::from_statx(&st))
-        {
-            return Ok(self.entry(counted, &st, timeout));
+        let key = InodeKey::from_statx(&st);
+        if let Some(counted) = self.inodes.get_live_by_key_and_ref(&key) {
+            return Ok(self.entry_seen(counted, &st, timeout, seen));
+        }
+        // A new name: held by its file handle, nothing opened (hp's two
+        // system calls), where the handle names the inode `st` is of.
+        let files = self.inodes.files();
+        if let Some(file) = files.held_by_name(pfd.as_fd(), name, st.stx_ino) {
+            let counted = self.inodes.insert_and_ref(key, file, st.stx_mode as u32);
+            return Ok(self.entry_seen(counted, &st, timeout, seen));
         }
         let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         let seen = self.watch_seen();
@@ -198,7 +204,12 @@ impl PassthroughFs {
         listed_ino: u64,
     ) -> io::Result<CountedEntry<'_>> {
         let hint = parent.key.with_ino(listed_ino);
-        if is_dot_or_dotdot(name.to_bytes()) || self.inodes.knows_key(&hint) {
+        // With file handles a new name costs `lookup_in` two system calls
+        // and opens nothing.
+        if is_dot_or_dotdot(name.to_bytes())
+            || self.inodes.files().by_handle()
+            || self.inodes.knows_key(&hint)
+        {
             return self.lookup_in(parent, name);
         }
         check_name(name)?;

@@ -9,6 +9,7 @@
 //! and the writer and forget hooks here.
 
 use super::*;
+use crate::inode::PathFd;
 
 impl PassthroughFs {
     /// Starts the source watch if the configuration wants it, a notifier
@@ -175,8 +176,8 @@ impl PassthroughFs {
         if parent.ftype() != libc::S_IFDIR {
             return self.entry_timeout;
         }
-        match self.mark_in_watch(epoch, parent, &parent.watched, |w, fd| {
-            w.watch(parent.nodeid, fd, parent.watch_id())
+        match self.mark_in_watch(epoch, parent, &parent.watched, |w, file| {
+            w.watch(parent.nodeid, file()?.as_fd(), parent.watch_id())
         }) {
             Ok(true) => crate::WATCHED_ENTRY_TIMEOUT,
             Ok(false) => self.entry_timeout,
@@ -188,23 +189,23 @@ impl PassthroughFs {
     }
 
     /// Marks `inode` in the running source watch (`watch` given the
-    /// watcher and the inode's `O_PATH` descriptor; as the daemon: marking
-    /// needs read access) and records watch `epoch` in `marked_in` if that
+    /// watcher and a way to the inode's `O_PATH` descriptor, which it asks
+    /// for only if it needs one; as the daemon: marking needs read access) and records watch `epoch` in `marked_in` if that
     /// watch still runs. `Ok(false)`: no watch runs, or another one than
     /// `epoch` (set up meanwhile).
-    fn mark_in_watch(
+    fn mark_in_watch<'i>(
         &self,
         epoch: u32,
-        inode: &Inode,
+        inode: &'i Inode,
         marked_in: &AtomicU32,
-        watch: impl FnOnce(&SourceWatcher, BorrowedFd<'_>) -> io::Result<()>,
+        watch: impl FnOnce(&SourceWatcher, &dyn Fn() -> io::Result<PathFd<'i>>) -> io::Result<()>,
     ) -> io::Result<bool> {
         let Some(watcher) = lock(&self.watcher).clone() else {
             return Ok(false);
         };
         self.creds.root();
-        let fd = inode.file.path_fd()?;
-        watch(&watcher, fd.as_fd())?;
+        // Opened only if the watch needs the descriptor.
+        watch(&watcher, &|| inode.file.path_fd())?;
         if self.watch_epoch.load(Ordering::Acquire) != epoch {
             return Ok(false);
         }
@@ -231,8 +232,8 @@ impl PassthroughFs {
             return self.attr_timeout;
         }
         // (A watch that can't watch files refuses with EOPNOTSUPP.)
-        match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, fd| {
-            w.watch_file(inode.nodeid, fd, inode.watch_id(), &inode.file_watch)
+        match self.mark_in_watch(epoch, inode, &inode.attrs_watched, |w, file| {
+            w.watch_file(inode.nodeid, file, inode.watch_id(), &inode.file_watch)
         }) {
             Ok(true) => crate::WATCHED_ATTR_TIMEOUT,
             Ok(false) => self.attr_timeout,

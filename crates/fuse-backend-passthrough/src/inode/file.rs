@@ -162,6 +162,40 @@ impl InodeFiles {
         })))
     }
 
+    /// Whether inodes are held by file handle (see [`InodeFiles::held_by_name`]).
+    pub(crate) fn by_handle(&self) -> bool {
+        self.opener.is_some()
+    }
+
+    /// The file `name` in directory `dir` leads to, which `statx` by name
+    /// just found to be inode `ino`, held by its file handle without being
+    /// opened: a name seen for the first time then costs two system calls
+    /// (the `statx` and `name_to_handle_at`), the descriptor being opened
+    /// only if a request needs one. `None` (the caller opens the name)
+    /// without file handles, for a name on another mount, one whose
+    /// handle doesn't carry its inode number (a layout
+    /// [`sys::FileHandle::generation`] doesn't read), or one that leads to
+    /// another inode by now.
+    ///
+    /// The inode number is checked, not the generation: a file removed
+    /// and its number given to a new file between the two calls would
+    /// pair the old file's attributes with the new file's handle. What
+    /// the node answers from then on is the new file's (the handle is),
+    /// and the kernel drops a cached inode whose type it sees change.
+    pub(crate) fn held_by_name(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        ino: u64,
+    ) -> Option<InodeFile> {
+        let opener = self.opener.as_ref()?;
+        let (handle, mnt_id) = sys::name_to_handle_at(dir, name).ok()?;
+        if mnt_id != opener.mnt_id || handle.generation(ino).is_none() {
+            return None;
+        }
+        self.held_by_handle(handle)
+    }
+
     pub(crate) fn make(&self, fd: OwnedFd) -> InodeFile {
         self.make_checked(fd, false)
     }

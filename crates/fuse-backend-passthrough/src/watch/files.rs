@@ -128,19 +128,25 @@ impl SourceWatcher {
     /// here on its first file), watching a file is an entry in the table
     /// that the events are looked up in, no system call: a cold listing
     /// then pays nothing per file for the watch (docs/benchmarks.md).
-    pub(crate) fn watch_file(
+    ///
+    /// `file` gives the file's `O_PATH` descriptor, asked for only where
+    /// one is needed (a file held by handle on a file system whose mark
+    /// and id are known needs none: its first lookup opens nothing).
+    pub(crate) fn watch_file<D: AsFd>(
         &self,
         nodeid: u64,
-        file: BorrowedFd<'_>,
+        file: impl Fn() -> io::Result<D>,
         id: ObjectId<'_>,
         state: &FileWatch,
     ) -> io::Result<()> {
         if !self.watches_files {
             return Err(sys::errno(libc::EOPNOTSUPP));
         }
-        if self.filesystem_marked(id.dev, file) {
-            return self.watch_file_through_fs(nodeid, file, id, state);
+        if self.filesystem_marked(id.dev, &file)? {
+            return self.watch_file_through_fs(nodeid, &file, id, state);
         }
+        let file = file()?;
+        let file = file.as_fd();
         let known = state.is_watched();
         // A file marked before may have had FAN_MODIFY taken off its mark
         // (`modify_events`): adding the whole mask again restores it.
@@ -172,17 +178,22 @@ impl SourceWatcher {
     /// in the initial user namespace, and for a file system whose objects
     /// fanotify can't name by one file system id (a btrfs subvolume:
     /// `EXDEV`): its files then get a mark each.
-    fn filesystem_marked(&self, dev: u64, file: BorrowedFd<'_>) -> bool {
+    fn filesystem_marked<D: AsFd>(
+        &self,
+        dev: u64,
+        file: impl Fn() -> io::Result<D>,
+    ) -> io::Result<bool> {
         if !self.privileged {
-            return false;
+            return Ok(false);
         }
         let mut filesystems = self.filesystems.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&marked) = filesystems.get(&dev) {
-            return marked;
+            return Ok(marked);
         }
         // Under the lock: the mark is in place before any file of this
         // file system is answered with the long timeout.
-        let path = crate::sys::StackPath::proc_fd(file.as_raw_fd());
+        let file = file()?;
+        let path = crate::sys::StackPath::proc_fd(file.as_fd().as_raw_fd());
         let marked = match sys::fanotify_mark_path(
             self.group.as_fd(),
             libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
@@ -199,23 +210,25 @@ impl SourceWatcher {
             }
         };
         filesystems.insert(dev, marked);
-        marked
+        Ok(marked)
     }
 
     /// [`SourceWatcher::watch_file`] of a file whose file system has a
     /// filesystem-wide mark: recorded in the table, and its writes
     /// reported again if an ignore mark kept them quiet.
-    fn watch_file_through_fs(
+    fn watch_file_through_fs<D: AsFd>(
         &self,
         nodeid: u64,
-        file: BorrowedFd<'_>,
+        file: impl Fn() -> io::Result<D>,
         id: ObjectId<'_>,
         state: &FileWatch,
     ) -> io::Result<()> {
         let fid = if state.is_watched() {
             None
+        } else if let Some(fid) = self.known_fid(id) {
+            Some(fid)
         } else {
-            Some(self.fid_of(file, id)?)
+            Some(self.fid_of(file()?.as_fd(), id)?)
         };
         let mut files = self.shared.files();
         if let Some(fid) = fid {
@@ -233,7 +246,7 @@ impl SourceWatcher {
             }
         }
         if state.quiet() == Some(Quiet::Yes) {
-            match self.remove_ignore_mark(file) {
+            match file().and_then(|file| self.remove_ignore_mark(file.as_fd())) {
                 Ok(()) => {}
                 Err(e)
                     if self.adopted.load(Ordering::Acquire)
@@ -288,10 +301,28 @@ impl SourceWatcher {
     /// before, which this count shows (a change of another file then costs
     /// a read too), unless an ignore mark kept its writes quiet until
     /// this watch.
-    pub(crate) fn changed_since(&self, state: &FileWatch, seen: u64) -> bool {
+    ///
+    /// `id` identifies the file: one held by file handle is read again only
+    /// if a change of that file was dropped (kept for the last
+    /// [`RECENTLY_MISSED`](super::RECENTLY_MISSED) dropped changes), any
+    /// other on any dropped change.
+    pub(crate) fn changed_since(&self, state: &FileWatch, id: ObjectId<'_>, seen: u64) -> bool {
         let _files = self.shared.files();
         match state.quiet() {
-            Some(Quiet::No) => self.shared.missed.load(Ordering::Acquire) != seen,
+            Some(Quiet::No) => {
+                let now = self.shared.missed.load(Ordering::Acquire);
+                if now == seen {
+                    return false;
+                }
+                let Some(fid) = self.known_fid(id) else {
+                    return true;
+                };
+                self.shared
+                    .recently_missed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .may_have_missed(seen, now, fid.digest())
+            }
             Some(Quiet::Lifted) => {
                 // The caller reads again now, after the ignore mark went.
                 state.set(FileWatch::watched(Some(Quiet::No)));

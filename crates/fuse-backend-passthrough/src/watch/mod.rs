@@ -167,6 +167,62 @@ struct Shared {
     /// attributes were read can tell whether its change went by
     /// meanwhile ([`SourceWatcher::changed_since`]).
     missed: AtomicU64,
+    /// Which files the last of those were, changed only under the files
+    /// table's lock: a file entered after its read is read again only if
+    /// its own change went by, not any file's (the filesystem-wide mark
+    /// reports every write on the file system, by anyone).
+    recently_missed: Mutex<RecentlyMissed>,
+}
+
+/// The digests of the files of the last [`RECENTLY_MISSED`] dropped
+/// changes, each with the `missed` count it made.
+#[derive(Default)]
+struct RecentlyMissed {
+    changes: std::collections::VecDeque<(u64, u64)>,
+    /// The `missed` count of the last overflow (any file may have changed).
+    overflow: u64,
+}
+
+/// How many dropped changes [`RecentlyMissed`] keeps: a file is entered
+/// in the table microseconds after its attributes were read; more
+/// changes of unknown files than this in between cost it a read again.
+const RECENTLY_MISSED: usize = 1024;
+
+impl RecentlyMissed {
+    /// A change of the file of `digest` (`None`: an overflow, any file)
+    /// was dropped, and `missed` is now `count`.
+    fn note(&mut self, count: u64, digest: Option<u64>) {
+        match digest {
+            Some(digest) => {
+                if self.changes.len() == RECENTLY_MISSED {
+                    self.changes.pop_front();
+                }
+                self.changes.push_back((count, digest));
+            }
+            None => self.overflow = count,
+        }
+    }
+
+    /// Whether a change dropped after `missed` was `seen` (and before it
+    /// became `now`) may have been one of the file of `digest`.
+    fn may_have_missed(&self, seen: u64, now: u64, digest: u64) -> bool {
+        if now == seen {
+            return false;
+        }
+        if self.overflow > seen {
+            return true;
+        }
+        // Changes after `seen` no longer kept: any of them may be its.
+        let kept_from = self.changes.front().map_or(now + 1, |&(count, _)| count);
+        if kept_from > seen + 1 {
+            return true;
+        }
+        self.changes
+            .iter()
+            .rev()
+            .take_while(|&&(count, _)| count > seen)
+            .any(|&(_, d)| d == digest)
+    }
 }
 
 impl Shared {
@@ -176,6 +232,16 @@ impl Shared {
 
     fn files(&self) -> MutexGuard<'_, Marked> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a dropped change of the file of `digest` (`None`: an
+    /// overflow, any file). Call it with the files table locked.
+    fn missed_change(&self, digest: Option<u64>) {
+        let count = self.missed.fetch_add(1, Ordering::AcqRel) + 1;
+        self.recently_missed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(count, digest);
     }
 }
 
@@ -340,6 +406,7 @@ impl SourceWatcher {
                 file_invalidations: AtomicU64::new(0),
                 overflows: AtomicU64::new(0),
                 missed: AtomicU64::new(0),
+                recently_missed: Mutex::new(RecentlyMissed::default()),
             }),
             reader: Mutex::new(None),
             fsids: Mutex::new(HashMap::new()),
@@ -471,6 +538,32 @@ impl SourceWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_dropped_change_of_the_file_itself_counts() {
+        let mut recent = RecentlyMissed::default();
+        // Nothing dropped since the read.
+        assert!(!recent.may_have_missed(0, 0, 7));
+        recent.note(1, Some(1));
+        recent.note(2, Some(2));
+        // Others' changes after the read: not this file's.
+        assert!(!recent.may_have_missed(0, 2, 7));
+        assert!(recent.may_have_missed(0, 2, 2));
+        // Its change before the read doesn't count.
+        assert!(!recent.may_have_missed(1, 2, 1));
+        // An overflow after the read: any file.
+        recent.note(3, None);
+        assert!(recent.may_have_missed(2, 3, 7));
+        assert!(!recent.may_have_missed(3, 3, 7));
+        // Changes after the read that are no longer kept: any file.
+        for count in 4..4 + RECENTLY_MISSED as u64 + 1 {
+            recent.note(count, Some(1000 + count));
+        }
+        let now = 4 + RECENTLY_MISSED as u64;
+        assert!(recent.may_have_missed(3, now, 7));
+        assert!(!recent.may_have_missed(4, now, 7));
+        assert!(recent.may_have_missed(4, now, 1000 + now));
+    }
 
     /// [`ObjectId::handle`]'s premise: where a file has a plain file
     /// handle, its fanotify id (`AT_HANDLE_FID`) is the same handle.

@@ -153,7 +153,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                     shared.overflows.fetch_add(1, Ordering::Relaxed);
                     {
                         let _files = shared.files();
-                        shared.missed.fetch_add(1, Ordering::AcqRel);
+                        shared.missed_change(None);
                     }
                     tracing::warn!(
                         "source watch: events lost (queue full); every cached name expires"
@@ -171,7 +171,7 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                         files.nodes_of(&file, |nodeid| *changed.entry(nodeid).or_default() |= data);
                     if !known {
                         // Counted under the table's lock (see `missed`).
-                        shared.missed.fetch_add(1, Ordering::AcqRel);
+                        shared.missed_change(Some(file.digest()));
                     }
                 }
                 Event::Name { dir, name } => {

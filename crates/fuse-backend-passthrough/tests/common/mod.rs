@@ -470,3 +470,42 @@ impl Drop for Overlay {
             .status();
     }
 }
+
+/// A tmpfs mounted for the test; unmounted on drop.
+pub struct Tmpfs {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let c = c(dir.path());
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// A tmpfs mounted on a fresh directory named with `prefix` (needs root,
+/// or a user namespace of one's own): the directory, and the mount.
+pub fn tmpfs_source(prefix: &str) -> (PathBuf, Tmpfs) {
+    let dir = test_support::tmp_dir(prefix);
+    let target = c(dir.path());
+    // SAFETY: NUL-terminated strings; a plain tmpfs mount.
+    let r = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=0755".as_ptr().cast(),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "mounting a tmpfs: {}",
+        std::io::Error::last_os_error()
+    );
+    (dir.path().to_path_buf(), Tmpfs { dir: Some(dir) })
+}
