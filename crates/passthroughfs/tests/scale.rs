@@ -236,7 +236,7 @@ fn walk_of_200k_files_with_default_fd_limit_and_inodes_forgotten_after_forget_ne
         let t = Instant::now();
         let mut state = walked;
         while (state.inodes, state.lookup_refs) != (1, 0) && t.elapsed() < FORGET_DEADLINE {
-            std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+            test_support::drop_kernel_caches().unwrap();
             std::thread::sleep(Duration::from_millis(500));
             state = fs_state(&daemon);
         }

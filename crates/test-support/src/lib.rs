@@ -8,6 +8,7 @@
 //! and the server's for its log capture); it depends on none of them, so
 //! that none of them is built twice.
 
+pub mod caches;
 pub mod file;
 pub mod load;
 pub mod log;
@@ -15,6 +16,7 @@ pub mod mountinfo;
 pub mod namespace;
 pub mod process;
 
+pub use caches::{drop_kernel_caches, kernel_keeps, KernelKeeps};
 pub use file::{create_rw, mmap_writes_through, open_direct, Aligned, SharedMap};
 pub use log::LogBuf;
 pub use mountinfo::{

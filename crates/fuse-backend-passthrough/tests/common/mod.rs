@@ -375,25 +375,18 @@ pub fn run_as_ok(uid: u32, gid: u32, groups: &[u32], dir: &Path, script: &str) {
     );
 }
 
-/// Tests of one binary run in parallel, and a cache drop reaches every
-/// mount: a test that counts what the kernel holds (nodes, watched files)
-/// holds [`kernel_keeps`]'s guard from its lookups to its count, and
-/// [`drop_caches`] waits for every such guard.
-static CACHE_DROPS: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// Until the guard drops, no test of this binary drops caches: the kernel
-/// keeps what this test looked up (memory pressure aside). Drop it before
-/// [`drop_caches`] or [`assert_refs_return_to_zero`], which would wait for
-/// it.
-pub fn kernel_keeps() -> std::sync::RwLockReadGuard<'static, ()> {
-    CACHE_DROPS.read().unwrap_or_else(|e| e.into_inner())
+/// Until the guard drops, no test (of this binary or another process)
+/// drops caches: the kernel keeps what this test looked up (memory
+/// pressure aside). Drop it before [`drop_caches`] or
+/// [`assert_refs_return_to_zero`], which would wait for it.
+pub fn kernel_keeps() -> test_support::KernelKeeps {
+    test_support::kernel_keeps()
 }
 
 /// Evicts unused dentries and inodes (the kernel then sends FORGETs).
 /// Needs real root: tests using it have `needs_root` in their names.
 pub fn drop_caches() {
-    let _exclusive = CACHE_DROPS.write().unwrap_or_else(|e| e.into_inner());
-    std::fs::write("/proc/sys/vm/drop_caches", "2")
+    test_support::drop_kernel_caches()
         .expect("writing /proc/sys/vm/drop_caches (needs real root, not a user namespace)");
 }
 

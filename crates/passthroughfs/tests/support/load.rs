@@ -61,7 +61,7 @@ pub fn fs_state_with(daemon: &Daemon, wants: &[&str], drop_caches: bool) -> Stri
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if drop_caches {
-            let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
+            let _ = test_support::drop_kernel_caches();
         }
         daemon.signal(libc::SIGUSR1);
         std::thread::sleep(Duration::from_millis(100));
