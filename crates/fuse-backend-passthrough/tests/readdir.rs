@@ -106,7 +106,8 @@ test_support::test_cases! {
 /// A first listing with a stat of each name (`ls -l`, `find`) holds the
 /// new names' inodes by file handle without opening them: the descriptor
 /// cache doesn't grow with the listing. What was listed then works
-/// through the mount (each file opened by its handle when read).
+/// through the mount (each file opened by its handle when read). Needs
+/// real root too (it drops the kernel's caches).
 ///
 /// The source is a tmpfs of its own, filled before the mount: a file the
 /// source watch saw change just as it was looked up is read again (and
@@ -130,6 +131,7 @@ fn first_listing_opens_nothing(plus: bool) {
     // The directory itself is opened (to be listed): counted before.
     lmeta(&t.m("d"));
     let before = t.fs.cached_fds();
+    let opens = t.fs.handle_opens();
     let lookups = t.count(fuse_abi::Opcode::Lookup);
     // lstat(2) as `find` and `ls -l` do: basic attributes, which the
     // kernel has from the lookup (Rust's metadata asks for the birth time
@@ -152,6 +154,15 @@ fn first_listing_opens_nothing(plus: bool) {
     if !plus {
         assert!(t.count(fuse_abi::Opcode::Lookup) - lookups >= n as u64);
     }
+    // Nor does forgetting them (a file watched through the filesystem-wide
+    // mark has no mark of its own to remove).
+    assert_refs_return_to_zero(&t);
+    let opened = t.fs.handle_opens() - opens;
+    assert!(
+        opened <= 4,
+        "listing and forgetting {} names opened {opened}",
+        n + 2
+    );
     for i in 0..n {
         assert_eq!(
             fs::read_to_string(t.m(&format!("d/f{i}"))).unwrap(),

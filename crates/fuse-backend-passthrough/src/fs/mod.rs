@@ -316,6 +316,14 @@ impl PassthroughFs {
         self.inodes.files().cached_fds()
     }
 
+    /// Descriptors opened from file handles so far (file handle mode): an
+    /// inode is held by its handle and opened when a request first needs
+    /// a descriptor of it, or again once the cache closed it. A first
+    /// listing with a stat of each name opens none.
+    pub fn handle_opens(&self) -> u64 {
+        self.inodes.files().handle_opens()
+    }
+
     /// Whether operations run with the callers' credentials (enabled in
     /// the config and the process runs as root).
     pub fn uses_caller_credentials(&self) -> bool {

@@ -339,13 +339,15 @@ impl PassthroughFs {
             return;
         }
         self.creds.root();
-        let fd = inode.file.path_fd().ok();
-        let fd = fd.as_ref().map(|fd| fd.as_fd());
         if dir {
-            watcher.unwatch(inode.nodeid, fd);
+            let fd = inode.file.path_fd().ok();
+            watcher.unwatch(inode.nodeid, fd.as_ref().map(|fd| fd.as_fd()));
         }
         if file {
-            watcher.unwatch_file(inode.nodeid, inode.watch_id(), &inode.file_watch, fd);
+            // Opened only if the file has a mark of its own to remove.
+            watcher.unwatch_file(inode.nodeid, inode.watch_id(), &inode.file_watch, || {
+                inode.file.path_fd().ok()
+            });
         }
     }
 

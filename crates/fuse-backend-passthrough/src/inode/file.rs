@@ -45,6 +45,8 @@ struct HandleOpener {
     mnt_id: u64,
     cache: Arc<FdCache>,
     next_id: AtomicU64,
+    /// Descriptors opened from file handles so far.
+    opens: AtomicU64,
 }
 
 impl HandleOpener {
@@ -100,6 +102,7 @@ impl InodeFiles {
                 mnt_id,
                 cache,
                 next_id: AtomicU64::new(1),
+                opens: AtomicU64::new(0),
             })
         };
         match probe() {
@@ -138,6 +141,14 @@ impl InodeFiles {
     /// Descriptors held by the cache of inodes in use.
     pub(crate) fn cached_fds(&self) -> usize {
         self.opener.as_ref().map_or(0, |o| o.cache.len())
+    }
+
+    /// Descriptors opened from file handles so far (an inode held by
+    /// handle whose descriptor wasn't in the cache, used by a request).
+    pub(crate) fn handle_opens(&self) -> u64 {
+        self.opener
+            .as_ref()
+            .map_or(0, |o| o.opens.load(Ordering::Relaxed))
     }
 
     /// The most descriptors the cache of inodes in use holds (0 when
@@ -267,6 +278,7 @@ impl HandleFile {
         let fd = crate::creds::with_fs_caps(|| {
             sys::open_by_handle(self.opener.mount_fd.as_fd(), &self.handle, libc::O_PATH)
         })?;
+        self.opener.opens.fetch_add(1, Ordering::Relaxed);
         let fd = CachedFd::new(fd);
         self.opener.cache.put(self.id, fd.clone());
         *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&fd);

@@ -376,12 +376,12 @@ impl SourceWatcher {
     /// whose identity is `id`, whose watch state is `state` and whose
     /// `O_PATH` descriptor is `file` (`None` if it can't be opened any
     /// more: a removed file, whose mark went with it).
-    pub(crate) fn unwatch_file(
+    pub(crate) fn unwatch_file<D: AsFd>(
         &self,
         nodeid: u64,
         id: ObjectId<'_>,
         state: &FileWatch,
-        file: Option<BorrowedFd<'_>>,
+        file: impl FnOnce() -> Option<D>,
     ) {
         let quiet = {
             let mut files = self.shared.files();
@@ -404,9 +404,15 @@ impl SourceWatcher {
             }
             quiet
         };
-        let Some(file) = file else {
+        // Through the filesystem-wide mark with no ignore mark: nothing of
+        // the file's own to remove, no descriptor to open.
+        if matches!(quiet, Some(Quiet::No | Quiet::Lifted)) {
+            return;
+        }
+        let Some(file) = file() else {
             return;
         };
+        let file = file.as_fd();
         if let Some(quiet) = quiet {
             // Only an ignore mark is the file's own (it holds the inode).
             if quiet == Quiet::Yes {
