@@ -24,6 +24,7 @@
 mod crash;
 mod fd_cache;
 mod file;
+mod file_nodes;
 mod prune;
 mod refs;
 mod store;
@@ -188,6 +189,7 @@ impl Inode {
     pub(crate) fn watch_id(&self) -> crate::watch::ObjectId<'_> {
         crate::watch::ObjectId {
             dev: self.key.dev(),
+            ino: self.key.ino,
             handle: self.file.file_handle(),
         }
     }

@@ -699,19 +699,31 @@ impl FileHandle {
     /// generation then the 64-bit inode number, 12 bytes). `None` for any
     /// other file system.
     pub(crate) fn generation(&self, ino: u64) -> Option<u32> {
-        const FILEID_INO32_GEN: i32 = 1;
-        if self.kind() != FILEID_INO32_GEN {
-            return None;
-        }
-        let word = |i: usize| -> Option<u32> {
-            let b = self.bytes().get(i * 4..i * 4 + 4)?;
-            Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        match self.bytes().len() {
-            8 if u64::from(word(0)?) == ino => word(1),
-            12 if u64::from(word(1)?) | u64::from(word(2)?) << 32 == ino => word(0),
+        match handle_number(self.kind(), self.bytes()) {
+            Some((number, generation)) if number == ino => Some(generation),
             _ => None,
         }
+    }
+}
+
+/// The inode number and generation a handle of type `kind` made of `bytes`
+/// carries, in the layouts [`FileHandle::generation`] reads (`None` for
+/// any other). Another file system's handle of the same type and length
+/// reads as some number too: a hint, to be checked against the handle
+/// itself.
+pub(crate) fn handle_number(kind: i32, bytes: &[u8]) -> Option<(u64, u32)> {
+    const FILEID_INO32_GEN: i32 = 1;
+    if kind != FILEID_INO32_GEN {
+        return None;
+    }
+    let word = |i: usize| -> Option<u32> {
+        let b = bytes.get(i * 4..i * 4 + 4)?;
+        Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    match bytes.len() {
+        8 => Some((u64::from(word(0)?), word(1)?)),
+        12 => Some((u64::from(word(1)?) | u64::from(word(2)?) << 32, word(0)?)),
+        _ => None,
     }
 }
 

@@ -53,6 +53,7 @@ impl PassthroughFs {
         match SourceWatcher::start(Arc::downgrade(&notifier), self.cfg.file_watch_wanted()) {
             Ok(w) => {
                 let files = w.watches_files();
+                w.find_files_with(self.file_nodes());
                 *slot = Some(Arc::new(w));
                 let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
                 self.watch_epoch.store(epoch, Ordering::Release);
@@ -76,6 +77,13 @@ impl PassthroughFs {
         }
     }
 
+    /// The inode store as the watch's way to files it watches by inode
+    /// number (`crate::watch::FileNodes`).
+    pub(super) fn file_nodes(&self) -> std::sync::Weak<dyn crate::watch::FileNodes> {
+        let store: std::sync::Weak<InodeStore> = Arc::downgrade(&self.inodes);
+        store
+    }
+
     /// Takes over `group`, a source watch group that a supervisor made
     /// and a dead serving process used (or none yet, for the first one):
     /// the nodes this process knows (taken back from the crash table) are
@@ -86,6 +94,7 @@ impl PassthroughFs {
     /// on, and nothing the kernel cached has to be dropped.
     fn adopt_watch_group(&self, group: crate::watch::SourceWatchGroup, notifier: &Arc<Notifier>) {
         let watcher = Arc::new(SourceWatcher::adopt(group));
+        watcher.find_files_with(self.file_nodes());
         let files = watcher.watches_files();
         {
             let mut slot = lock(&self.watcher);

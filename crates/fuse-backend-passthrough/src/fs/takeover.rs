@@ -468,6 +468,7 @@ impl PassthroughFs {
             }
         }
         let watcher = SourceWatcher::restore(saved, self.proc_self_fd.as_fd())?;
+        watcher.find_files_with(self.file_nodes());
         let epoch = self.next_watch.fetch_add(1, Ordering::Relaxed);
         for node in dirs {
             if let Ok(inode) = self.inodes.get(node) {

@@ -163,7 +163,7 @@ impl InodeStore {
         &self.files
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
+    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
         self.maps.read().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -63,6 +63,9 @@ impl FileWatch {
     /// With [`FileWatch::THROUGH_FS`]: its writes were quiet for a while
     /// ([`Quiet::Lifted`]).
     const LIFTED: u8 = 8;
+    /// With [`FileWatch::THROUGH_FS`]: watched by inode number, found
+    /// through [`FileNodes`](super::FileNodes), not in the table.
+    const BY_NUMBER: u8 = 16;
 
     fn get(&self) -> u8 {
         self.0.load(Ordering::Acquire)
@@ -72,9 +75,16 @@ impl FileWatch {
         self.0.store(bits, Ordering::Release);
     }
 
-    /// Whether the file is in the watch's table.
+    /// Whether the file is watched (in the watch's table, or by number).
     pub(crate) fn is_watched(&self) -> bool {
         self.get() & Self::WATCHED != 0
+    }
+
+    /// Whether the file is watched by inode number (see
+    /// [`FileNodes`](super::FileNodes)).
+    pub(crate) fn by_number(&self) -> bool {
+        let bits = self.get();
+        bits & Self::WATCHED != 0 && bits & Self::BY_NUMBER != 0
     }
 
     /// How a filesystem-wide mark watches it (`None`: it isn't watched,
@@ -103,6 +113,13 @@ impl FileWatch {
                 Some(Quiet::Yes) => Self::THROUGH_FS | Self::QUIET,
                 Some(Quiet::Lifted) => Self::THROUGH_FS | Self::LIFTED,
             }
+    }
+
+    /// Sets how a file watched through a filesystem-wide mark is quiet,
+    /// keeping whether it is watched by number.
+    fn set_quiet(&self, quiet: Quiet) {
+        let number = self.get() & Self::BY_NUMBER;
+        self.set(Self::watched(Some(quiet)) | number);
     }
 
     /// Sets the state a live upgrade's previous process recorded for a
@@ -230,10 +247,18 @@ impl SourceWatcher {
         } else {
             Some(self.fid_of(file()?.as_fd(), id)?)
         };
+        // A file whose handle carries its inode number is found through
+        // the inode store when it changes: no entry here.
+        let by_number = self.shared.file_nodes.get().is_some()
+            && id.handle.is_some_and(|h| h.generation(id.ino).is_some());
         let mut files = self.shared.files();
         if let Some(fid) = fid {
             if !state.is_watched() {
-                files.insert(nodeid, &fid, id.handle.is_none());
+                if by_number {
+                    self.shared.by_number.fetch_add(1, Ordering::AcqRel);
+                } else {
+                    files.insert(nodeid, &fid, id.handle.is_none());
+                }
                 // In an adopted group the dead process may have left an
                 // ignore mark on a file it was writing: lifted as one of
                 // ours would be (there may be none there: ENOENT).
@@ -242,7 +267,8 @@ impl SourceWatcher {
                 } else {
                     Quiet::No
                 };
-                state.set(FileWatch::watched(Some(first)));
+                let number = if by_number { FileWatch::BY_NUMBER } else { 0 };
+                state.set(FileWatch::watched(Some(first)) | number);
             }
         }
         if state.quiet() == Some(Quiet::Yes) {
@@ -253,7 +279,7 @@ impl SourceWatcher {
                         && e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => return Err(e),
             }
-            state.set(FileWatch::watched(Some(Quiet::Lifted)));
+            state.set_quiet(Quiet::Lifted);
         }
         drop(files);
         Ok(())
@@ -325,7 +351,7 @@ impl SourceWatcher {
             }
             Some(Quiet::Lifted) => {
                 // The caller reads again now, after the ignore mark went.
-                state.set(FileWatch::watched(Some(Quiet::No)));
+                state.set_quiet(Quiet::No);
                 true
             }
             Some(Quiet::Yes) | None => true,
@@ -354,7 +380,7 @@ impl SourceWatcher {
                     libc::FAN_MODIFY,
                     path.as_cstr(),
                 ) {
-                    Ok(()) => state.set(FileWatch::watched(Some(Quiet::Yes))),
+                    Ok(()) => state.set_quiet(Quiet::Yes),
                     Err(e) => tracing::debug!(nodeid, "quieting a file's write events: {e}"),
                 }
             }
@@ -389,13 +415,22 @@ impl SourceWatcher {
                 return;
             }
             let quiet = state.quiet();
+            let by_number = state.by_number();
             state.set(0);
             // A file held by its handle was recorded without the way back:
             // its digest is made again from that handle.
-            let removed = files.remove(nodeid)
-                || self
-                    .known_fid(id)
-                    .is_some_and(|fid| files.remove_digest(nodeid, fid.digest()));
+            let removed = if by_number {
+                let _ =
+                    self.shared
+                        .by_number
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+                true
+            } else {
+                files.remove(nodeid)
+                    || self
+                        .known_fid(id)
+                        .is_some_and(|fid| files.remove_digest(nodeid, fid.digest()))
+            };
             if !removed {
                 tracing::debug!(
                     nodeid,

@@ -95,8 +95,8 @@ use reader::Reader;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 /// How long a name answered in a watched directory may be cached: a day,
@@ -144,6 +144,11 @@ pub struct SourceWatchStats {
     pub watching_files: bool,
     /// Regular files watched now.
     pub watched_files: usize,
+    /// Of those, files watched by inode number: found through the inode
+    /// table when they change, with no entry in a table of the watch's
+    /// own (a file held by a handle that carries its inode number, on a
+    /// file system with a filesystem-wide mark).
+    pub watched_by_number: usize,
     /// File changes made by other processes that were passed on to the
     /// kernel (`FUSE_NOTIFY_INVAL_INODE`).
     pub file_invalidations: u64,
@@ -172,6 +177,39 @@ struct Shared {
     /// its own change went by, not any file's (the filesystem-wide mark
     /// reports every write on the file system, by anyone).
     recently_missed: Mutex<RecentlyMissed>,
+    /// File system ids by device number, so that marking an object costs
+    /// no `fstatfs` once its file system has been seen (and an event's
+    /// file system id tells the device).
+    fsids: Mutex<HashMap<u64, [i32; 2]>>,
+    /// Where files watched by inode number are found
+    /// ([`SourceWatcher::find_files_with`]).
+    file_nodes: OnceLock<Weak<dyn FileNodes>>,
+    /// Files watched by inode number: in no table here, their inodes say.
+    by_number: AtomicUsize,
+}
+
+/// Where the source watch finds the nodes of the files it watches by
+/// inode number rather than in a table of its own (the passthrough's
+/// inode store, which has every node by inode number already): a walk
+/// over a large tree then keeps no watch entry per file. A file is
+/// watched so when the handle its inode is held by carries its inode
+/// number ([`crate::sys::handle_number`]'s layouts); its [`FileWatch`]
+/// says it is.
+pub(crate) trait FileNodes: Send + Sync {
+    /// Calls `each` with every node held by the file handle of type `kind`
+    /// made of `bytes`, whose inode number is `ino`, on the file system of
+    /// device `dev`, that is watched by number.
+    fn watched_by_number(
+        &self,
+        dev: u64,
+        ino: u64,
+        kind: i32,
+        bytes: &[u8],
+        each: &mut dyn FnMut(u64),
+    );
+
+    /// Calls `each` with every node watched by number, and its identity.
+    fn all_watched_by_number(&self, each: &mut dyn FnMut(u64, ObjectId<'_>));
 }
 
 /// The digests of the files of the last [`RECENTLY_MISSED`] dropped
@@ -234,6 +272,49 @@ impl Shared {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The device number of the file system whose id is `fsid`, among
+    /// those seen.
+    fn dev_of(&self, fsid: [i32; 2]) -> Option<u64> {
+        self.fsids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|&(_, &f)| f == fsid)
+            .map(|(&dev, _)| dev)
+    }
+
+    /// The nodes of the file of fanotify id `fid` watched by number,
+    /// passed to `each`; whether there was any. Call it with the files
+    /// table locked (the nodes' [`FileWatch`] changes under it).
+    fn nodes_by_number(&self, fid: &Fid, each: &mut dyn FnMut(u64)) -> bool {
+        if self.by_number.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let (Some(ino), Some(dev)) = (fid.number(), self.dev_of(fid.fsid)) else {
+            return false;
+        };
+        let Some(nodes) = self.file_nodes.get().and_then(Weak::upgrade) else {
+            return false;
+        };
+        let mut found = false;
+        nodes.watched_by_number(dev, ino, fid.kind, &fid.bytes, &mut |nodeid| {
+            found = true;
+            each(nodeid);
+        });
+        found
+    }
+
+    /// Every node watched by number, passed to `each` (the files table
+    /// locked).
+    fn all_by_number(&self, each: &mut dyn FnMut(u64)) {
+        if self.by_number.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(nodes) = self.file_nodes.get().and_then(Weak::upgrade) {
+            nodes.all_watched_by_number(&mut |nodeid, _| each(nodeid));
+        }
+    }
+
     /// Counts a dropped change of the file of `digest` (`None`: an
     /// overflow, any file). Call it with the files table locked.
     fn missed_change(&self, digest: Option<u64>) {
@@ -258,9 +339,6 @@ pub(crate) struct SourceWatcher {
     /// The thread reading the group, while one does: events queue in the
     /// group meanwhile ([`SourceWatcher::stop_reading`]).
     reader: Mutex<Option<Reader>>,
-    /// File system ids by device number, so that marking an object costs
-    /// no `fstatfs` once its file system has been seen.
-    fsids: Mutex<HashMap<u64, [i32; 2]>>,
     /// The group may place filesystem-wide marks (it was made with
     /// `CAP_SYS_ADMIN`, which they need, and has an unlimited queue).
     privileged: bool,
@@ -407,13 +485,23 @@ impl SourceWatcher {
                 overflows: AtomicU64::new(0),
                 missed: AtomicU64::new(0),
                 recently_missed: Mutex::new(RecentlyMissed::default()),
+                fsids: Mutex::new(HashMap::new()),
+                file_nodes: OnceLock::new(),
+                by_number: AtomicUsize::new(0),
             }),
             reader: Mutex::new(None),
-            fsids: Mutex::new(HashMap::new()),
             privileged,
             filesystems: Mutex::new(IdMap::default()),
             adopted: AtomicBool::new(false),
         }
+    }
+
+    /// Lets files held by a handle that carries their inode number be
+    /// watched by number, found through `nodes` when they change (see
+    /// [`FileNodes`]); without it every file takes an entry in the
+    /// watch's own table. Set once.
+    pub(crate) fn find_files_with(&self, nodes: Weak<dyn FileNodes>) {
+        let _ = self.shared.file_nodes.set(nodes);
     }
 
     /// Watches the directory of the `O_PATH` descriptor `dir`, node
@@ -457,7 +545,9 @@ impl SourceWatcher {
             watched_dirs: self.shared.dirs().by_node.len(),
             invalidations: self.shared.invalidations.load(Ordering::Relaxed),
             watching_files: self.watches_files,
-            watched_files: self.shared.files().len(),
+            watched_files: self.shared.files().len()
+                + self.shared.by_number.load(Ordering::Relaxed),
+            watched_by_number: self.shared.by_number.load(Ordering::Relaxed),
             file_invalidations: self.shared.file_invalidations.load(Ordering::Relaxed),
             overflows: self.shared.overflows.load(Ordering::Relaxed),
             filesystems_watched: self
@@ -478,6 +568,8 @@ impl SourceWatcher {
 pub(crate) struct ObjectId<'a> {
     /// The device number of its file system (`st_dev`).
     pub(crate) dev: u64,
+    /// Its inode number.
+    pub(crate) ino: u64,
     /// The file handle the passthrough holds it by, if it does: one that
     /// `name_to_handle_at` made without flags. On a file system that can
     /// make such handles the kernel encodes an fanotify id
@@ -493,6 +585,7 @@ impl SourceWatcher {
     fn known_fid(&self, id: ObjectId<'_>) -> Option<Fid> {
         let handle = id.handle?;
         let fsid = *self
+            .shared
             .fsids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -515,6 +608,7 @@ impl SourceWatcher {
             }
         };
         let known = self
+            .shared
             .fsids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -524,7 +618,8 @@ impl SourceWatcher {
             Some(fsid) => fsid,
             None => {
                 let fsid = sys::fsid(fd)?;
-                self.fsids
+                self.shared
+                    .fsids
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(id.dev, fsid);

@@ -162,14 +162,20 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                         tracing::warn!("source watch: expiring cached names: {e}");
                     }
                     // And every watched file's attributes and data.
-                    let files: Vec<u64> = shared.files().all().map(|(node, _)| node).collect();
+                    let mut files: Vec<u64> = Vec::new();
+                    {
+                        let table = shared.files();
+                        files.extend(table.all().map(|(node, _)| node));
+                        shared.all_by_number(&mut |node| files.push(node));
+                    }
                     changed.extend(files.into_iter().map(|node| (node, true)));
                 }
                 Event::Changed { file, data } => {
                     let files = shared.files();
-                    let known =
-                        files.nodes_of(&file, |nodeid| *changed.entry(nodeid).or_default() |= data);
-                    if !known {
+                    let mut note = |nodeid| *changed.entry(nodeid).or_default() |= data;
+                    let in_table = files.nodes_of(&file, &mut note);
+                    let by_number = shared.nodes_by_number(&file, &mut note);
+                    if !in_table && !by_number {
                         // Counted under the table's lock (see `missed`).
                         shared.missed_change(Some(file.digest()));
                     }

@@ -6,7 +6,7 @@ use super::{Quiet, SourceWatcher};
 use crate::sys;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// A source watch as a live upgrade moves it from one process to the next
 /// ([`SourceWatcher::save`], [`SourceWatcher::restore`]): the group, whose
@@ -51,6 +51,17 @@ impl SourceWatcher {
             .all()
             .map(|(n, d)| (n, d, None))
             .collect();
+        // Files watched by number are in no table: their inodes say, and
+        // their digests are made from their handles (the next process
+        // keeps them in its table).
+        if let Some(nodes) = self.shared.file_nodes.get().and_then(Weak::upgrade) {
+            let _table = self.shared.files();
+            nodes.all_watched_by_number(&mut |nodeid, id| {
+                if let Some(fid) = self.known_fid(id) {
+                    files.push((nodeid, fid.digest(), None));
+                }
+            });
+        }
         files.sort_unstable_by_key(|&(n, _, _)| n);
         let mut filesystems: Vec<(u64, bool)> = self
             .filesystems
