@@ -26,6 +26,11 @@
 //! run, or downloaded from Debian's `linux-libc-dev` (which needs root); a
 //! `FUSE_ABI_REFERENCE_H` already set is kept.
 //!
+//! Run as real root, it first mounts fusectl and turns FUSE over io_uring on
+//! in the host, as `cargo xtask test`'s setup step does: a user namespace can
+//! do neither, and tests read fusectl's connection directories and mount
+//! over io_uring.
+//!
 //! The uid/gid mapping, best first:
 //! - `full` as real root: the parent writes `0 0 65536` into the child's
 //!   `uid_map` and `gid_map` (an identity map of uids 0-65535);
@@ -155,6 +160,24 @@ fn run_inner(args: &UsernsArgs) -> Result<()> {
 
     // Found (or fetched) outside the namespace, where apt can run.
     let reference_h = reference_header(&root);
+
+    // What the tests need of the host that a user namespace can't set up:
+    // fusectl (its connection directories: fusectl can't be mounted in a
+    // user namespace) and FUSE over io_uring. As real root, set up here as
+    // `cargo xtask test`'s setup step does; else said, and the tests that
+    // need them fail naming what is missing.
+    println!("==> the host: fusectl and FUSE over io_uring");
+    if crate::test::is_root() {
+        crate::test::mount_fusectl();
+        if let Err(e) = crate::test::enable_fuse_uring() {
+            println!("note: FUSE over io_uring stays off: {e:#}");
+        }
+    } else {
+        println!(
+            "not root: fusectl and FUSE over io_uring left as they are (tests that need \
+             them fail saying so; `cargo xtask test --only setup` as root sets them up)"
+        );
+    }
 
     // Build and list outside the namespace, as the calling user.
     println!("==> listing tests that cannot run in a user namespace");

@@ -144,7 +144,7 @@ pub(crate) fn enable_fuse_uring() -> Result<()> {
 }
 
 /// Mounts fusectl if it is not mounted; a failure is only noted.
-pub(super) fn mount_fusectl() {
+pub(crate) fn mount_fusectl() {
     if mounts().iter().any(|m| m.fstype == "fusectl") {
         println!("fusectl: mounted on {FUSECTL_DIR}");
         return;
