@@ -133,6 +133,9 @@ fn first_listing_opens_nothing(plus: bool) {
     let before = t.fs.cached_fds();
     let opens = t.fs.handle_opens();
     let lookups = t.count(fuse_abi::Opcode::Lookup);
+    // Counts what the kernel holds (watched files): no cache drop of
+    // another test meanwhile.
+    let keep = kernel_keeps();
     // lstat(2) as `find` and `ls -l` do: basic attributes, which the
     // kernel has from the lookup (Rust's metadata asks for the birth time
     // too, which costs a STATX request each).
@@ -157,6 +160,7 @@ fn first_listing_opens_nothing(plus: bool) {
     // Watched by inode number: no entry of the watch's own per file.
     let watch = t.fs.source_watch_stats();
     assert!(watch.watched_by_number >= n, "{watch:?}");
+    drop(keep);
     // A change behind the mount's back (by another process: the daemon
     // here is this process, whose changes the watch takes for its own)
     // still shows: the size the lstat above cached, for long, goes.
