@@ -172,20 +172,10 @@ pub(super) fn fuse_connections_seen_by(tree: &[u32]) -> BTreeSet<u32> {
 /// is the mount's connection number), but for those that came from the
 /// host's namespace (`master:N`): the run's own.
 fn fuse_minors_in(mountinfo: &str) -> Vec<u32> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            if fstype != "fuse" && !fstype.starts_with("fuse.") && fstype != "fuseblk" {
-                return None;
-            }
-            if left.split_whitespace().any(|f| f.starts_with("master:")) {
-                return None;
-            }
-            let dev = left.split_whitespace().nth(2)?;
-            dev.strip_prefix("0:")?.parse().ok()
-        })
+    super::mounts::parse_fuse_mounts(mountinfo)
+        .into_iter()
+        .filter(|m| !m.from_host)
+        .filter_map(|m| m.minor)
         .collect()
 }
 

@@ -26,6 +26,9 @@ pub(crate) struct FuseMount {
     pub(crate) fstype: String,
     /// Whether it propagated from the host's namespace (`master:N`).
     pub(crate) from_host: bool,
+    /// Its device's minor number (`0:N`): the FUSE connection's number
+    /// under `/sys/fs/fuse/connections`.
+    pub(crate) minor: Option<u32>,
 }
 
 /// The FUSE mounts in a mountinfo text.
@@ -44,6 +47,10 @@ pub(crate) fn parse_fuse_mounts(text: &str) -> Vec<FuseMount> {
                 from_host: fields[6.min(sep)..sep]
                     .iter()
                     .any(|f| f.starts_with("master:")),
+                minor: fields
+                    .get(2)
+                    .and_then(|dev| dev.strip_prefix("0:"))
+                    .and_then(|minor| minor.parse().ok()),
             })
         })
         .collect()
