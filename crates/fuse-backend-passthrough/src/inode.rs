@@ -12,7 +12,11 @@
 //! with given flags). A handle is opened with `open_by_handle_at(2)` on
 //! demand and the descriptor kept in a small cache of inodes in use, so a
 //! tree of any size can be served within the descriptor limit, and a hot
-//! inode costs no extra system call.
+//! inode costs no extra system call. A name seen for the first time is
+//! not opened at all: its handle is taken by name
+//! ([`InodeFiles::held_by_name`]), so a lookup costs what
+//! `passthrough_hp`'s does (a `statx` and a `name_to_handle_at`), and only
+//! a request that needs a descriptor opens one.
 //!
 //! This file holds what an inode is ([`Inode`], its identity
 //! [`InodeKey`]); the rest is apart, one seam a file: `file.rs` and
