@@ -5,17 +5,14 @@
 
 use super::store::{find, ino_hash};
 use super::InodeStore;
+use crate::sys;
 use crate::watch::{FileNodes, ObjectId};
 
 impl FileNodes for InodeStore {
-    fn watched_by_number(
-        &self,
-        dev: u64,
-        ino: u64,
-        kind: i32,
-        bytes: &[u8],
-        each: &mut dyn FnMut(u64),
-    ) {
+    fn watched_by_number(&self, dev: u64, handle: &sys::FileHandle, each: &mut dyn FnMut(u64)) {
+        let Some((ino, _)) = sys::handle_number(handle.kind(), handle.bytes()) else {
+            return;
+        };
         let maps = self.read();
         // The newest node of each identity with that number (one per
         // mount the file is seen through); an older one holds a file gone
@@ -28,10 +25,7 @@ impl FileNodes for InodeStore {
             let Some(inode) = find(&shard, nodeid) else {
                 continue;
             };
-            let same_file = inode
-                .file
-                .file_handle()
-                .is_some_and(|h| h.kind() == kind && h.bytes() == bytes);
+            let same_file = inode.file.file_handle() == Some(handle);
             if inode.key.dev() == dev && same_file && inode.file_watch.by_number() {
                 each(nodeid);
             }

@@ -16,12 +16,6 @@ pub(super) struct Fid {
 }
 
 impl Fid {
-    /// The inode number the id carries, where its layout is one
-    /// [`sys::handle_number`](crate::sys::handle_number) reads: a hint.
-    pub(super) fn number(&self) -> Option<u64> {
-        crate::sys::handle_number(self.kind, &self.bytes).map(|(ino, _)| ino)
-    }
-
     /// A 64-bit digest of the id, what [`Marked`](super::Marked) keeps: SipHash with
     /// fixed keys (the same object gets the same digest whenever it is
     /// seen; a collision costs an invalidation too many, see [`Marked`](super::Marked)).

@@ -196,17 +196,9 @@ struct Shared {
 /// number ([`crate::sys::handle_number`]'s layouts); its [`FileWatch`]
 /// says it is.
 pub(crate) trait FileNodes: Send + Sync {
-    /// Calls `each` with every node held by the file handle of type `kind`
-    /// made of `bytes`, whose inode number is `ino`, on the file system of
-    /// device `dev`, that is watched by number.
-    fn watched_by_number(
-        &self,
-        dev: u64,
-        ino: u64,
-        kind: i32,
-        bytes: &[u8],
-        each: &mut dyn FnMut(u64),
-    );
+    /// Calls `each` with every node held by `handle` on the file system of
+    /// device `dev` that is watched by number.
+    fn watched_by_number(&self, dev: u64, handle: &sys::FileHandle, each: &mut dyn FnMut(u64));
 
     /// Calls `each` with every node watched by number, and its identity.
     fn all_watched_by_number(&self, each: &mut dyn FnMut(u64, ObjectId<'_>));
@@ -290,14 +282,21 @@ impl Shared {
         if self.by_number.load(Ordering::Acquire) == 0 {
             return false;
         }
-        let (Some(ino), Some(dev)) = (fid.number(), self.dev_of(fid.fsid)) else {
+        // Only a layout that carries the inode number is watched by number.
+        if sys::handle_number(fid.kind, &fid.bytes).is_none() {
+            return false;
+        }
+        let Some(dev) = self.dev_of(fid.fsid) else {
+            return false;
+        };
+        let Ok(handle) = sys::FileHandle::new(fid.kind, &fid.bytes) else {
             return false;
         };
         let Some(nodes) = self.file_nodes.get().and_then(Weak::upgrade) else {
             return false;
         };
         let mut found = false;
-        nodes.watched_by_number(dev, ino, fid.kind, &fid.bytes, &mut |nodeid| {
+        nodes.watched_by_number(dev, &handle, &mut |nodeid| {
             found = true;
             each(nodeid);
         });
