@@ -56,7 +56,8 @@ pub struct Results {
     pub dir: PathBuf,
 }
 
-/// The names of the backing "devices" (mount sources) of the two mounts.
+/// The names of the backing "devices" (mount sources) of the two mounts,
+/// followed by the run's [`Layout::tag`].
 const TEST_DEV: &str = "xfstests-test";
 /// See [`TEST_DEV`].
 const SCRATCH_DEV: &str = "xfstests-scratch";
@@ -116,13 +117,15 @@ fn run_tests_in(
             "# Written by cargo xtask xfstests (mode {mode}: passthroughfs {flags}).\n\
              export FSTYP=fuse\n\
              export FUSE_SUBTYP=.passthroughfs-xfstests\n\
-             export TEST_DEV={TEST_DEV}\n\
+             export TEST_DEV={TEST_DEV}-{tag}\n\
              export TEST_DIR={test_dir}\n\
-             export SCRATCH_DEV={SCRATCH_DEV}\n\
+             export SCRATCH_DEV={SCRATCH_DEV}-{tag}\n\
              export SCRATCH_MNT={scratch_mnt}\n\
              export TEST_FS_MOUNT_OPTS=\"-o source={backing_test},{opts}\"\n\
              export MOUNT_OPTIONS=\"-o source={backing_scratch},{opts}\"\n\
-             export RESULT_BASE={dir}\n",
+             export RESULT_BASE={dir}\n\
+             export {daemon_var}={daemon}\n\
+             export {state_var}={state}\n",
             mode = mode.name(),
             flags = mode.daemon_flags(),
             test_dir = test_dir.canonicalize()?.display(),
@@ -130,6 +133,11 @@ fn run_tests_in(
             backing_test = backing_test.display(),
             backing_scratch = backing_scratch.display(),
             dir = dir.display(),
+            tag = layout.tag,
+            daemon_var = layout.helper_env()[0].0,
+            daemon = layout.helper_env()[0].1.display(),
+            state_var = layout.helper_env()[1].0,
+            state = layout.helper_env()[1].1.display(),
         ),
     )?;
     println!(

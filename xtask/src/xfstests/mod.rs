@@ -172,6 +172,10 @@ pub struct Layout {
     pub mnt: PathBuf,
     /// Parent of the backing directories.
     pub backing: PathBuf,
+    /// Eight hex digits naming this work directory, in the mounts' sources
+    /// (`xfstests-test-TAG`): xfstests finds and unmounts its mounts by
+    /// source, so two runs on one machine must not share a name.
+    pub tag: String,
 }
 
 impl Layout {
@@ -182,13 +186,7 @@ impl Layout {
         let work = if reachable_by_others(&target) {
             preferred
         } else {
-            let hash = root
-                .to_string_lossy()
-                .bytes()
-                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-                });
-            let work = PathBuf::from(format!("/var/tmp/xfstests-{:08x}", hash as u32));
+            let work = PathBuf::from(format!("/var/tmp/xfstests-{:08x}", fnv1a(root)));
             println!(
                 "note: {} is not reachable by other users (xfstests runs programs as fsgqa \
                  there): working in {}",
@@ -199,6 +197,7 @@ impl Layout {
         };
         fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
         fs::set_permissions(&work, fs::Permissions::from_mode(0o755))?;
+        let tag = format!("{:08x}", fnv1a(&work.canonicalize()?));
         let daemon_source = std::env::var_os("XTASK_PASSTHROUGHFS")
             .map(PathBuf::from)
             .unwrap_or_else(|| target.join("release/passthroughfs"));
@@ -211,7 +210,17 @@ impl Layout {
             mnt: work.join("mnt"),
             backing: work.join("backing"),
             work,
+            tag,
         })
+    }
+
+    /// The environment that points the machine's one mount helper at this
+    /// run's daemon and state directory (see the helper script's header).
+    pub fn helper_env(&self) -> [(&'static str, &Path); 2] {
+        [
+            ("PASSTHROUGHFS_XFSTESTS_DAEMON", &self.daemon),
+            ("PASSTHROUGHFS_XFSTESTS_STATE", &self.state),
+        ]
     }
 
     /// Programs put first in `check`'s PATH (a `df` that only looks at
@@ -224,6 +233,18 @@ impl Layout {
     pub fn results(&self, mode: Mode) -> PathBuf {
         self.work.join("results").join(mode.name())
     }
+}
+
+/// The 32-bit FNV-1a hash of a path's bytes: a short, stable name for it.
+fn fnv1a(path: &Path) -> u32 {
+    let hash = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    hash as u32
 }
 
 /// Whether every directory from `/` down to `dir` lets other users through

@@ -82,13 +82,14 @@ pub fn run(layout: &Layout, mode: Mode) -> Result<()> {
     }
     run_cmd(
         Command::new("mount")
+            .envs(layout.helper_env())
             .args(["-t", "fuse.passthroughfs-xfstests", "-o"])
             .arg(format!(
                 "source={},allow_other,default_permissions{}",
                 backing.display(),
                 mode.mount_options()
             ))
-            .arg(DEV)
+            .arg(format!("{DEV}-{}", layout.tag))
             .arg(&mnt),
     )?;
     let daemon = helper::daemons(layout)
