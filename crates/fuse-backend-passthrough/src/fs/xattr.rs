@@ -43,33 +43,34 @@ impl PassthroughFs {
         name: &CStr,
         size: u32,
     ) -> io::Result<XattrReply> {
-        self.xattr_enabled()?;
-        self.creds.root();
-        let inode = self.inodes.get(ino)?;
-        let pfd = inode.file.path_fd()?;
-        let path = pfd.proc_path();
-        if size == 0 {
-            let n = sys::getxattr(path.as_cstr(), name, &mut [])?;
-            return Ok(XattrReply::Size(n as u32));
-        }
-        let mut buf = Self::reply_buf((size as usize).min(XATTR_SIZE_MAX))?;
-        let n = sys::getxattr(path.as_cstr(), name, &mut buf)?;
-        buf.truncate(n);
-        Ok(XattrReply::Data(buf))
+        self.xattr_reply(ino, size, |path, buf| sys::getxattr(path, name, buf))
     }
 
     pub(super) fn listxattr(&self, _ctx: &Context, ino: u64, size: u32) -> io::Result<XattrReply> {
+        self.xattr_reply(ino, size, sys::listxattr)
+    }
+
+    /// The reply of a GETXATTR or LISTXATTR of `ino` with the kernel's
+    /// `size`: `read` (`getxattr(2)` or `listxattr(2)` on the inode's
+    /// `/proc` path) asked for the size alone when `size` is 0, else for
+    /// the data in a buffer of `size` bytes (at most [`XATTR_SIZE_MAX`]).
+    fn xattr_reply(
+        &self,
+        ino: u64,
+        size: u32,
+        read: impl Fn(&CStr, &mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<XattrReply> {
         self.xattr_enabled()?;
         self.creds.root();
         let inode = self.inodes.get(ino)?;
         let pfd = inode.file.path_fd()?;
         let path = pfd.proc_path();
         if size == 0 {
-            let n = sys::listxattr(path.as_cstr(), &mut [])?;
+            let n = read(path.as_cstr(), &mut [])?;
             return Ok(XattrReply::Size(n as u32));
         }
         let mut buf = Self::reply_buf((size as usize).min(XATTR_SIZE_MAX))?;
-        let n = sys::listxattr(path.as_cstr(), &mut buf)?;
+        let n = read(path.as_cstr(), &mut buf)?;
         buf.truncate(n);
         Ok(XattrReply::Data(buf))
     }
