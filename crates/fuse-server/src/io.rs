@@ -264,16 +264,21 @@ impl<'a> DirentBuf<'a> {
     }
 }
 
+/// The `fuse_dirent` header of the entry `name` (`None` if its length
+/// doesn't fit the header's field).
+fn dirent(ino: u64, cookie: u64, dtype: u32, name: &[u8]) -> Option<Dirent> {
+    Some(Dirent {
+        ino,
+        off: cookie,
+        namelen: u32::try_from(name.len()).ok()?,
+        r#type: dtype,
+    })
+}
+
 impl DirentSink for DirentBuf<'_> {
     fn add(&mut self, ino: u64, cookie: u64, dtype: u32, name: &[u8]) -> bool {
-        let Ok(namelen) = u32::try_from(name.len()) else {
+        let Some(head) = dirent(ino, cookie, dtype, name) else {
             return false;
-        };
-        let head = Dirent {
-            ino,
-            off: cookie,
-            namelen,
-            r#type: dtype,
         };
         self.push(head.as_bytes(), name)
     }
@@ -285,17 +290,12 @@ impl DirentSink for DirentBuf<'_> {
 
 impl DirentPlusSink for DirentBuf<'_> {
     fn add(&mut self, entry: &Entry, cookie: u64, dtype: u32, name: &[u8]) -> bool {
-        let Ok(namelen) = u32::try_from(name.len()) else {
+        let Some(dirent) = dirent(entry.attr.ino, cookie, dtype, name) else {
             return false;
         };
         let head = Direntplus {
             entry_out: entry.to_entry_out(),
-            dirent: Dirent {
-                ino: entry.attr.ino,
-                off: cookie,
-                namelen,
-                r#type: dtype,
-            },
+            dirent,
         };
         self.push(head.as_bytes(), name)
     }
