@@ -269,13 +269,18 @@ mod tests {
         let c = ctx();
         let root = fuse_abi::ROOT_ID;
 
-        // First attempts: the errors the names call for.
+        // A name that is gone and one that exists fail as they call for.
+        let fails_as_named = || {
+            assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
+            assert_eq!(
+                errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
+                libc::EEXIST
+            );
+        };
+
+        // First attempts: the errors.
         let first = journal.begin(1, 0, Attempt::First);
-        assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
-        assert_eq!(
-            errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
-            libc::EEXIST
-        );
+        fails_as_named();
         drop(first);
         // A resend of a request the dead process never started: the same.
         let never = journal.begin(
@@ -286,11 +291,7 @@ mod tests {
                 note: 0,
             },
         );
-        assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
-        assert_eq!(
-            errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
-            libc::EEXIST
-        );
+        fails_as_named();
         drop(never);
 
         // Started: the work found done is answered as done.
