@@ -175,6 +175,32 @@ fn round_order(len: usize, round: usize) -> Vec<usize> {
     order
 }
 
+/// Samples `len` configurations for `rounds` rounds, each once a round in
+/// [`round_order`], `run(i)` measuring configuration `i`: each one's
+/// samples, and their medians.
+fn sample_rounds(
+    len: usize,
+    rounds: usize,
+    mut run: impl FnMut(usize) -> f64,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); len];
+    for round in 0..rounds {
+        for i in round_order(len, round) {
+            samples[i].push(run(i));
+        }
+    }
+    let medians = samples.iter().map(|s| median(s)).collect();
+    (samples, medians)
+}
+
+/// Reads `path` through once, so that its data is in the page cache.
+fn warm_page_cache(path: &Path) {
+    let mut sink = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut sink))
+        .unwrap_or_else(|e| panic!("reading {} into the page cache: {e}", path.display()));
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
@@ -389,10 +415,7 @@ fn vectored(dir: &Path, rounds: usize, text: &mut String) -> (Value, Vec<Value>)
         .write(true)
         .open(&path)
         .expect("open the test file");
-    let mut warm = Vec::new();
-    std::fs::File::open(&path)
-        .and_then(|mut f| f.read_to_end(&mut warm))
-        .expect("warm the cache");
+    warm_page_cache(&path);
     let b = VBench {
         bare: std::cell::RefCell::new(io_uring::IoUring::new(8).expect("bare ring")),
         tokio: RuntimeType::Tokio.build().expect("tokio runtime"),
@@ -430,13 +453,9 @@ fn vectored(dir: &Path, rounds: usize, text: &mut String) -> (Value, Vec<Value>)
             for c in VConf::ALL {
                 b.run(c, op, nbufs, iters / 10 + 1);
             }
-            let mut samples: Vec<Vec<f64>> = vec![Vec::new(); VConf::ALL.len()];
-            for round in 0..rounds {
-                for i in round_order(VConf::ALL.len(), round) {
-                    samples[i].push(b.run(VConf::ALL[i], op, nbufs, iters));
-                }
-            }
-            let med: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+            let (samples, med) = sample_rounds(VConf::ALL.len(), rounds, |i| {
+                b.run(VConf::ALL[i], op, nbufs, iters)
+            });
             let m = |c: VConf| med[VConf::ALL.iter().position(|&x| x == c).expect("conf")];
             let tok_speedup = m(VConf::TokioPerBuffer) / m(VConf::TokioVectored);
             let tok_vs_raw = m(VConf::TokioVectored) / m(VConf::Raw);
@@ -702,30 +721,23 @@ fn copies(dir: &Path, rounds: usize, mib: u64, text: &mut String) -> (Value, Vec
         ("O_DIRECT (source and destination)", &direct),
     ] {
         let _ = writeln!(text, "  {label}:");
-        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); confs.len()];
         let is_direct = confs[0].direct();
         if !is_direct {
-            let mut sink = Vec::new();
-            std::fs::File::open(&src)
-                .and_then(|mut f| f.read_to_end(&mut sink))
-                .expect("cache the source");
+            warm_page_cache(&src);
         }
-        for round in 0..rounds {
-            for i in round_order(confs.len(), round) {
-                if is_direct {
-                    drop_caches_of(&src);
-                }
-                // Start each run with the disk quiet: earlier copies' dirty pages are gone
-                // with their files, but flush whatever else is pending.
-                // SAFETY: sync(2) has no preconditions.
-                unsafe { libc::sync() };
-                std::thread::sleep(Duration::from_millis(50));
-                let (secs, n) = b.run(&confs[i], &src, &dst);
-                assert_eq!(n, mib << 20, "{} copied {n} bytes", confs[i].name());
-                samples[i].push(secs);
+        let (samples, med) = sample_rounds(confs.len(), rounds, |i| {
+            if is_direct {
+                drop_caches_of(&src);
             }
-        }
-        let med: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+            // Start each run with the disk quiet: earlier copies' dirty pages are gone
+            // with their files, but flush whatever else is pending.
+            // SAFETY: sync(2) has no preconditions.
+            unsafe { libc::sync() };
+            std::thread::sleep(Duration::from_millis(50));
+            let (secs, n) = b.run(&confs[i], &src, &dst);
+            assert_eq!(n, mib << 20, "{} copied {n} bytes", confs[i].name());
+            secs
+        });
         for (i, c) in confs.iter().enumerate() {
             let mibs = mib as f64 / med[i];
             let _ = writeln!(
