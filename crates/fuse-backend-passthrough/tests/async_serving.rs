@@ -499,18 +499,7 @@ fn lookups_are_forgotten(mode: Mode) {
         fs::metadata(t.m(&format!("f{i}"))).unwrap();
     }
     assert!(t.fs.lookup_refs() > 0);
-    // Both waited for: a FORGET takes the count to 0 before it takes the
-    // node out of the table.
-    let ok = wait_until(Duration::from_secs(20), || {
-        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        t.fs.lookup_refs() == 0 && t.fs.inode_count() == 1
-    });
-    assert!(
-        ok,
-        "lookup references left: {}, inodes: {}",
-        t.fs.lookup_refs(),
-        t.fs.inode_count()
-    );
+    assert_refs_return_to_zero(&t.fs);
     assert_eq!(t.fs.handle_count(), 0);
     t.unmount();
     let _ = Opcode::Lookup;

@@ -268,7 +268,7 @@ fn forgotten_directories_are_no_longer_watched_needs_root() {
     // One removed in the source meanwhile (its mark goes with it).
     fs::remove_dir_all(t.s("d0")).unwrap();
     drop(keep);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
     // Only the root, whose node is never forgotten, stays watched.
     let stats = t.fs.source_watch_stats();
     assert_eq!(stats.watched_dirs, 1, "{stats:?}");
@@ -408,7 +408,7 @@ fn forgotten_files_are_no_longer_watched_needs_root() {
     // One removed in the source meanwhile (its mark goes with it).
     fs::remove_file(t.s("f0")).unwrap();
     drop(keep);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
     assert_eq!(t.fs.source_watch_stats().watched_files, 0);
 }
 

@@ -42,7 +42,7 @@ fn lookup_counts_return_to_zero_after_eviction_needs_root() {
         "the open file's inode is still known"
     );
     drop(f);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
     assert_eq!(t.fs.handle_count(), 0, "every handle released");
     assert!(t.count(fuse_abi::Opcode::Forget) + t.count(fuse_abi::Opcode::BatchForget) > 0);
 }

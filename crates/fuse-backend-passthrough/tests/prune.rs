@@ -102,7 +102,7 @@ fn a_walk_larger_than_the_limit_leaves_a_bounded_table_needs_root() {
     walk(&t);
     wait_bounded(&t);
     assert!(t.fs.prune_stats().unwrap().rounds > rounds);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
 }
 
 #[test]
@@ -164,5 +164,5 @@ fn pruned_nodes_in_use_stay_valid_needs_root() {
     drop(open);
     drop(cwd);
     check_every_file(&t);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
 }

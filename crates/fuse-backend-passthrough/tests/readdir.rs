@@ -187,7 +187,7 @@ fn first_listing_opens_nothing(plus: bool) {
     );
     // Nor does forgetting them (a file watched through the filesystem-wide
     // mark has no mark of its own to remove).
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
     let opened = t.fs.handle_opens() - opens;
     assert!(
         opened <= 4,
@@ -222,7 +222,7 @@ fn readdirplus_lookup_counts_return_to_zero_needs_root() {
     assert_eq!(list_and_stat(&t.mnt, true).len(), 3002);
     assert!(t.fs.lookup_refs() >= 3000);
     drop(keep);
-    assert_refs_return_to_zero(&t);
+    assert_refs_return_to_zero(&t.fs);
 }
 
 #[test]

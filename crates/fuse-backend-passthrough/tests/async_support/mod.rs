@@ -110,8 +110,9 @@ pub fn options(fsname: &str) -> MountOptions {
 
 #[allow(unused_imports)] // pool.rs uses the mounts alone
 pub use common::{
-    append_to_a, big_file_read, big_file_written, direct_file_below, direct_file_written, lmeta,
-    renameat2, seek_and_read_big, small_files_both_ways, truncate_a, uncached, Sides,
+    append_to_a, assert_refs_return_to_zero, big_file_read, big_file_written, direct_file_below,
+    direct_file_written, lmeta, renameat2, seek_and_read_big, small_files_both_ways, truncate_a,
+    uncached, Sides,
 };
 
 /// A `FuseDevTask` serving `server` at `mnt` on a new thread with a

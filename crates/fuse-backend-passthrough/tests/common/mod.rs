@@ -390,21 +390,21 @@ pub fn drop_caches() {
         .expect("writing /proc/sys/vm/drop_caches (needs real root, not a user namespace)");
 }
 
-/// Drops caches until the kernel has forgotten every inode of `t` and
-/// the passthrough has let them all go but the root. Both are waited for:
-/// a FORGET takes a node's count to 0 first and the node out of the table
-/// after (another lock), so the count can read 0 while the node is still
-/// there for a moment (which a busy machine stretches).
-pub fn assert_refs_return_to_zero(t: &TestMount) {
+/// Drops caches until the kernel has forgotten every inode of the mount
+/// `fs` serves and `fs` has let them all go but the root. Both are waited
+/// for: a FORGET takes a node's count to 0 first and the node out of the
+/// table after (another lock), so the count can read 0 while the node is
+/// still there for a moment (which a busy machine stretches).
+pub fn assert_refs_return_to_zero(fs: &PassthroughFs) {
     let ok = wait_until(Duration::from_secs(20), || {
         drop_caches();
-        t.fs.lookup_refs() == 0 && t.fs.inode_count() == 1
+        fs.lookup_refs() == 0 && fs.inode_count() == 1
     });
     assert!(
         ok,
         "lookup references did not return to 0 with only the root left: {} refs, {} inodes",
-        t.fs.lookup_refs(),
-        t.fs.inode_count()
+        fs.lookup_refs(),
+        fs.inode_count()
     );
 }
 
