@@ -417,7 +417,7 @@ mod tests {
     // use the public API only: this one drives the private directory stream.
     #[test]
     fn readdir_stream_keeps_the_entry_its_callback_failed_on() {
-        use crate::test_util::errno;
+        use test_support::errno_of;
         // The callback the READDIR(PLUS) handlers give the stream fails when
         // a READDIRPLUS lookup fails (an error the backing file system makes,
         // not one a test can provoke as any user): the handler then answers
@@ -449,7 +449,7 @@ mod tests {
                 got.push((e.name.to_vec(), e.off));
                 Ok(true)
             });
-            assert_eq!(errno(r), libc::EIO);
+            assert_eq!(errno_of(r), libc::EIO);
             let resume = got.last().map_or(start, |e| e.1);
             let mut next = None;
             stream

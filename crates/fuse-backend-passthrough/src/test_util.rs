@@ -1,9 +1,8 @@
-//! Helpers of the unit tests in `src/` (the crash-recovery and handle
-//! tests): a request context of the calling user and an error's errno.
-//! The readdir contract tests, under `tests/`, keep their own copy.
+//! Helpers of the unit tests in `src/` (the crash-recovery tests): a
+//! request context of the calling user. The tests under `tests/` keep
+//! their own copy (`common::own_context`).
 
 use fuse_server::Context;
-use std::io;
 
 pub(crate) fn ctx() -> Context {
     // SAFETY: getuid/getgid have no preconditions.
@@ -13,8 +12,4 @@ pub(crate) fn ctx() -> Context {
         gid,
         ..Context::default()
     }
-}
-
-pub(crate) fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
-    r.expect_err("an error").raw_os_error().expect("an errno")
 }

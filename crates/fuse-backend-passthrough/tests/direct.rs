@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::own_context as ctx;
+use common::{errno_of, own_context as ctx};
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{
     CopyFileRangeArgs, DirentPlusSink, Entry, FileSystem, LockArgs, LseekArgs, MkdirArgs, OpenArgs,
@@ -21,10 +21,6 @@ fn setup() -> (tempfile::TempDir, PassthroughFs) {
     (dir, fs)
 }
 
-fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
-    r.unwrap_err().raw_os_error().unwrap()
-}
-
 #[test]
 fn names_with_a_slash_or_empty_are_rejected() {
     let (dir, fs) = setup();
@@ -32,12 +28,12 @@ fn names_with_a_slash_or_empty_are_rejected() {
     fs::write(dir.path().join("a/b"), b"").unwrap();
     for name in [c"a/b", c"/etc", c"", c"a/"] {
         assert_eq!(
-            errno(fs.lookup(&ctx(), ROOT, name)),
+            errno_of(fs.lookup(&ctx(), ROOT, name)),
             libc::EINVAL,
             "{name:?}"
         );
         assert_eq!(
-            errno(fs.mkdir(
+            errno_of(fs.mkdir(
                 &ctx(),
                 ROOT,
                 name,
@@ -48,7 +44,7 @@ fn names_with_a_slash_or_empty_are_rejected() {
             )),
             libc::EINVAL
         );
-        assert_eq!(errno(fs.unlink(&ctx(), ROOT, name)), libc::EINVAL);
+        assert_eq!(errno_of(fs.unlink(&ctx(), ROOT, name)), libc::EINVAL);
     }
     assert!(dir.path().join("a/b").exists());
     assert_eq!(fs.lookup_refs(), 0);
@@ -98,7 +94,7 @@ fn symlinks_in_the_backing_tree_are_not_followed() {
         .is_err());
     // So is a directory operation on it.
     assert_eq!(
-        errno(fs.opendir(&ctx(), e.nodeid, &OpenArgs::default())),
+        errno_of(fs.opendir(&ctx(), e.nodeid, &OpenArgs::default())),
         libc::ENOTDIR
     );
 }
@@ -129,7 +125,7 @@ fn lookup_counts_are_exact() {
     assert_eq!(fs.inode_count(), 1);
     fs.forget(&ctx(), ROOT, 1);
     assert_eq!(fs.inode_count(), 1);
-    assert_eq!(errno(fs.getattr(&ctx(), d.nodeid, None)), libc::ESTALE);
+    assert_eq!(errno_of(fs.getattr(&ctx(), d.nodeid, None)), libc::ESTALE);
 }
 
 /// Accepts `room` entries, then rejects.
@@ -277,13 +273,16 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         ..ReadArgs::default()
     };
     assert_eq!(
-        errno(fs.read(&ctx(), e.nodeid, &read, &mut out)),
+        errno_of(fs.read(&ctx(), e.nodeid, &read, &mut out)),
         libc::EBADF
     );
-    assert_eq!(errno(fs.getattr(&ctx(), 12345, None)), libc::ESTALE);
-    assert_eq!(errno(fs.getattr(&ctx(), e.nodeid, Some(77))), libc::EBADF);
+    assert_eq!(errno_of(fs.getattr(&ctx(), 12345, None)), libc::ESTALE);
     assert_eq!(
-        errno(fs.release(
+        errno_of(fs.getattr(&ctx(), e.nodeid, Some(77))),
+        libc::EBADF
+    );
+    assert_eq!(
+        errno_of(fs.release(
             &ctx(),
             e.nodeid,
             &ReleaseArgs {
@@ -315,7 +314,10 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         },
         flock: false,
     };
-    assert_eq!(errno(fs.setlk(&ctx(), e.nodeid, &lk, false)), libc::EINVAL);
+    assert_eq!(
+        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
+        libc::EINVAL
+    );
     let lk = LockArgs {
         lock: fuse_abi::FileLock {
             start: u64::MAX,
@@ -325,7 +327,10 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         },
         ..lk
     };
-    assert_eq!(errno(fs.setlk(&ctx(), e.nodeid, &lk, false)), libc::EINVAL);
+    assert_eq!(
+        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
+        libc::EINVAL
+    );
     let lk = LockArgs {
         lock: fuse_abi::FileLock {
             start: 0,
@@ -335,7 +340,10 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         },
         ..lk
     };
-    assert_eq!(errno(fs.setlk(&ctx(), e.nodeid, &lk, false)), libc::EINVAL);
+    assert_eq!(
+        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
+        libc::EINVAL
+    );
     let seek = LseekArgs {
         fh: opened.fh,
         offset: u64::MAX,
@@ -343,7 +351,7 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
     };
     // The wire's u64 is the kernel's loff_t: -1, which lseek(2) of the
     // backing file refuses with ENXIO for SEEK_DATA, as natively.
-    assert_eq!(errno(fs.lseek(&ctx(), e.nodeid, &seek)), libc::ENXIO);
+    assert_eq!(errno_of(fs.lseek(&ctx(), e.nodeid, &seek)), libc::ENXIO);
     let copy = CopyFileRangeArgs {
         fh_in: opened.fh,
         nodeid_out: e.nodeid,
@@ -353,7 +361,7 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         ..CopyFileRangeArgs::default()
     };
     assert_eq!(
-        errno(fs.copy_file_range(&ctx(), e.nodeid, &copy)),
+        errno_of(fs.copy_file_range(&ctx(), e.nodeid, &copy)),
         libc::EINVAL
     );
     // Reads and writes with short counts.

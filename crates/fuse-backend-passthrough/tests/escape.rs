@@ -107,10 +107,6 @@ fn ctx() -> Context {
     }
 }
 
-fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
-    r.expect_err("must fail").raw_os_error().unwrap_or(-1)
-}
-
 fn fs_over(t: &Tree) -> PassthroughFs {
     PassthroughFs::new(&t.src, PassthroughConfig::default()).unwrap()
 }
@@ -222,7 +218,7 @@ fn bad_names_are_refused_everywhere() {
             ),
         ];
         for (op, r) in results {
-            let e = errno(r);
+            let e = errno_of(r);
             let want = if name.to_bytes().len() > 255 {
                 libc::ENAMETOOLONG
             } else {
@@ -236,7 +232,7 @@ fn bad_names_are_refused_everywhere() {
             && n.to_bytes() != b".."
         {
             // A name with a `/` is refused, not resolved.
-            assert_eq!(errno(fs.lookup(&c, ROOT_ID, n)), libc::EINVAL);
+            assert_eq!(errno_of(fs.lookup(&c, ROOT_ID, n)), libc::EINVAL);
         }
     }
     assert_eq!(outside_state(&t), before, "nothing outside changed");
@@ -277,11 +273,11 @@ fn symlinks_in_the_backing_tree_are_never_followed() {
         assert!(fs.open(&c, e.nodeid, &read_only).is_err());
         assert!(fs.opendir(&c, e.nodeid, &OpenArgs::default()).is_err());
         assert_eq!(
-            errno(fs.lookup(&c, e.nodeid, c"secret")),
+            errno_of(fs.lookup(&c, e.nodeid, c"secret")),
             libc::ENOTDIR,
             "{link:?}/secret"
         );
-        assert_eq!(errno(fs.lookup(&c, e.nodeid, c"f")), libc::ENOTDIR);
+        assert_eq!(errno_of(fs.lookup(&c, e.nodeid, c"f")), libc::ENOTDIR);
         assert!(fs.create(&c, e.nodeid, c"new", &create(0o644)).is_err());
         assert!(fs
             .mkdir(

@@ -13,12 +13,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-fn errno_of<T>(r: std::io::Result<T>) -> i32 {
-    r.err()
-        .and_then(|e| e.raw_os_error())
-        .expect("expected an error")
-}
-
 #[test]
 fn file_data_roundtrip() {
     let t = TestMount::new();

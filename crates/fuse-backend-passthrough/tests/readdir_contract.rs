@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::own_context as ctx;
+use common::{errno_of, own_context as ctx};
 use fuse_abi::{Attr, Dirent, Direntplus, EntryOut, ROOT_ID};
 use fuse_backend_passthrough::{PassthroughConfig, PassthroughFs};
 use fuse_server::{DirentBuf, Entry, FileSystem, LseekArgs, OpenArgs, ReadArgs, ReleaseArgs};
@@ -41,10 +41,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const ROOT: u64 = ROOT_ID;
-
-fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
-    r.expect_err("an error").raw_os_error().expect("an errno")
-}
 
 fn passthrough(dir: &Path, config: PassthroughConfig) -> PassthroughFs {
     // As the daemon does: without file handles (any user but root) every
@@ -645,10 +641,10 @@ fn readdir_error_before_the_first_entry_fails_after_one_ends_the_reply() {
     assert_listing(&all, &with_dots(&files), &backing, "before the removal");
     // The next request fails before its first entry: the error is its reply.
     assert_eq!(
-        errno(dir.read(false, second[8].cookie, 65536)),
+        errno_of(dir.read(false, second[8].cookie, 65536)),
         libc::ENOENT
     );
-    assert_eq!(errno(dir.read(false, 0, 65536)), libc::ENOENT);
+    assert_eq!(errno_of(dir.read(false, 0, 65536)), libc::ENOENT);
     dir.release().unwrap();
     fs.forget(&ctx(), sub.nodeid, 1);
     assert_eq!(fs.lookup_refs(), 0);
@@ -693,7 +689,7 @@ fn readdirplus_error_before_the_first_entry_fails_after_one_ends_the_reply() {
         // seek back to the cookie past the names skipped as gone).
         let r = dir.read(true, second[0].cookie, 65536);
         assert!(r.is_err(), "file_handles={file_handles}: {r:?}");
-        assert_eq!(errno(dir.read(true, 0, 65536)), libc::ENOENT);
+        assert_eq!(errno_of(dir.read(true, 0, 65536)), libc::ENOENT);
         assert_eq!(fs.lookup_refs(), 1, "only the lookup of d");
         dir.release().unwrap();
         fs.forget(&ctx(), sub.nodeid, 1);
@@ -937,8 +933,8 @@ fn readdir_with_no_readdir_succeeds_with_no_entries() {
     fs.forget(&ctx(), e.nodeid, 1);
     dir.release().unwrap();
     // A handle that isn't open is still an error.
-    assert_eq!(errno(dir.read(false, 0, 4096)), libc::EBADF);
-    assert_eq!(errno(dir.read(true, 0, 4096)), libc::EBADF);
+    assert_eq!(errno_of(dir.read(false, 0, 4096)), libc::EBADF);
+    assert_eq!(errno_of(dir.read(true, 0, 4096)), libc::EBADF);
 }
 
 #[test]
@@ -954,20 +950,20 @@ fn releasedir_drops_the_handle_and_its_position() {
     dir.release().unwrap();
     assert_eq!(fs.handle_count(), 0);
     for plus in [false, true] {
-        assert_eq!(errno(dir.read(plus, 0, 4096)), libc::EBADF);
+        assert_eq!(errno_of(dir.read(plus, 0, 4096)), libc::EBADF);
         assert_eq!(
-            errno(dir.read(plus, part.last().unwrap().cookie, 4096)),
+            errno_of(dir.read(plus, part.last().unwrap().cookie, 4096)),
             libc::EBADF
         );
     }
-    assert_eq!(errno(dir.lseek(0, libc::SEEK_SET)), libc::EBADF);
-    assert_eq!(errno(dir.release()), libc::EBADF);
+    assert_eq!(errno_of(dir.lseek(0, libc::SEEK_SET)), libc::EBADF);
+    assert_eq!(errno_of(dir.release()), libc::EBADF);
     // A new handle has a number of its own and starts at the beginning.
     let again = Dir::open(&fs, ROOT);
     assert_ne!(again.fh, dir.fh);
     let (all, _) = again.read_to_end(false, 0, 4096);
     assert_eq!(all, full);
-    assert_eq!(errno(dir.read(false, 0, 4096)), libc::EBADF);
+    assert_eq!(errno_of(dir.read(false, 0, 4096)), libc::EBADF);
     again.release().unwrap();
     assert_eq!((fs.handle_count(), fs.lookup_refs()), (0, 0));
 }

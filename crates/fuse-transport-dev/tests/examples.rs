@@ -35,17 +35,11 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, Permi
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use test_support::errno_of;
 
 /// How long the kernel may take to send what a test waits for (FORGETs,
 /// a signal's stop): only a broken mount takes this long.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn errno_of<T: std::fmt::Debug>(result: io::Result<T>) -> i32 {
-    result
-        .expect_err("the call should have failed")
-        .raw_os_error()
-        .expect("an errno")
-}
 
 fn cpath(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap()

@@ -183,6 +183,14 @@ pub fn wait_or_fail(patience: Duration, cond: impl FnMut() -> bool, why: impl Fn
     }
 }
 
+/// The errno `r` failed with; fails the test if `r` succeeded or its
+/// error carries no errno.
+pub fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("the call should have failed")
+        .raw_os_error()
+        .expect("an error with an errno")
+}
+
 /// Runs `f` on a thread and waits at most `timeout` for it: `None` if it
 /// did not return (the thread is left behind, blocked).
 pub fn with_timeout<T: Send + 'static>(

@@ -242,11 +242,12 @@ impl PassthroughFs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::{ctx, errno};
+    use crate::test_util::ctx;
     use crate::PassthroughConfig;
     use fuse_server::recovery::StateArea;
     use fuse_server::SliceReader;
     use std::os::unix::fs::FileExt;
+    use test_support::errno_of;
 
     fn mkdir_args() -> MkdirArgs {
         MkdirArgs {
@@ -271,9 +272,9 @@ mod tests {
 
         // A name that is gone and one that exists fail as they call for.
         let fails_as_named = || {
-            assert_eq!(errno(fs.unlink(&c, root, c"gone")), libc::ENOENT);
+            assert_eq!(errno_of(fs.unlink(&c, root, c"gone")), libc::ENOENT);
             assert_eq!(
-                errno(fs.mkdir(&c, root, c"made", &mkdir_args())),
+                errno_of(fs.mkdir(&c, root, c"made", &mkdir_args())),
                 libc::EEXIST
             );
         };
@@ -325,7 +326,7 @@ mod tests {
         // Another file under the name: still EEXIST.
         let other = fs.lookup(&c, root, c"made").unwrap();
         assert_eq!(
-            errno(fs.link(&c, other.nodeid, root, c"file")),
+            errno_of(fs.link(&c, other.nodeid, root, c"file")),
             libc::EEXIST
         );
         fs.forget(&c, other.nodeid, 1);

@@ -19,7 +19,7 @@ use std::time::Duration;
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
-    chmod, create_rw, in_initial_user_namespace, is_mounted, mmap_writes_through,
+    chmod, create_rw, errno_of, in_initial_user_namespace, is_mounted, mmap_writes_through,
     mounts_with_exact_source, mounts_with_source, open_direct, pattern, process_mark,
     process_start_time, require_root, wait_until, Aligned, SharedMap,
 };
