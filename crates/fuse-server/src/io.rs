@@ -469,13 +469,7 @@ mod tests {
 
     fn tempfile_in_tmp() -> std::fs::File {
         let path = std::env::temp_dir().join(format!("fuse-server-io-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let f = test_support::create_rw(&path);
         std::fs::remove_file(&path).unwrap();
         f
     }

@@ -12,7 +12,6 @@ use fuse_transport_uring::{UringConfig, UringSession};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -578,14 +577,7 @@ pub fn start_writers(mnt: &Path, n: usize, rounds: u64) -> Vec<std::thread::Join
     let writers = (0..n)
         .map(|t| {
             let path = mnt.join(format!("busy-{t}"));
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&path)
-                .unwrap_or_else(|e| panic!("writer {t}: creating {}: {e}", path.display()));
+            let f = test_support::open_direct(&path);
             let progress = progress[t].clone();
             std::thread::spawn(move || {
                 use std::os::unix::fs::FileExt;
@@ -686,15 +678,7 @@ pub fn writers_across_a_lazy_unmount(mnt: &Path, seed: u64) {
     use std::os::unix::fs::FileExt;
     const MIB: usize = 1 << 20;
     let files: Vec<_> = (0..4)
-        .map(|t| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(mnt.join(format!("lazy-{t}")))
-                .unwrap()
-        })
+        .map(|t| test_support::create_rw(&mnt.join(format!("lazy-{t}"))))
         .collect();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let go_rx = Arc::new(Mutex::new(go_rx));
