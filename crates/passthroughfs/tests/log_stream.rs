@@ -13,7 +13,9 @@ mod common;
 mod daemon;
 
 use common::require_root;
-use daemon::{daemons_at, dirs, guarded_dirs_as_root, is_mounted, output, text, MountGuard, BIN};
+use daemon::{
+    daemons_at, dirs, guarded_dirs_as_root, is_mounted, output, text, wait_until, MountGuard, BIN,
+};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -22,11 +24,6 @@ use std::time::{Duration, Instant};
 /// How long a daemon may take to come up or go away on a busy machine
 /// (only there so that a hang fails instead of waiting forever).
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
-fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
-    test_support::wait_or_fail(PATIENCE, what, why)
-}
 
 /// [`daemon::umount_and_wait`], failing also if no daemon served `mnt` or
 /// the mount stays.

@@ -26,11 +26,6 @@ use std::time::Duration;
 /// forever).
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Waits until `what` holds, failing after [`PATIENCE`] with `why`.
-fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
-    test_support::wait_or_fail(PATIENCE, what, why)
-}
-
 /// Fails unless `program` can be run, naming the package that has it.
 fn require_program(program: &str, package: &str) {
     let found = Command::new("sh")

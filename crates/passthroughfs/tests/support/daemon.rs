@@ -92,6 +92,13 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_passthroughfs");
 /// still fails it, with its log).
 pub const START_PATIENCE: Duration = Duration::from_secs(60);
 
+/// Waits until `what` holds, failing after [`START_PATIENCE`] with `why`
+/// (a bound against hangs, such as a daemon that never comes up or never
+/// goes away, not a speed check).
+pub fn wait_until(what: impl FnMut() -> bool, why: impl Fn() -> String) {
+    test_support::wait_or_fail(START_PATIENCE, what, why)
+}
+
 /// Which transport a daemon serves with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
