@@ -491,3 +491,80 @@ fn files_first_seen_in_a_listing_follow_the_source_needs_root() {
     assert_eq!(read_through(&t, "d/f7"), b"xmore");
     assert_eq!(t.fs.source_watch_stats().overflows, 0);
 }
+
+/// Whether LOOKUPs of `hold-*` names wait (see [`hold_lookups`]).
+static HOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set by a LOOKUP that waits.
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The lookup hook: a LOOKUP of a name starting `hold-` waits while
+/// [`HOLD`] is set. The kernel holds the parent directory's lock (shared)
+/// while the LOOKUP is out, so a name notification for that directory
+/// (`FUSE_NOTIFY_INVAL_ENTRY` takes the lock exclusively) waits for it.
+fn hold_lookups(name: &std::ffi::CStr) -> Option<std::io::Error> {
+    use std::sync::atomic::Ordering;
+    if name.to_bytes().starts_with(b"hold-") {
+        HELD.store(true, Ordering::SeqCst);
+        while HOLD.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    None
+}
+
+/// A pause of the notifications (what a live upgrade and a stop do first,
+/// while the session still answers) waits for a notification blocked on a
+/// directory lock for as long as the request holding the lock is out,
+/// rather than leaving the watch's thread behind after a fixed wait: a
+/// thread left behind held the connection after the hand-over and went on
+/// sending, and once nobody served the connection any more a notification
+/// then blocked for ever, with the connection (and a client holding that
+/// lock) stuck behind it. The window is held open by a LOOKUP that waits
+/// in a test hook until the test lets it go.
+#[test]
+fn a_pause_waits_for_a_notification_blocked_on_a_directory_lock_needs_root() {
+    use std::sync::atomic::Ordering;
+    fuse_backend_passthrough::fault::set_lookup_hook(hold_lookups);
+    let t = TestMount::with(watched(), test_options());
+    fs::create_dir(t.s("d")).unwrap();
+    for name in ["a", "b", "hold-x"] {
+        fs::write(t.s(&format!("d/{name}")), name).unwrap();
+    }
+    // Cached through the mount: `d` is watched, and its names known.
+    for name in ["a", "b"] {
+        fs::symlink_metadata(t.m(&format!("d/{name}"))).unwrap();
+    }
+    assert!(t.fs.source_watch_stats().watched_dirs >= 2);
+    HOLD.store(true, Ordering::SeqCst);
+    let held_path = t.m("d/hold-x");
+    let client = std::thread::spawn(move || fs::symlink_metadata(held_path).map(|_| ()));
+    assert!(
+        wait_until(SEEN_WITHIN, || HELD.load(Ordering::SeqCst)),
+        "the LOOKUP of d/hold-x never reached the hook"
+    );
+    // A change of d by another process: its notification waits for d's
+    // lock, which the held LOOKUP keeps.
+    let before = t.fs.source_watch_stats().invalidations;
+    in_another_process(&t, "rm d/a d/b");
+    assert!(
+        wait_until(SEEN_WITHIN, || t.fs.source_watch_stats().invalidations > before),
+        "the watch never passed the removal on: {:?}",
+        t.fs.source_watch_stats()
+    );
+    let fs_handle = t.fs.clone();
+    let pause = std::thread::spawn(move || fs_handle.pause_notifications());
+    // Longer than the 2 s the pause used to wait before leaving the thread
+    // behind. Whatever the machine's load, the pause can't end while the
+    // LOOKUP is held.
+    std::thread::sleep(Duration::from_secs(3));
+    let waited = !pause.is_finished();
+    HOLD.store(false, Ordering::SeqCst);
+    client.join().unwrap().unwrap();
+    pause.join().unwrap();
+    assert!(
+        waited,
+        "the pause returned while a notification was still blocked (its thread left behind)"
+    );
+    // The blocked notification went through once the lock was free.
+    assert!(t.fs.source_watch_stats().invalidations > before);
+}

@@ -164,7 +164,10 @@ impl PassthroughFs {
     /// notification may wait for a directory lock that a client holds
     /// until its request is answered.
     pub fn pause_notifications(&self) {
-        if let Some(watcher) = lock(&self.watcher).clone() {
+        // Taken out of the lock first: a LOOKUP takes it (`watch_seen`),
+        // and the notification the stop waits for may wait for a LOOKUP.
+        let watcher = lock(&self.watcher).clone();
+        if let Some(watcher) = watcher {
             watcher.stop_reading();
         }
         self.inodes.set_pruner(None);

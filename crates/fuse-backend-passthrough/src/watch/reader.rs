@@ -10,27 +10,42 @@ use fuse_server::Notifier;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The thread that reads a group's events and passes them on; dropping it
 /// stops the thread.
 pub(super) struct Reader {
     /// Written to stop the thread.
     stop: OwnedFd,
+    /// Set when the thread is left behind ([`Reader::stop`] gave up on
+    /// it): checked before each notification, so a thread whose
+    /// notification was blocked sends nothing more once that one returns.
+    abandoned: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Closed by the thread as it ends.
     ended: std::sync::mpsc::Receiver<()>,
 }
 
-/// How long stopping a [`SourceWatcher`]'s thread waits for it. A
-/// notification can block in the kernel on a directory lock held by a
-/// request that nobody answers any more (the session stopped first):
-/// such a thread is left behind (it ends when the connection does)
-/// rather than hanging the shutdown.
+/// How long dropping a [`Reader`] waits for its thread. A notification
+/// can block in the kernel on a directory lock held by a request that
+/// nobody answers any more (the session stopped first): such a thread is
+/// left behind (it ends when the connection does) rather than hanging the
+/// shutdown.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long [`SourceWatcher::stop_reading`] waits for the thread. It is
+/// called while the session still serves (a pause for a live upgrade or
+/// a stop), so a notification blocked on a directory lock returns once
+/// the request holding the lock is answered, however busy the machine:
+/// this bound is for a request that never is (a backing file system that
+/// hangs), not for a slow one. A thread left behind would go on holding
+/// the connection (its notifier) after the session was handed over or
+/// stopped; with nobody serving any more, a notification blocked then
+/// never returns, and neither does a client holding that lock.
+const PAUSE_WAIT: Duration = Duration::from_secs(120);
 
 impl SourceWatcher {
     /// Starts the thread that reads the group's events and passes them on
@@ -42,19 +57,22 @@ impl SourceWatcher {
         drop(slot.take());
         let stop = sys::eventfd()?;
         let stop_read = stop.try_clone()?;
+        let abandoned = Arc::new(AtomicBool::new(false));
         let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
         let thread = {
             let group = self.group.clone();
             let shared = self.shared.clone();
+            let abandoned = abandoned.clone();
             std::thread::Builder::new()
                 .name("source-watch".into())
                 .spawn(move || {
-                    watch_loop(&group, &stop_read, &shared, &notifier);
+                    watch_loop(&group, &stop_read, &abandoned, &shared, &notifier);
                     drop(ended_tx);
                 })?
         };
         *slot = Some(Reader {
             stop,
+            abandoned,
             thread: Some(thread),
             ended,
         });
@@ -67,34 +85,81 @@ impl SourceWatcher {
     /// (A notification the thread sends may wait for a directory lock that
     /// a client holds until its request is answered: a session pauses only
     /// once this thread is stopped.)
+    ///
+    /// Call it while the session still answers requests: it waits for a
+    /// notification blocked on a directory lock to return (up to
+    /// [`PAUSE_WAIT`]), and the thread sends nothing after that one.
     pub(crate) fn stop_reading(&self) {
         let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
-        drop(reader);
+        if let Some(mut reader) = reader {
+            reader.stop(PAUSE_WAIT);
+        }
     }
 }
 
-impl Drop for Reader {
-    fn drop(&mut self) {
+impl Reader {
+    /// Asks the thread to stop (it finishes the batch of events it read,
+    /// so none is lost) and waits up to `wait` for it to end; a thread
+    /// still blocked in a notification then is left behind (logged), and
+    /// sends nothing more once that notification returns.
+    fn stop(&mut self, wait: Duration) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to our eventfd.
         unsafe { libc::write(self.stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
         let Some(t) = self.thread.take() else {
             return;
         };
-        match self.ended.recv_timeout(STOP_WAIT) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
-                "source watch: a notification to the kernel is still blocked; \
-                 leaving its thread behind"
-            ),
-            _ => {
-                let _ = t.join();
+        let deadline = Instant::now() + wait;
+        let mut warned = false;
+        loop {
+            let step = STOP_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+            match self.ended.recv_timeout(step) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if !warned {
+                        tracing::info!(
+                            "source watch: waiting for a notification blocked in the kernel \
+                             (a directory lock held by a request still being answered)"
+                        );
+                        warned = true;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    self.abandoned.store(true, Ordering::Release);
+                    tracing::warn!(
+                        "source watch: a notification to the kernel is still blocked after \
+                         {wait:?}; leaving its thread behind (the rest of its batch of \
+                         changes is not passed on)"
+                    );
+                    return;
+                }
+                _ => {
+                    let _ = t.join();
+                    return;
+                }
             }
         }
     }
 }
 
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.stop(STOP_WAIT);
+    }
+}
+
 /// Reads events until stopped, passing changes on to the kernel.
-fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<Notifier>) {
+fn watch_loop(
+    group: &OwnedFd,
+    stop: &OwnedFd,
+    abandoned: &AtomicBool,
+    shared: &Shared,
+    notifier: &Weak<Notifier>,
+) {
+    // Before each notification: the one before may have blocked for long
+    // (a directory lock), and a thread left behind meanwhile sends nothing
+    // more (the session may have been handed over or stopped, and a
+    // notification sent with nobody serving never returns).
+    let stopped = || abandoned.load(Ordering::Acquire);
     let mut buf = vec![0u8; 64 << 10];
     let mut events = Vec::new();
     // Files changed in this batch: node id -> whether the data changed.
@@ -148,6 +213,9 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
             return;
         };
         for event in events.drain(..) {
+            if stopped() {
+                return;
+            }
             match event {
                 Event::Overflow => {
                     shared.overflows.fetch_add(1, Ordering::Relaxed);
@@ -184,6 +252,9 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
                     let mut dirs = Vec::new();
                     shared.dirs().nodes_of(&dir, |nodeid| dirs.push(nodeid));
                     for nodeid in dirs {
+                        if stopped() {
+                            return;
+                        }
                         shared.invalidations.fetch_add(1, Ordering::Relaxed);
                         // ENOENT: the kernel has no such name cached.
                         if let Err(e) = notifier.inval_entry(nodeid, &name, false) {
@@ -199,6 +270,9 @@ fn watch_loop(group: &OwnedFd, stop: &OwnedFd, shared: &Shared, notifier: &Weak<
         // thread woken per write would cost a context switch each.
         let coalesce = file_events;
         for (nodeid, data) in changed.drain() {
+            if stopped() {
+                return;
+            }
             shared.file_invalidations.fetch_add(1, Ordering::Relaxed);
             // Offset 0: the cached data too; -1: only the attributes.
             let offset = if data { 0 } else { -1 };
