@@ -547,7 +547,8 @@ fn a_pause_waits_for_a_notification_blocked_on_a_directory_lock_needs_root() {
     let before = t.fs.source_watch_stats().invalidations;
     in_another_process(&t, "rm d/a d/b");
     assert!(
-        wait_until(SEEN_WITHIN, || t.fs.source_watch_stats().invalidations > before),
+        wait_until(SEEN_WITHIN, || t.fs.source_watch_stats().invalidations
+            > before),
         "the watch never passed the removal on: {:?}",
         t.fs.source_watch_stats()
     );

@@ -282,10 +282,8 @@ impl Shared {
         if self.by_number.load(Ordering::Acquire) == 0 {
             return false;
         }
-        // Only a layout that carries the inode number is watched by number.
-        if sys::handle_number(fid.kind, &fid.bytes).is_none() {
-            return false;
-        }
+        // A layout without the inode number finds no node there
+        // (`FileNodes::watched_by_number` reads the number).
         let Some(dev) = self.dev_of(fid.fsid) else {
             return false;
         };

@@ -86,9 +86,10 @@ impl SourceWatcher {
     /// a client holds until its request is answered: a session pauses only
     /// once this thread is stopped.)
     ///
-    /// Call it while the session still answers requests: it waits for a
-    /// notification blocked on a directory lock to return (up to
-    /// [`PAUSE_WAIT`]), and the thread sends nothing after that one.
+    /// Call it while the session still answers requests: the thread
+    /// finishes the batch of events it read, and this waits for it, also
+    /// for a notification blocked on a directory lock (up to
+    /// [`PAUSE_WAIT`]; a thread given up on then sends nothing more).
     pub(crate) fn stop_reading(&self) {
         let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut reader) = reader {
