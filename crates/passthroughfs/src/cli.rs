@@ -195,6 +195,14 @@ pub struct Args {
     #[arg(long)]
     pub uring_one_ring: bool,
 
+    /// io_uring: leave the ring threads free to run on any CPU instead of
+    /// pinning each to its queue's. Requests one at a time (a stat, a
+    /// lookup) then keep their client on its CPU and answer faster; reads
+    /// many at a time and creates are slower (docs/benchmarks.md, "Where
+    /// the ring threads run").
+    #[arg(long)]
+    pub uring_unpinned: bool,
+
     /// io_uring: ring entries per queue (requests a queue serves at once),
     /// split among its threads; 0: one per ring thread, 8 per thread with
     /// --runtime tokio|uring.

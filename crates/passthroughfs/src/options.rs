@@ -185,6 +185,9 @@ const OPTIONS: &[Opt] = &[
     flag("uring_one_ring", "--uring-one-ring", |a| {
         a.uring_one_ring = true
     }),
+    flag("uring_unpinned", "--uring-unpinned", |a| {
+        a.uring_unpinned = true
+    }),
     value("uring_queues=", "--uring-queues N", |a, v| {
         a.uring_queues = number(v)?;
         Ok(())

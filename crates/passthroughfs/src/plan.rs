@@ -139,12 +139,13 @@ impl Plan {
                 || args.uring_threads_per_queue != 0
                 || args.uring_unregistered_pools
                 || args.uring_no_zero_copy
-                || args.uring_one_ring)
+                || args.uring_one_ring
+                || args.uring_unpinned)
         {
             return Err(Failure(
                 "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue, \
-                 --uring-unregistered-pools, --uring-no-zero-copy and --uring-one-ring need \
-                 --uring (-o io_uring)"
+                 --uring-unregistered-pools, --uring-no-zero-copy, --uring-one-ring and \
+                 --uring-unpinned need --uring (-o io_uring)"
                     .into(),
             ));
         }
@@ -199,7 +200,8 @@ impl Plan {
                 )?
                 .registered_pools(!args.uring_unregistered_pools)
                 .zero_copy(!args.uring_no_zero_copy)
-                .one_ring(args.uring_one_ring),
+                .one_ring(args.uring_one_ring)
+                .pin_threads(!args.uring_unpinned),
             )
         } else {
             None

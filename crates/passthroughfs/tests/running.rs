@@ -116,6 +116,7 @@ fn argument_errors_come_first_in_one_line() {
             "--attr-timeout must be a number of seconds",
         ),
         (&["--uring-entries", "4"][..], "need --uring"),
+        (&["--uring-unpinned"][..], "need --uring"),
         (
             &["--threads", "4", "--max-threads", "2"][..],
             "--max-threads 2 is below --threads 4",

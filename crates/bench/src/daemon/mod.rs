@@ -99,6 +99,11 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub uring_one_ring: bool,
 
+    /// io_uring: leave the ring threads free to run on any CPU instead of
+    /// pinning them to their queue's (`UringConfig::pin_threads`).
+    #[arg(long)]
+    pub uring_unpinned: bool,
+
     /// io_uring: keep serving over `/dev/fuse` when io_uring can't be used
     /// (without it the daemon fails instead of measuring the wrong
     /// transport).

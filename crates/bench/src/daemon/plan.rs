@@ -97,6 +97,7 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
         ("--uring-bufs", args.uring_bufs.is_some()),
         ("--uring-entries", args.uring_entries.is_some()),
         ("--uring-one-ring", args.uring_one_ring),
+        ("--uring-unpinned", args.uring_unpinned),
         ("--allow-fallback", args.allow_fallback),
     ];
     if args.transport != Transport::Uring {
@@ -140,7 +141,8 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                     &dev,
                 )
                 .map_err(invalid)?
-                .one_ring(args.uring_one_ring),
+                .one_ring(args.uring_one_ring)
+                .pin_threads(!args.uring_unpinned),
                 require_pools: args.uring_bufs.is_some_and(|n| n > 0),
                 allow_fallback: args.allow_fallback,
             })
@@ -233,6 +235,7 @@ mod tests {
             "--threads",
             "1",
             "--uring-one-ring",
+            "--uring-unpinned",
         ]))
         .unwrap()
         {
@@ -245,13 +248,21 @@ mod tests {
                 assert_eq!(config.entries_per_queue, 16);
                 assert_eq!(config.threads, 1);
                 assert!(config.one_ring);
+                assert!(!config.pin_threads);
                 assert!(!require_pools);
                 assert!(!allow_fallback);
             }
             other => panic!("unexpected plan {other:?}"),
         }
         match plan(&args(&["--transport", "uring", "--uring-bufs", "8"])).unwrap() {
-            Plan::UringSync { require_pools, .. } => assert!(require_pools),
+            Plan::UringSync {
+                config,
+                require_pools,
+                ..
+            } => {
+                assert!(require_pools);
+                assert!(config.pin_threads, "ring threads are pinned by default");
+            }
             other => panic!("unexpected plan {other:?}"),
         }
     }
@@ -345,6 +356,7 @@ mod tests {
         for extra in [
             &["--uring-bufs", "2"][..],
             &["--allow-fallback"][..],
+            &["--uring-unpinned"][..],
             &["--max-in-flight", "3"][..],
             &["--threads", "0"][..],
             &["--passthrough", "--writeback"][..],

@@ -39,6 +39,7 @@ pub fn command_for(
             pool,
             kpt,
             one_ring,
+            unpinned,
         } => {
             let mut args: Vec<String> = vec![
                 "--transport".into(),
@@ -53,6 +54,9 @@ pub fn command_for(
             }
             if *one_ring {
                 args.push("--uring-one-ring".into());
+            }
+            if *unpinned {
+                args.push("--uring-unpinned".into());
             }
             // The daemon's default is kernel passthrough where available:
             // without it, every READ and WRITE goes through the transport

@@ -50,6 +50,9 @@ pub enum TargetKind {
         /// `--uring-one-ring`: the io_uring runtime's ring carries the
         /// FUSE commands too (one ring per queue).
         one_ring: bool,
+        /// `--uring-unpinned`: the ring threads are free to run on any
+        /// CPU instead of their queue's.
+        unpinned: bool,
     },
     /// libfuse's passthrough_ll.
     Libfuse,
@@ -115,8 +118,9 @@ impl TargetSpec {
                 pool,
                 kpt,
                 one_ring,
+                unpinned,
             } => format!(
-                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}{}; the run's \
+                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}{}{}; the run's \
                  settings as --cache <policy>, --writeback, --no-xattr",
                 if *pool {
                     ", READ/WRITE thread pool"
@@ -130,6 +134,11 @@ impl TargetSpec {
                 },
                 if *one_ring {
                     ", one ring per queue (the runtime's ring carries the FUSE commands)"
+                } else {
+                    ""
+                },
+                if *unpinned {
+                    ", ring threads not pinned to their queues' CPUs"
                 } else {
                     ""
                 }
@@ -185,6 +194,10 @@ impl TargetSpec {
 /// per queue (the daemon's `--uring-one-ring`).
 pub const ONE_RING_TARGET: &str = "ours:uring/uring+onering";
 
+/// The target of FUSE over io_uring with synchronous ring threads left
+/// free to run on any CPU (the daemon's `--uring-unpinned`).
+pub const UNPINNED_TARGET: &str = "ours:uring/sync+unpinned";
+
 /// The report name of one of our modes: `ours:<transport>/<runtime>`, then
 /// `+pool` and `+kpt` (kernel passthrough).
 pub fn ours_name(transport: &str, runtime: &str, pool: bool, kpt: bool) -> String {
@@ -229,6 +242,7 @@ pub fn all_targets() -> Vec<TargetSpec> {
                 pool,
                 kpt,
                 one_ring: false,
+                unpinned: false,
             },
         });
     }
@@ -241,6 +255,20 @@ pub fn all_targets() -> Vec<TargetSpec> {
             pool: false,
             kpt: false,
             one_ring: true,
+            unpinned: false,
+        },
+    });
+    // Synchronous ring threads not pinned to their queues' CPUs
+    // (`--uring-unpinned`).
+    v.push(TargetSpec {
+        name: UNPINNED_TARGET.into(),
+        kind: TargetKind::Ours {
+            transport: "uring",
+            runtime: "sync",
+            pool: false,
+            kpt: false,
+            one_ring: false,
+            unpinned: true,
         },
     });
     v.push(TargetSpec {
@@ -340,6 +368,7 @@ mod tests {
         assert!(names.contains(&"ours:dev/sync+kpt"));
         assert!(names.contains(&"ours:uring/sync+kpt"));
         assert!(names.contains(&ONE_RING_TARGET));
+        assert!(names.contains(&UNPINNED_TARGET));
         assert_eq!(
             &names[names.len() - 9..],
             &[
@@ -354,6 +383,6 @@ mod tests {
                 "pfs:uring+open"
             ]
         );
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 3 + 1 + 4);
+        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
     }
 }
