@@ -11,30 +11,21 @@ mod daemon;
 
 use daemon::*;
 
-/// `Cpus_allowed_list` of a `/proc/.../status` file.
-fn allowed_cpus(status: &str) -> String {
-    let text = std::fs::read_to_string(status).unwrap_or_else(|e| panic!("{status}: {e}"));
-    text.lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap_or_else(|| panic!("{status} has no Cpus_allowed_list"))
-        .trim()
-        .to_owned()
-}
-
-/// `(name, allowed CPUs)` of each ring thread (`fuse-uring-N`) of `pid`.
-fn ring_threads(pid: i32) -> Vec<(String, String)> {
-    let mut threads = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let dir = task.unwrap().path();
-        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        let name = name.trim();
+/// `(name, allowed CPUs)` of each ring thread (`fuse-uring-N`) of `pid`,
+/// and the CPUs the process's main thread may run on.
+fn ring_threads(pid: i32) -> (Vec<(String, String)>, String) {
+    let mut ring = Vec::new();
+    let mut process = String::new();
+    for line in test_support::thread_allowed_cpus(pid) {
+        let (name, cpus) = line.split_once(' ').unwrap_or((&line, ""));
         if name.starts_with("fuse-uring-") {
-            let status = dir.join("status");
-            threads.push((name.to_owned(), allowed_cpus(&status.to_string_lossy())));
+            ring.push((name.to_owned(), cpus.to_owned()));
+        } else if name == "passthroughfs" {
+            process = cpus.to_owned();
         }
     }
-    threads.sort();
-    threads
+    ring.sort();
+    (ring, process)
 }
 
 /// Serves fresh directories over io_uring with `extra` and checks each
@@ -45,9 +36,9 @@ fn check_ring_threads(extra: &[&str], check: impl Fn(&str, &str, &str)) {
     let daemon = Daemon::start(&d.src, &d.mnt, Transport::Uring, extra);
     // Serving: the mount answers (the ring threads are up).
     std::fs::metadata(&d.mnt).unwrap();
-    let threads = ring_threads(daemon.pid());
-    let process = allowed_cpus(&format!("/proc/{}/status", daemon.pid()));
+    let (threads, process) = ring_threads(daemon.pid());
     assert!(!threads.is_empty(), "no ring threads: {}", daemon.stderr());
+    assert!(!process.is_empty(), "no main thread: {}", daemon.stderr());
     for (name, cpus) in &threads {
         check(name, cpus, &process);
     }

@@ -83,6 +83,21 @@ pub fn thread_wchans(pid: i32) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// The CPUs each thread of process `pid` may run on: "NAME CPUS", CPUS
+/// as `Cpus_allowed_list` gives it (`0`, `0-1`), to check pinning.
+pub fn thread_allowed_cpus(pid: i32) -> Vec<String> {
+    per_thread(pid.into(), |task| {
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim();
+        format!("{} {cpus}", read_trimmed(task, "comm"))
+    })
+    .unwrap_or_default()
+}
+
 /// Whether every thread of process `pid` is stopped (state T: SIGSTOP
 /// took effect everywhere, so none of them can take a request any more).
 pub fn threads_stopped(pid: i32) -> bool {
