@@ -100,6 +100,25 @@ pub trait ZeroCopyReader: Send {
     }
 }
 
+/// One file transfer of a [`ZeroCopyWriter::write_from_file`] or
+/// [`ZeroCopyReader::read_to_file`], by the module's short-count contract:
+/// `count` is cut to `left` (what the writer can still take, what the
+/// reader still holds), and where nothing is left to move the answer is 0
+/// at once; otherwise `transfer` moves up to the cut count and returns how
+/// many bytes it moved. For the transports' writers and readers, so that
+/// each of them keeps only its own way of moving the bytes.
+#[inline]
+pub fn clamped_transfer(
+    count: usize,
+    left: usize,
+    transfer: impl FnOnce(usize) -> io::Result<usize>,
+) -> io::Result<usize> {
+    match count.min(left) {
+        0 => Ok(0),
+        count => transfer(count),
+    }
+}
+
 /// A [`ZeroCopyWriter`] over one contiguous slice of transport memory.
 #[derive(Debug)]
 pub struct SliceWriter<'a> {
@@ -129,14 +148,11 @@ impl ZeroCopyWriter for SliceWriter<'_> {
         offset: u64,
         count: usize,
     ) -> io::Result<usize> {
-        let count = count.min(self.available());
-        if count == 0 {
-            return Ok(0);
-        }
-        let dst = &mut self.buf[self.len..self.len + count];
-        let n = pread(fd, dst, offset)?;
-        self.len += n;
-        Ok(n)
+        clamped_transfer(count, self.available(), |count| {
+            let n = pread(fd, &mut self.buf[self.len..self.len + count], offset)?;
+            self.len += n;
+            Ok(n)
+        })
     }
 
     fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
@@ -176,13 +192,11 @@ impl ZeroCopyReader for SliceReader<'_> {
     }
 
     fn read_to_file(&mut self, fd: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize> {
-        let count = count.min(self.buf.len());
-        if count == 0 {
-            return Ok(0);
-        }
-        let n = pwrite(fd, &self.buf[..count], offset)?;
-        self.buf = &self.buf[n..];
-        Ok(n)
+        clamped_transfer(count, self.buf.len(), |count| {
+            let n = pwrite(fd, &self.buf[..count], offset)?;
+            self.buf = &self.buf[n..];
+            Ok(n)
+        })
     }
 
     fn unconsumed(&self) -> &[u8] {

@@ -33,7 +33,7 @@
 
 use crate::queue::{wait, Ring};
 use crate::stats::Counters;
-use fuse_server::io::{AlignedBuf, ZeroCopyReader, ZeroCopyWriter};
+use fuse_server::io::{clamped_transfer, AlignedBuf, ZeroCopyReader, ZeroCopyWriter};
 use io_uring::{opcode, types};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
@@ -386,26 +386,24 @@ impl ZeroCopyWriter for ZeroCopyEntry {
         offset: u64,
         count: usize,
     ) -> io::Result<usize> {
-        let count = count.min(self.available());
-        if count == 0 {
-            return Ok(0);
-        }
-        match self.run_fixed(Direction::Read, fd, offset, self.done, count) {
-            Ok(n) => {
-                self.done += n;
-                self.moved(n);
-                Ok(n)
+        clamped_transfer(count, self.available(), |count| {
+            match self.run_fixed(Direction::Read, fd, offset, self.done, count) {
+                Ok(n) => {
+                    self.done += n;
+                    self.moved(n);
+                    Ok(n)
+                }
+                // The backing file refuses this memory (O_DIRECT and the
+                // user's unaligned pages): through aligned memory instead.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let mut buf = AlignedBuf::new(count)?;
+                    let n = fuse_server::io::pread(fd, &mut buf, offset)?;
+                    self.bounce_in(&buf[..n])?;
+                    Ok(n)
+                }
+                Err(e) => Err(e),
             }
-            // The backing file refuses this memory (O_DIRECT and the
-            // user's unaligned pages): through aligned memory instead.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let mut buf = AlignedBuf::new(count)?;
-                let n = fuse_server::io::pread(fd, &mut buf, offset)?;
-                self.bounce_in(&buf[..n])?;
-                Ok(n)
-            }
-            Err(e) => Err(e),
-        }
+        })
     }
 
     fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
@@ -445,25 +443,23 @@ impl ZeroCopyReader for ZeroCopyEntry {
     }
 
     fn read_to_file(&mut self, fd: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize> {
-        let count = count.min(self.remaining());
-        if count == 0 {
-            return Ok(0);
-        }
-        let n = match self.run_fixed(Direction::Write, fd, offset, self.done, count) {
-            Ok(n) => {
-                self.moved(n);
-                n
-            }
-            // As for READ: the backing file wants aligned memory.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let mut buf = AlignedBuf::new(count)?;
-                self.bounce_out(self.done, &mut buf[..count])?;
-                fuse_server::io::pwrite(fd, &buf[..count], offset)?
-            }
-            Err(e) => return Err(e),
-        };
-        self.done += n;
-        Ok(n)
+        clamped_transfer(count, self.remaining(), |count| {
+            let n = match self.run_fixed(Direction::Write, fd, offset, self.done, count) {
+                Ok(n) => {
+                    self.moved(n);
+                    n
+                }
+                // As for READ: the backing file wants aligned memory.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let mut buf = AlignedBuf::new(count)?;
+                    self.bounce_out(self.done, &mut buf[..count])?;
+                    fuse_server::io::pwrite(fd, &buf[..count], offset)?
+                }
+                Err(e) => return Err(e),
+            };
+            self.done += n;
+            Ok(n)
+        })
     }
 
     fn unconsumed(&self) -> &[u8] {

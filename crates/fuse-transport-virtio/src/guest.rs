@@ -8,7 +8,7 @@
 //! from the copy, never from guest memory; file data is only handed to
 //! the kernel (`preadv`/`pwritev`), which copies it once.
 
-use fuse_server::io::{AlignedBuf, ZeroCopyReader, ZeroCopyWriter};
+use fuse_server::io::{clamped_transfer, AlignedBuf, ZeroCopyReader, ZeroCopyWriter};
 use std::cell::OnceCell;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -328,21 +328,19 @@ impl ZeroCopyReader for GuestReader<'_> {
     }
 
     fn read_to_file(&mut self, fd: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize> {
-        let count = count.min(self.remaining());
-        if count == 0 {
-            return Ok(0);
-        }
-        let n = move_data(
-            self.segs,
-            &mut self.iov,
-            &mut self.stats,
-            (self.pos, count),
-            fd,
-            offset,
-            true,
-        )?;
-        self.pos += n;
-        Ok(n)
+        clamped_transfer(count, self.remaining(), |count| {
+            let n = move_data(
+                self.segs,
+                &mut self.iov,
+                &mut self.stats,
+                (self.pos, count),
+                fd,
+                offset,
+                true,
+            )?;
+            self.pos += n;
+            Ok(n)
+        })
     }
 
     fn unconsumed(&self) -> &[u8] {
@@ -422,21 +420,19 @@ impl ZeroCopyWriter for GuestWriter<'_> {
         offset: u64,
         count: usize,
     ) -> io::Result<usize> {
-        let count = count.min(self.available());
-        if count == 0 {
-            return Ok(0);
-        }
-        let n = move_data(
-            self.segs,
-            &mut self.iov,
-            &mut self.stats,
-            (self.start + self.written, count),
-            fd,
-            offset,
-            false,
-        )?;
-        self.written += n;
-        Ok(n)
+        clamped_transfer(count, self.available(), |count| {
+            let n = move_data(
+                self.segs,
+                &mut self.iov,
+                &mut self.stats,
+                (self.start + self.written, count),
+                fd,
+                offset,
+                false,
+            )?;
+            self.written += n;
+            Ok(n)
+        })
     }
 
     fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
