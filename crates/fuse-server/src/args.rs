@@ -285,24 +285,10 @@ pub struct LseekArgs {
     pub whence: u32,
 }
 
-/// COPY_FILE_RANGE arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CopyFileRangeArgs {
-    /// Source handle.
-    pub fh_in: u64,
-    /// Source offset.
-    pub off_in: u64,
-    /// Destination node id.
-    pub nodeid_out: u64,
-    /// Destination handle.
-    pub fh_out: u64,
-    /// Destination offset.
-    pub off_out: u64,
-    /// Bytes to copy.
-    pub len: u64,
-    /// copy_file_range(2) flags.
-    pub flags: u64,
-}
+/// COPY_FILE_RANGE arguments: the wire struct itself, whose fields are
+/// all a file system needs (source handle and offset, destination node
+/// id, handle and offset, length, `copy_file_range(2)` flags).
+pub type CopyFileRangeArgs = fuse_abi::CopyFileRangeIn;
 
 /// IOCTL arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,9 +8,9 @@
 use crate::args::*;
 use crate::opcode_table::{opcode_info_raw, DataArg, OpcodeInfo};
 use fuse_abi::{
-    AccessMask, BatchForgetIn, BmapIn, CopyFileRangeIn, CreateIn, CuseInitIn, FallocateIn, FlushIn,
-    ForgetIn, ForgetOne, FsyncFlags, FsyncIn, GetattrFlags, GetattrIn, GetxattrIn, InHeader,
-    InitIn, InterruptIn, IoctlFlags, IoctlIn, LinkIn, LkFlags, LkIn, LseekIn, MkdirIn, MknodIn,
+    AccessMask, BatchForgetIn, BmapIn, CreateIn, CuseInitIn, FallocateIn, FlushIn, ForgetIn,
+    ForgetOne, FsyncFlags, FsyncIn, GetattrFlags, GetattrIn, GetxattrIn, InHeader, InitIn,
+    InterruptIn, IoctlFlags, IoctlIn, LinkIn, LkFlags, LkIn, LseekIn, MkdirIn, MknodIn,
     NotifyRetrieveIn, Opcode, OpenIn, OpenInFlags, PollFlags, PollIn, ReadFlags, ReadIn,
     ReleaseFlags, ReleaseIn, RemovemappingIn, RemovemappingOne, Rename2In, RenameFlags, RenameIn,
     SetattrIn, SetattrValid, SetupmappingIn, SetxattrFlags, SetxattrIn, StatxIn, WriteFlags,
@@ -780,22 +780,10 @@ pub fn decode<'a>(raw: RawRequest<'a>, opts: DecodeOptions) -> Result<Request<'a
                 whence: l.whence,
             })
         }
-        Opcode::CopyFileRange | Opcode::CopyFileRange64 => {
-            let c: CopyFileRangeIn = a.fixed();
-            let args = CopyFileRangeArgs {
-                fh_in: c.fh_in,
-                off_in: c.off_in,
-                nodeid_out: c.nodeid_out,
-                fh_out: c.fh_out,
-                off_out: c.off_out,
-                len: c.len,
-                flags: c.flags,
-            };
-            Operation::CopyFileRange {
-                args,
-                wide: opcode == Opcode::CopyFileRange64,
-            }
-        }
+        Opcode::CopyFileRange | Opcode::CopyFileRange64 => Operation::CopyFileRange {
+            args: a.fixed(),
+            wide: opcode == Opcode::CopyFileRange64,
+        },
         Opcode::Setupmapping => Operation::Setupmapping(a.fixed()),
         Opcode::Removemapping => {
             let _: RemovemappingIn = a.fixed();

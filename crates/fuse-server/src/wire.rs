@@ -377,18 +377,7 @@ pub fn encode_args(op: &Operation<'_>, opts: DecodeOptions) -> EncodedArgs {
             }
             .as_bytes(),
         ),
-        Operation::CopyFileRange { args: a, .. } => {
-            let c = CopyFileRangeIn {
-                fh_in: a.fh_in,
-                off_in: a.off_in,
-                nodeid_out: a.nodeid_out,
-                fh_out: a.fh_out,
-                off_out: a.off_out,
-                len: a.len,
-                flags: a.flags,
-            };
-            h.extend_from_slice(c.as_bytes());
-        }
+        Operation::CopyFileRange { args, .. } => h.extend_from_slice(args.as_bytes()),
         Operation::Setupmapping(s) => h.extend_from_slice(s.as_bytes()),
         Operation::Removemapping(list) => {
             h.extend_from_slice(
