@@ -418,6 +418,17 @@ fn consumers(root: &Path, pkgs: &Path, published: &[Published]) -> Result<Vec<Co
         );
     }
     let notes_dev = notes.replace(URING_LINE, DEV_LINE);
+    // The porting example, as it is (io_uring) and switched to /dev/fuse.
+    let porting = |name: &'static str, main: String| Consumer {
+        name,
+        deps: &[
+            ("fusewire-server", &[]),
+            ("fusewire-transport-dev", &[]),
+            ("fusewire-transport-uring", &[]),
+        ],
+        others: "libc = \"0.2\"\n",
+        main,
+    };
     Ok(vec![
         Consumer {
             name: "readme-hello",
@@ -425,26 +436,8 @@ fn consumers(root: &Path, pkgs: &Path, published: &[Published]) -> Result<Vec<Co
             others: "",
             main: readme_code(&readme)?,
         },
-        Consumer {
-            name: "notes-uring",
-            deps: &[
-                ("fusewire-server", &[]),
-                ("fusewire-transport-dev", &[]),
-                ("fusewire-transport-uring", &[]),
-            ],
-            others: "libc = \"0.2\"\n",
-            main: notes,
-        },
-        Consumer {
-            name: "notes-dev",
-            deps: &[
-                ("fusewire-server", &[]),
-                ("fusewire-transport-dev", &[]),
-                ("fusewire-transport-uring", &[]),
-            ],
-            others: "libc = \"0.2\"\n",
-            main: notes_dev,
-        },
+        porting("notes-uring", notes),
+        porting("notes-dev", notes_dev),
         Consumer {
             name: "async-passthrough",
             deps: &[
