@@ -105,20 +105,23 @@ enum Mapping {
     IdentityAsRoot,
     /// Through the setuid helpers newuidmap/newgidmap: 0 is the user, 1.. the
     /// user's subordinate ranges.
-    Subordinate {
-        /// Our uid (mapped to 0).
-        uid: u32,
-        /// Our gid (mapped to 0).
-        gid: u32,
-        /// First subordinate uid (mapped to 1).
-        subuid: u32,
-        /// First subordinate gid (mapped to 1).
-        subgid: u32,
-        /// How many ids the map covers in all (1 + subordinate ones).
-        count: u32,
-    },
+    Subordinate(SubordinateMap),
     /// `unshare --map-root-user`: 0 is the user, nothing else is mapped.
     RootOnly,
+}
+
+/// The ids a newuidmap/newgidmap mapping maps.
+struct SubordinateMap {
+    /// Our uid (mapped to 0).
+    uid: u32,
+    /// Our gid (mapped to 0).
+    gid: u32,
+    /// First subordinate uid (mapped to 1).
+    subuid: u32,
+    /// First subordinate gid (mapped to 1).
+    subgid: u32,
+    /// How many ids the map covers in all (1 + subordinate ones).
+    count: u32,
 }
 
 impl Mapping {
@@ -128,16 +131,14 @@ impl Mapping {
             Mapping::IdentityAsRoot => {
                 format!("full identity map `0 0 {FULL_RANGE}` (written by the parent, which is root)")
             }
-            Mapping::Subordinate {
-                uid,
-                gid,
-                subuid,
-                subgid,
-                count,
-            } => format!(
-                "full map through newuidmap/newgidmap: 0 -> uid {uid}/gid {gid}, \
-                 1-{} -> subordinate uids {subuid}.. and gids {subgid}..",
-                count - 1
+            Mapping::Subordinate(m) => format!(
+                "full map through newuidmap/newgidmap: 0 -> uid {}/gid {}, \
+                 1-{} -> subordinate uids {}.. and gids {}..",
+                m.uid,
+                m.gid,
+                m.count - 1,
+                m.subuid,
+                m.subgid
             ),
             Mapping::RootOnly => {
                 "root-only map (`unshare --map-root-user`): tests that switch to other users will fail"
@@ -346,13 +347,13 @@ fn subordinate_mapping(uid: u32, gid: u32) -> Result<Mapping> {
     if count < FULL_RANGE {
         println!("note: subordinate ranges hold only {} ids", count - 1);
     }
-    Ok(Mapping::Subordinate {
+    Ok(Mapping::Subordinate(SubordinateMap {
         uid,
         gid,
         subuid,
         subgid,
         count,
-    })
+    }))
 }
 
 /// The user's first range (start, count) in `/etc/subuid` or `/etc/subgid`,
@@ -466,18 +467,16 @@ fn write_maps(mapping: &Mapping, pid: u32) -> Result<()> {
             }
             Ok(())
         }
-        Mapping::Subordinate {
-            uid,
-            gid,
-            subuid,
-            subgid,
-            count,
-        } => {
-            for (helper, id, sub) in [("newuidmap", uid, subuid), ("newgidmap", gid, subgid)] {
+        Mapping::Subordinate(ref m) => {
+            let ids = [
+                ("newuidmap", m.uid, m.subuid),
+                ("newgidmap", m.gid, m.subgid),
+            ];
+            for (helper, id, sub) in ids {
                 let status = Command::new(helper)
                     .arg(pid.to_string())
                     .args(["0", &id.to_string(), "1"])
-                    .args(["1", &sub.to_string(), &(count - 1).to_string()])
+                    .args(["1", &sub.to_string(), &(m.count - 1).to_string()])
                     .status()
                     .with_context(|| format!("running {helper}"))?;
                 if !status.success() {
