@@ -33,36 +33,29 @@ pub fn command_for(
     let mnt = paths.mnt.display().to_string();
     Ok(match &spec.kind {
         TargetKind::Native => None,
-        TargetKind::Ours {
-            transport,
-            runtime,
-            pool,
-            kpt,
-            one_ring,
-            unpinned,
-        } => {
+        TargetKind::Ours(m) => {
             let mut args: Vec<String> = vec![
                 "--transport".into(),
-                transport.to_string(),
+                m.transport.to_string(),
                 "--runtime".into(),
-                runtime.to_string(),
+                m.runtime.to_string(),
                 "--cache".into(),
                 ms.cache.clone(),
             ];
-            if *pool {
+            if m.pool {
                 args.push("--thread-pool".into());
             }
-            if *one_ring {
+            if m.one_ring {
                 args.push("--uring-one-ring".into());
             }
-            if *unpinned {
+            if m.unpinned {
                 args.push("--uring-unpinned".into());
             }
             // The daemon's default is kernel passthrough where available:
             // without it, every READ and WRITE goes through the transport
             // and runtime being measured.
             args.push(
-                if *kpt {
+                if m.kpt {
                     "--passthrough"
                 } else {
                     "--no-passthrough"

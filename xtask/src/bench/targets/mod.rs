@@ -32,28 +32,33 @@ pub const RUNTIMES: [&str; 3] = ["sync", "tokio", "uring"];
 /// shows the backing directory.
 pub const MARKER: &str = ".fuse-bench-marker";
 
+/// A mode of `fuse-bench-daemon`: what it is served with (the flags off
+/// by default).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OursMode {
+    /// `--transport`.
+    pub transport: &'static str,
+    /// `--runtime`.
+    pub runtime: &'static str,
+    /// `--thread-pool`.
+    pub pool: bool,
+    /// `--passthrough` (required to be on), else `--no-passthrough`.
+    pub kpt: bool,
+    /// `--uring-one-ring`: the io_uring runtime's ring carries the
+    /// FUSE commands too (one ring per queue).
+    pub one_ring: bool,
+    /// `--uring-unpinned`: the ring threads are free to run on any
+    /// CPU instead of their queue's.
+    pub unpinned: bool,
+}
+
 /// What a target is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetKind {
     /// The backing directory itself.
     Native,
     /// `fuse-bench-daemon` in one mode.
-    Ours {
-        /// `--transport`.
-        transport: &'static str,
-        /// `--runtime`.
-        runtime: &'static str,
-        /// `--thread-pool`.
-        pool: bool,
-        /// `--passthrough` (required to be on), else `--no-passthrough`.
-        kpt: bool,
-        /// `--uring-one-ring`: the io_uring runtime's ring carries the
-        /// FUSE commands too (one ring per queue).
-        one_ring: bool,
-        /// `--uring-unpinned`: the ring threads are free to run on any
-        /// CPU instead of their queue's.
-        unpinned: bool,
-    },
+    Ours(OursMode),
     /// libfuse's passthrough_ll.
     Libfuse,
     /// libfuse master's passthrough_hp in one mode.
@@ -112,32 +117,27 @@ impl TargetSpec {
     pub fn about(&self) -> String {
         match &self.kind {
             TargetKind::Native => "the backing directory itself (ext4), no FUSE".into(),
-            TargetKind::Ours {
-                transport,
-                runtime,
-                pool,
-                kpt,
-                one_ring,
-                unpinned,
-            } => format!(
-                "fuse-bench-daemon, transport {transport}, runtime {runtime}{}{}{}{}; the run's \
+            TargetKind::Ours(m) => format!(
+                "fuse-bench-daemon, transport {}, runtime {}{}{}{}{}; the run's \
                  settings as --cache <policy>, --writeback, --no-xattr",
-                if *pool {
+                m.transport,
+                m.runtime,
+                if m.pool {
                     ", READ/WRITE thread pool"
                 } else {
                     ""
                 },
-                if *kpt {
+                if m.kpt {
                     ", kernel passthrough (READ/WRITE bypass the daemon)"
                 } else {
                     ""
                 },
-                if *one_ring {
+                if m.one_ring {
                     ", one ring per queue (the runtime's ring carries the FUSE commands)"
                 } else {
                     ""
                 },
-                if *unpinned {
+                if m.unpinned {
                     ", ring threads not pinned to their queues' CPUs"
                 } else {
                     ""
@@ -236,40 +236,35 @@ pub fn all_targets() -> Vec<TargetSpec> {
     for (transport, runtime, pool, kpt) in modes {
         v.push(TargetSpec {
             name: ours_name(transport, runtime, pool, kpt),
-            kind: TargetKind::Ours {
+            kind: TargetKind::Ours(OursMode {
                 transport,
                 runtime,
                 pool,
                 kpt,
-                one_ring: false,
-                unpinned: false,
-            },
+                ..OursMode::default()
+            }),
         });
     }
     // FUSE over io_uring with one ring per queue (`--uring-one-ring`).
     v.push(TargetSpec {
         name: ONE_RING_TARGET.into(),
-        kind: TargetKind::Ours {
+        kind: TargetKind::Ours(OursMode {
             transport: "uring",
             runtime: "uring",
-            pool: false,
-            kpt: false,
             one_ring: true,
-            unpinned: false,
-        },
+            ..OursMode::default()
+        }),
     });
     // Synchronous ring threads not pinned to their queues' CPUs
     // (`--uring-unpinned`).
     v.push(TargetSpec {
         name: UNPINNED_TARGET.into(),
-        kind: TargetKind::Ours {
+        kind: TargetKind::Ours(OursMode {
             transport: "uring",
             runtime: "sync",
-            pool: false,
-            kpt: false,
-            one_ring: false,
             unpinned: true,
-        },
+            ..OursMode::default()
+        }),
     });
     v.push(TargetSpec {
         name: "libfuse".into(),

@@ -114,7 +114,7 @@ pub fn start(
         log: log.to_path_buf(),
         stopped: false,
     };
-    let ours = matches!(spec.kind, TargetKind::Ours { .. });
+    let ours = matches!(spec.kind, TargetKind::Ours(_));
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = running
