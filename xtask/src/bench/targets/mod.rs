@@ -37,19 +37,19 @@ pub const MARKER: &str = ".fuse-bench-marker";
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OursMode {
     /// `--transport`.
-    pub transport: &'static str,
+    transport: &'static str,
     /// `--runtime`.
-    pub runtime: &'static str,
+    runtime: &'static str,
     /// `--thread-pool`.
-    pub pool: bool,
+    pool: bool,
     /// `--passthrough` (required to be on), else `--no-passthrough`.
-    pub kpt: bool,
+    kpt: bool,
     /// `--uring-one-ring`: the io_uring runtime's ring carries the
     /// FUSE commands too (one ring per queue).
-    pub one_ring: bool,
+    one_ring: bool,
     /// `--uring-unpinned`: the ring threads are free to run on any
     /// CPU instead of their queue's.
-    pub unpinned: bool,
+    unpinned: bool,
 }
 
 /// What a target is.
@@ -233,39 +233,40 @@ pub fn all_targets() -> Vec<TargetSpec> {
     for transport in TRANSPORTS {
         modes.push((transport, "sync", false, true));
     }
-    for (transport, runtime, pool, kpt) in modes {
-        v.push(TargetSpec {
-            name: ours_name(transport, runtime, pool, kpt),
-            kind: TargetKind::Ours(OursMode {
+    let mut ours: Vec<(String, OursMode)> = modes
+        .into_iter()
+        .map(|(transport, runtime, pool, kpt)| {
+            let mode = OursMode {
                 transport,
                 runtime,
                 pool,
                 kpt,
                 ..OursMode::default()
-            }),
-        });
-    }
-    // FUSE over io_uring with one ring per queue (`--uring-one-ring`).
-    v.push(TargetSpec {
-        name: ONE_RING_TARGET.into(),
-        kind: TargetKind::Ours(OursMode {
-            transport: "uring",
-            runtime: "uring",
-            one_ring: true,
-            ..OursMode::default()
-        }),
-    });
-    // Synchronous ring threads not pinned to their queues' CPUs
+            };
+            (ours_name(transport, runtime, pool, kpt), mode)
+        })
+        .collect();
+    // FUSE over io_uring with one ring per queue (`--uring-one-ring`), and
+    // synchronous ring threads not pinned to their queues' CPUs
     // (`--uring-unpinned`).
-    v.push(TargetSpec {
-        name: UNPINNED_TARGET.into(),
-        kind: TargetKind::Ours(OursMode {
+    let uring_variants = [
+        (ONE_RING_TARGET, "uring", true, false),
+        (UNPINNED_TARGET, "sync", false, true),
+    ];
+    for (name, runtime, one_ring, unpinned) in uring_variants {
+        let mode = OursMode {
             transport: "uring",
-            runtime: "sync",
-            unpinned: true,
+            runtime,
+            one_ring,
+            unpinned,
             ..OursMode::default()
-        }),
-    });
+        };
+        ours.push((name.into(), mode));
+    }
+    v.extend(ours.into_iter().map(|(name, mode)| TargetSpec {
+        name,
+        kind: TargetKind::Ours(mode),
+    }));
     v.push(TargetSpec {
         name: "libfuse".into(),
         kind: TargetKind::Libfuse,
