@@ -21,6 +21,34 @@ fn setup() -> (tempfile::TempDir, PassthroughFs) {
     (dir, fs)
 }
 
+/// [`setup`] with `n` empty files, `{prefix}0` and on, in the source.
+fn setup_with_files(n: usize, prefix: &str) -> (tempfile::TempDir, PassthroughFs) {
+    let (dir, fs) = setup();
+    for i in 0..n {
+        fs::write(dir.path().join(format!("{prefix}{i}")), b"").unwrap();
+    }
+    (dir, fs)
+}
+
+/// READ's (and READDIR's) arguments: `size` bytes of handle `fh` from
+/// `offset`.
+fn read_args(fh: u64, offset: u64, size: u32) -> ReadArgs {
+    ReadArgs {
+        fh,
+        offset,
+        size,
+        ..ReadArgs::default()
+    }
+}
+
+/// OPEN's arguments with `flags` (`O_RDONLY`, ...).
+fn open_args(flags: i32) -> OpenArgs {
+    OpenArgs {
+        flags: flags as u32,
+        ..OpenArgs::default()
+    }
+}
+
 #[test]
 fn names_with_a_slash_or_empty_are_rejected() {
     let (dir, fs) = setup();
@@ -83,14 +111,7 @@ fn symlinks_in_the_backing_tree_are_not_followed() {
     assert_eq!(fs.readlink(&ctx(), e.nodeid).unwrap(), b"/etc");
     // Opening a symlink node is refused, never followed.
     assert!(fs
-        .open(
-            &ctx(),
-            e.nodeid,
-            &OpenArgs {
-                flags: libc::O_RDONLY as u32,
-                ..OpenArgs::default()
-            }
-        )
+        .open(&ctx(), e.nodeid, &open_args(libc::O_RDONLY))
         .is_err());
     // So is a directory operation on it.
     assert_eq!(
@@ -150,10 +171,7 @@ impl DirentPlusSink for Limited {
 
 #[test]
 fn readdirplus_entries_that_do_not_fit_are_forgotten() {
-    let (dir, fs) = setup();
-    for i in 0..20 {
-        fs::write(dir.path().join(format!("f{i}")), b"").unwrap();
-    }
+    let (_dir, fs) = setup_with_files(20, "f");
     let opened = fs.opendir(&ctx(), ROOT, &OpenArgs::default()).unwrap();
     let mut offset = 0;
     let mut names = 0;
@@ -162,12 +180,7 @@ fn readdirplus_entries_that_do_not_fit_are_forgotten() {
             room: 5,
             taken: Vec::new(),
         };
-        let args = ReadArgs {
-            fh: opened.fh,
-            offset,
-            size: 4096,
-            ..ReadArgs::default()
-        };
+        let args = read_args(opened.fh, offset, 4096);
         fs.readdirplus(&ctx(), ROOT, &args, &mut sink).unwrap();
         let Some(&(_, last)) = sink.taken.last() else {
             break;
@@ -200,22 +213,14 @@ fn readdirplus_entries_that_do_not_fit_are_forgotten() {
 
 #[test]
 fn readdir_cookies_increase_and_resume() {
-    let (dir, fs) = setup();
-    for i in 0..300 {
-        fs::write(dir.path().join(format!("file-{i}")), b"").unwrap();
-    }
+    let (_dir, fs) = setup_with_files(300, "file-");
     let opened = fs.opendir(&ctx(), ROOT, &OpenArgs::default()).unwrap();
     let mut offset = 0;
     let mut all = Vec::new();
     loop {
         let mut mem = vec![0u8; 1024];
         let mut buf = fuse_server::DirentBuf::new(&mut mem);
-        let args = ReadArgs {
-            fh: opened.fh,
-            offset,
-            size: 1024,
-            ..ReadArgs::default()
-        };
+        let args = read_args(opened.fh, offset, 1024);
         fs.readdir(&ctx(), ROOT, &args, &mut buf).unwrap();
         let len = buf.len();
         if len == 0 {
@@ -239,23 +244,13 @@ fn readdir_cookies_increase_and_resume() {
     // An offset beyond i64::MAX is the end.
     let mut mem = vec![0u8; 1024];
     let mut buf = fuse_server::DirentBuf::new(&mut mem);
-    let args = ReadArgs {
-        fh: opened.fh,
-        offset: u64::MAX,
-        size: 1024,
-        ..ReadArgs::default()
-    };
+    let args = read_args(opened.fh, u64::MAX, 1024);
     fs.readdir(&ctx(), ROOT, &args, &mut buf).unwrap();
     assert!(buf.is_empty());
     // Offset 0 starts over.
     let mut mem = vec![0u8; 4096];
     let mut buf = fuse_server::DirentBuf::new(&mut mem);
-    let args = ReadArgs {
-        fh: opened.fh,
-        offset: 0,
-        size: 4096,
-        ..ReadArgs::default()
-    };
+    let args = read_args(opened.fh, 0, 4096);
     fs.readdir(&ctx(), ROOT, &args, &mut buf).unwrap();
     assert!(!buf.is_empty());
 }
@@ -267,11 +262,7 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
     let e = fs.lookup(&ctx(), ROOT, c"f").unwrap();
     let mut mem = [0u8; 16];
     let mut out = SliceWriter::new(&mut mem);
-    let read = ReadArgs {
-        fh: 999,
-        size: 16,
-        ..ReadArgs::default()
-    };
+    let read = read_args(999, 0, 16);
     assert_eq!(
         errno_of(fs.read(&ctx(), e.nodeid, &read, &mut out)),
         libc::EBADF
@@ -292,58 +283,28 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
         )),
         libc::EBADF
     );
-    let opened = fs
-        .open(
-            &ctx(),
-            e.nodeid,
-            &OpenArgs {
-                flags: libc::O_RDWR as u32,
-                ..OpenArgs::default()
+    let opened = fs.open(&ctx(), e.nodeid, &open_args(libc::O_RDWR)).unwrap();
+    // Lock ranges that make no sense, and a lock type that is none.
+    let wrlck = libc::F_WRLCK as u32;
+    for (start, end, r#type) in [(10, 5, wrlck), (u64::MAX, u64::MAX, wrlck), (0, 1, 99)] {
+        let lk = LockArgs {
+            fh: opened.fh,
+            owner: 1,
+            lock: fuse_abi::FileLock {
+                start,
+                end,
+                r#type,
+                pid: 1,
             },
-        )
-        .unwrap();
-    // Lock ranges that make no sense.
-    let lk = LockArgs {
-        fh: opened.fh,
-        owner: 1,
-        lock: fuse_abi::FileLock {
-            start: 10,
-            end: 5,
-            r#type: libc::F_WRLCK as u32,
-            pid: 1,
-        },
-        flock: false,
-    };
-    assert_eq!(
-        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
-        libc::EINVAL
-    );
-    let lk = LockArgs {
-        lock: fuse_abi::FileLock {
-            start: u64::MAX,
-            end: u64::MAX,
-            r#type: libc::F_WRLCK as u32,
-            pid: 1,
-        },
-        ..lk
-    };
-    assert_eq!(
-        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
-        libc::EINVAL
-    );
-    let lk = LockArgs {
-        lock: fuse_abi::FileLock {
-            start: 0,
-            end: 1,
-            r#type: 99,
-            pid: 1,
-        },
-        ..lk
-    };
-    assert_eq!(
-        errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
-        libc::EINVAL
-    );
+            flock: false,
+        };
+        assert_eq!(
+            errno_of(fs.setlk(&ctx(), e.nodeid, &lk, false)),
+            libc::EINVAL,
+            "{start}..{end}, type {type}",
+            type = r#type
+        );
+    }
     let seek = LseekArgs {
         fh: opened.fh,
         offset: u64::MAX,
@@ -375,12 +336,7 @@ fn bad_handles_and_arguments_give_errors_not_panics() {
     assert_eq!(fs.write(&ctx(), e.nodeid, &w, &mut input).unwrap(), 3);
     let mut mem = [0u8; 64];
     let mut out = SliceWriter::new(&mut mem);
-    let read = ReadArgs {
-        fh: opened.fh,
-        offset: 5,
-        size: 64,
-        ..ReadArgs::default()
-    };
+    let read = read_args(opened.fh, 5, 64);
     fs.read(&ctx(), e.nodeid, &read, &mut out).unwrap();
     assert_eq!(fuse_server::ZeroCopyWriter::written(&out), 6);
     assert_eq!(&mem[..6], b"567abc");
