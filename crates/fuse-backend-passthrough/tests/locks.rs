@@ -203,6 +203,35 @@ fn wait_until_blocked<T: std::fmt::Debug>(waiter: &JoinHandle<T>, path: &Path, k
     );
 }
 
+/// Runs `take`, a blocking lock call (`what`, seen in /proc/locks as
+/// `kind`), on a thread while `holder` holds a conflicting lock: it waits
+/// on the holder's lock, and gets the lock (returns 0) only after the
+/// holder released it (a flag set just before the release, read by the
+/// waiter once it has the lock).
+fn waits_until_released(
+    holder: LockHolder,
+    path: &Path,
+    kind: &str,
+    what: &str,
+    take: impl FnOnce() -> i32 + Send + 'static,
+) {
+    let released = Arc::new(AtomicBool::new(false));
+    let seen = released.clone();
+    let waiter = std::thread::spawn(move || {
+        let r = take();
+        (r, seen.load(Ordering::SeqCst))
+    });
+    wait_until_blocked(&waiter, path, kind);
+    released.store(true, Ordering::SeqCst);
+    holder.release();
+    let (r, after_release) = waiter.join().unwrap();
+    assert_eq!(r, 0, "{what} after the holder released");
+    assert!(
+        after_release,
+        "{what} got the lock before the holder released it"
+    );
+}
+
 #[test]
 fn posix_locks_contended_and_setlkw_released_by_another_process() {
     let t = TestMount::new();
@@ -242,25 +271,11 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
     assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
     assert_eq!(q.l_type as i32, libc::F_WRLCK);
 
-    // A blocking wait: it waits on the holder's lock and gets the lock only
-    // after the holder released it (set just before the release; read by
-    // the waiter once it has the lock).
-    let released = Arc::new(AtomicBool::new(false));
-    let seen = released.clone();
-    let waiter = std::thread::spawn(move || {
+    // A blocking wait, which waits for the holder.
+    waits_until_released(holder, &t.s("f"), "OFDLCK", "F_SETLKW", move || {
         let mut w = flock_struct(libc::F_WRLCK, 50, 10);
-        let r = fcntl_lock(fd, libc::F_SETLKW, &mut w);
-        (r, seen.load(Ordering::SeqCst))
+        fcntl_lock(fd, libc::F_SETLKW, &mut w)
     });
-    wait_until_blocked(&waiter, &t.s("f"), "OFDLCK");
-    released.store(true, Ordering::SeqCst);
-    holder.release();
-    let (r, after_release) = waiter.join().unwrap();
-    assert_eq!(r, 0, "F_SETLKW after the holder released");
-    assert!(
-        after_release,
-        "F_SETLKW got the lock before the holder released it"
-    );
     let mut q = flock_struct(libc::F_WRLCK, 0, 0);
     assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
     assert_eq!(
@@ -355,22 +370,10 @@ fn flock_contended_and_released() {
     );
     assert_eq!(last_errno(), libc::EWOULDBLOCK);
     // It waits on the holder's lock and gets it only after the release.
-    let released = Arc::new(AtomicBool::new(false));
-    let seen = released.clone();
-    let waiter = std::thread::spawn(move || {
+    waits_until_released(holder, &t.s("f"), "FLOCK", "flock(LOCK_EX)", move || {
         // SAFETY: valid fd.
-        let r = unsafe { libc::flock(fd, libc::LOCK_EX) };
-        (r, seen.load(Ordering::SeqCst))
+        unsafe { libc::flock(fd, libc::LOCK_EX) }
     });
-    wait_until_blocked(&waiter, &t.s("f"), "FLOCK");
-    released.store(true, Ordering::SeqCst);
-    holder.release();
-    let (r, after_release) = waiter.join().unwrap();
-    assert_eq!(r, 0, "flock(LOCK_EX) after the holder released");
-    assert!(
-        after_release,
-        "flock(LOCK_EX) got the lock before the holder released it"
-    );
     // Our lock is now on the backing file.
     let b = File::open(t.s("f")).unwrap();
     assert_eq!(
