@@ -1,6 +1,6 @@
 //! Raw syscalls, each wrapped once.
 
-use fuse_server::sys::cvt;
+use fuse_server::sys::{cvt, cvt_retry};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -24,16 +24,10 @@ pub(super) fn getegid() -> u32 {
 
 /// open(2) with `O_CLOEXEC` added.
 pub(super) fn open_cloexec(path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    loop {
-        // SAFETY: `path` is a valid NUL-terminated string.
-        let ret = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
-        match cvt(ret) {
-            // SAFETY: open returned a new descriptor that nothing else owns.
-            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(err),
-        }
-    }
+    // SAFETY: `path` is a valid NUL-terminated string.
+    let fd = cvt_retry(|| unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })?;
+    // SAFETY: open returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 pub(super) fn mount(
@@ -67,16 +61,9 @@ pub(super) fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
 pub(super) fn statfs_is_fuse(path: &Path) -> io::Result<bool> {
     let path = path_cstring(path)?;
     let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    loop {
-        // SAFETY: `path` is NUL-terminated and `buf` is writable and large
-        // enough for a struct statfs.
-        let ret = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
-        match cvt(ret) {
-            Ok(_) => break,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(err),
-        }
-    }
+    // SAFETY: `path` is NUL-terminated and `buf` is writable and large
+    // enough for a struct statfs.
+    cvt_retry(|| unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) })?;
     // SAFETY: statfs succeeded, so it filled in the whole struct.
     let buf = unsafe { buf.assume_init() };
     Ok(buf.f_type == libc::FUSE_SUPER_MAGIC)
@@ -138,18 +125,11 @@ pub(super) fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    let received = loop {
+    let received = cvt_retry(|| {
         // SAFETY: `msg` points at `iov` and `control`, which are live and
         // writable for the lengths given.
-        let ret = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if ret >= 0 {
-            break ret;
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    };
+        unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) }
+    })?;
 
     let mut fds = Vec::new();
     // SAFETY: `msg` was filled in by recvmsg; CMSG_FIRSTHDR/CMSG_NXTHDR
