@@ -102,6 +102,15 @@ impl LockHolder {
     }
 }
 
+/// Opens `path` for reading and writing.
+fn open_rw(path: impl AsRef<Path>) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
 /// The lock holder's side of [`LockHolder`]; does nothing in a normal run.
 #[test]
 #[ignore = "helper process of the lock tests"]
@@ -111,11 +120,7 @@ fn lock_holder_helper() {
     };
     let range = std::env::var("PT_LOCK_RANGE").unwrap();
     let v: Vec<i64> = range.split(' ').map(|x| x.parse().unwrap()).collect();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let f = open_rw(path);
     if v[2] == 1 {
         assert_eq!(
             // SAFETY: the descriptor belongs to a File that is open across the call;
@@ -236,11 +241,7 @@ fn waits_until_released(
 fn posix_locks_contended_and_setlkw_released_by_another_process() {
     let t = TestMount::new();
     std::fs::write(t.m("f"), vec![0u8; 1000]).unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(t.m("f"))
-        .unwrap();
+    let f = open_rw(t.m("f"));
     let fd = f.as_raw_fd();
     // No lock yet.
     let mut q = flock_struct(libc::F_WRLCK, 0, 0);
@@ -262,11 +263,7 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
     let mut other = flock_struct(libc::F_WRLCK, 200, 100);
     assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut other), 0);
     // Processes using the backing file directly see our lock too.
-    let b = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(t.s("f"))
-        .unwrap();
+    let b = open_rw(t.s("f"));
     let mut q = flock_struct(libc::F_WRLCK, 250, 1);
     assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
     assert_eq!(q.l_type as i32, libc::F_WRLCK);
@@ -300,11 +297,7 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
 fn closing_any_descriptor_releases_posix_locks() {
     let t = TestMount::new();
     std::fs::write(t.m("f"), b"x").unwrap();
-    let f1 = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(t.m("f"))
-        .unwrap();
+    let f1 = open_rw(t.m("f"));
     let mut w = flock_struct(libc::F_WRLCK, 0, 0);
     assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_SETLK, &mut w), 0);
     // Our own second descriptor does not conflict with our lock (one owner).
@@ -327,19 +320,12 @@ fn closing_any_descriptor_releases_posix_locks() {
 fn closing_an_open_file_releases_its_ofd_locks() {
     let t = TestMount::new();
     std::fs::write(t.m("f"), b"x").unwrap();
-    let open_rw = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(t.m("f"))
-            .unwrap()
-    };
-    let f1 = open_rw();
+    let f1 = open_rw(t.m("f"));
     let mut w = flock_struct(libc::F_WRLCK, 0, 10);
     assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_OFD_SETLK, &mut w), 0);
     // A duplicate's close leaves the lock: another open file conflicts.
     drop(f1.try_clone().unwrap());
-    let f2 = open_rw();
+    let f2 = open_rw(t.m("f"));
     let mut w2 = flock_struct(libc::F_WRLCK, 0, 10);
     assert_eq!(
         fcntl_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, &mut w2),
