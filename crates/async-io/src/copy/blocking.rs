@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::AsFd;
 
 use super::plan::{round_up, Job};
-use super::{fault_fd, CopyReport};
+use super::{fault_fd, read_error, write_error, CopyReport};
 use crate::buf::AlignedBuf;
 use crate::{sys, Error};
 
@@ -73,17 +73,9 @@ pub(super) fn rw_copy(job: &Job, rep: &mut CopyReport) -> Result<Option<u64>, Er
             if done > 0 {
                 rep.resubmits += 1;
             }
-            let n = sys::pread(
-                src_fd,
-                &mut buf.as_full_mut_slice()[done..io_len],
-                off + done as u64,
-            )
-            .map_err(|e| {
-                Error::io(
-                    format!("reading the source at offset {}", off + done as u64),
-                    e,
-                )
-            })?;
+            let at = off + done as u64;
+            let n = sys::pread(src_fd, &mut buf.as_full_mut_slice()[done..io_len], at)
+                .map_err(|e| read_error(at, e))?;
             if n == 0 {
                 eof = true;
                 break;
@@ -104,22 +96,11 @@ pub(super) fn rw_copy(job: &Job, rep: &mut CopyReport) -> Result<Option<u64>, Er
                 if w > 0 {
                     rep.resubmits += 1;
                 }
-                let n = sys::pwrite(
-                    job.dst.as_fd(),
-                    &buf.as_full_mut_slice()[w..wlen],
-                    off + w as u64,
-                )
-                .map_err(|e| {
-                    Error::io(
-                        format!("writing the destination at offset {}", off + w as u64),
-                        e,
-                    )
-                })?;
+                let at = off + w as u64;
+                let n = sys::pwrite(job.dst.as_fd(), &buf.as_full_mut_slice()[w..wlen], at)
+                    .map_err(|e| write_error(at, e))?;
                 if n == 0 {
-                    return Err(Error::io(
-                        format!("writing the destination at offset {}", off + w as u64),
-                        io::ErrorKind::WriteZero.into(),
-                    ));
+                    return Err(write_error(at, io::ErrorKind::WriteZero.into()));
                 }
                 w += n;
             }

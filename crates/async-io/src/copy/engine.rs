@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use io_uring::{opcode, types};
 
 use super::plan::{round_up, Job};
-use super::{fault_fd, CopyReport};
+use super::{fault_fd, read_error, write_error, CopyReport};
 use crate::buf::AlignedBuf;
 use crate::driver::{Driver, Op};
 use crate::file::cqe_count;
@@ -211,12 +211,7 @@ impl<'a> Engine<'a> {
                 self.submit_read(i);
                 return Ok(());
             }
-            Some(Err(e)) => {
-                return Err(Error::io(
-                    format!("reading the source at offset {}", s.off + s.done as u64),
-                    e,
-                ))
-            }
+            Some(Err(e)) => return Err(read_error(s.off + s.done as u64, e)),
             Some(Ok(n)) => n,
         };
         s.done += n;
@@ -288,18 +283,8 @@ impl<'a> Engine<'a> {
                 self.submit_write(i);
                 return Ok(());
             }
-            Some(Err(e)) => {
-                return Err(Error::io(
-                    format!("writing the destination at offset {at}"),
-                    e,
-                ))
-            }
-            Some(Ok(0)) => {
-                return Err(Error::io(
-                    format!("writing the destination at offset {at}"),
-                    io::ErrorKind::WriteZero.into(),
-                ))
-            }
+            Some(Err(e)) => return Err(write_error(at, e)),
+            Some(Ok(0)) => return Err(write_error(at, io::ErrorKind::WriteZero.into())),
             Some(Ok(n)) => n,
         };
         s.done += n;

@@ -168,6 +168,17 @@ fn fault_fd() -> io::Result<OwnedFd> {
     sys::open(c"/", libc::O_RDONLY | libc::O_DIRECTORY, 0)
 }
 
+/// A failed read of the source at byte `at` (every copy path says it alike).
+fn read_error(at: u64, e: io::Error) -> Error {
+    Error::io(format!("reading the source at offset {at}"), e)
+}
+
+/// A failed (or, with [`io::ErrorKind::WriteZero`], empty) write of the
+/// destination at byte `at`.
+fn write_error(at: u64, e: io::Error) -> Error {
+    Error::io(format!("writing the destination at offset {at}"), e)
+}
+
 /// Copies the file (or block device) at `src` to `dst`, creating or truncating `dst`
 /// (a block device is overwritten in place). A created file gets `src`'s permission bits.
 ///
