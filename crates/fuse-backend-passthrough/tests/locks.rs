@@ -44,6 +44,28 @@ fn fcntl_lock(fd: i32, cmd: i32, fl: &mut libc::flock) -> i32 {
     }
 }
 
+/// A mount whose source holds the one-byte file `f`, the file the tests
+/// lock.
+fn mount_with_f() -> TestMount {
+    let t = TestMount::new();
+    std::fs::write(t.m("f"), b"x").unwrap();
+    t
+}
+
+/// A set command (`F_SETLK`, `F_OFD_SETLKW`, ...) for a lock of type `ty`
+/// on `len` bytes from `start` (0: to the end): 0 or the errno.
+fn set_lock(fd: i32, cmd: i32, ty: i32, start: i64, len: i64) -> i32 {
+    fcntl_lock(fd, cmd, &mut flock_struct(ty, start, len))
+}
+
+/// A get command (`F_GETLK`, `F_OFD_GETLK`) for a lock of type `ty` on
+/// `len` bytes from `start`: the lock in the way, or `F_UNLCK` as its type.
+fn get_lock(fd: i32, cmd: i32, ty: i32, start: i64, len: i64) -> libc::flock {
+    let mut q = flock_struct(ty, start, len);
+    assert_eq!(fcntl_lock(fd, cmd, &mut q), 0);
+    q
+}
+
 /// Another process holding a write lock on a file through the mount: this
 /// test binary run again as [`lock_holder_helper`]. (Not a plain fork:
 /// a forked child would keep copies of every mount's /dev/fuse
@@ -129,8 +151,10 @@ fn lock_holder_helper() {
             0
         );
     } else {
-        let mut fl = flock_struct(libc::F_WRLCK, v[0], v[1]);
-        assert_eq!(fcntl_lock(f.as_raw_fd(), libc::F_SETLK, &mut fl), 0);
+        assert_eq!(
+            set_lock(f.as_raw_fd(), libc::F_SETLK, libc::F_WRLCK, v[0], v[1]),
+            0
+        );
     }
     println!("locked");
     let mut buf = [0u8; 1];
@@ -244,47 +268,38 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
     let f = open_rw(t.m("f"));
     let fd = f.as_raw_fd();
     // No lock yet.
-    let mut q = flock_struct(libc::F_WRLCK, 0, 0);
-    assert_eq!(fcntl_lock(fd, libc::F_GETLK, &mut q), 0);
+    let q = get_lock(fd, libc::F_GETLK, libc::F_WRLCK, 0, 0);
     assert_eq!(q.l_type as i32, libc::F_UNLCK);
 
     let holder = LockHolder::spawn(&t.m("f"), 0, 100, false);
     // The lock is an OFD lock on the backing file.
     assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
-    let mut q = flock_struct(libc::F_RDLCK, 10, 5);
-    assert_eq!(fcntl_lock(fd, libc::F_GETLK, &mut q), 0);
+    let q = get_lock(fd, libc::F_GETLK, libc::F_RDLCK, 10, 5);
     assert_eq!(q.l_type as i32, libc::F_WRLCK);
     assert_eq!((q.l_start, q.l_len), (0, 100));
     assert_eq!(q.l_pid, holder.pid, "GETLK names the holder");
-    let mut w = flock_struct(libc::F_WRLCK, 50, 10);
-    let e = fcntl_lock(fd, libc::F_SETLK, &mut w);
+    let e = set_lock(fd, libc::F_SETLK, libc::F_WRLCK, 50, 10);
     assert!(e == libc::EAGAIN || e == libc::EACCES, "F_SETLK: {e}");
     // A range nobody holds.
-    let mut other = flock_struct(libc::F_WRLCK, 200, 100);
-    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut other), 0);
+    assert_eq!(set_lock(fd, libc::F_SETLK, libc::F_WRLCK, 200, 100), 0);
     // Processes using the backing file directly see our lock too.
     let b = open_rw(t.s("f"));
-    let mut q = flock_struct(libc::F_WRLCK, 250, 1);
-    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    let q = get_lock(b.as_raw_fd(), libc::F_OFD_GETLK, libc::F_WRLCK, 250, 1);
     assert_eq!(q.l_type as i32, libc::F_WRLCK);
 
     // A blocking wait, which waits for the holder.
     waits_until_released(holder, &t.s("f"), "OFDLCK", "F_SETLKW", move || {
-        let mut w = flock_struct(libc::F_WRLCK, 50, 10);
-        fcntl_lock(fd, libc::F_SETLKW, &mut w)
+        set_lock(fd, libc::F_SETLKW, libc::F_WRLCK, 50, 10)
     });
-    let mut q = flock_struct(libc::F_WRLCK, 0, 0);
-    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    let q = get_lock(b.as_raw_fd(), libc::F_OFD_GETLK, libc::F_WRLCK, 0, 0);
     assert_eq!(
         q.l_type as i32,
         libc::F_WRLCK,
         "we hold [50,60) and [200,300)"
     );
     // Unlock one range explicitly.
-    let mut u = flock_struct(libc::F_UNLCK, 200, 100);
-    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut u), 0);
-    let mut q = flock_struct(libc::F_WRLCK, 200, 100);
-    assert_eq!(fcntl_lock(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q), 0);
+    assert_eq!(set_lock(fd, libc::F_SETLK, libc::F_UNLCK, 200, 100), 0);
+    let q = get_lock(b.as_raw_fd(), libc::F_OFD_GETLK, libc::F_WRLCK, 200, 100);
     assert_eq!(q.l_type as i32, libc::F_UNLCK);
     // Closing the file releases the rest (FLUSH drops the owner's locks).
     drop(f);
@@ -295,15 +310,18 @@ fn posix_locks_contended_and_setlkw_released_by_another_process() {
 
 #[test]
 fn closing_any_descriptor_releases_posix_locks() {
-    let t = TestMount::new();
-    std::fs::write(t.m("f"), b"x").unwrap();
+    let t = mount_with_f();
     let f1 = open_rw(t.m("f"));
-    let mut w = flock_struct(libc::F_WRLCK, 0, 0);
-    assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_SETLK, &mut w), 0);
+    assert_eq!(
+        set_lock(f1.as_raw_fd(), libc::F_SETLK, libc::F_WRLCK, 0, 0),
+        0
+    );
     // Our own second descriptor does not conflict with our lock (one owner).
     let f2 = File::open(t.m("f")).unwrap();
-    let mut r = flock_struct(libc::F_RDLCK, 0, 0);
-    assert_eq!(fcntl_lock(f2.as_raw_fd(), libc::F_SETLK, &mut r), 0);
+    assert_eq!(
+        set_lock(f2.as_raw_fd(), libc::F_SETLK, libc::F_RDLCK, 0, 0),
+        0
+    );
     assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
     // POSIX: closing any descriptor of the file drops the process's locks.
     drop(f2);
@@ -318,32 +336,30 @@ fn closing_any_descriptor_releases_posix_locks() {
 /// generic/478 hung).
 #[test]
 fn closing_an_open_file_releases_its_ofd_locks() {
-    let t = TestMount::new();
-    std::fs::write(t.m("f"), b"x").unwrap();
+    let t = mount_with_f();
     let f1 = open_rw(t.m("f"));
-    let mut w = flock_struct(libc::F_WRLCK, 0, 10);
-    assert_eq!(fcntl_lock(f1.as_raw_fd(), libc::F_OFD_SETLK, &mut w), 0);
+    assert_eq!(
+        set_lock(f1.as_raw_fd(), libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10),
+        0
+    );
     // A duplicate's close leaves the lock: another open file conflicts.
     drop(f1.try_clone().unwrap());
     let f2 = open_rw(t.m("f"));
-    let mut w2 = flock_struct(libc::F_WRLCK, 0, 10);
     assert_eq!(
-        fcntl_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, &mut w2),
+        set_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10),
         libc::EAGAIN
     );
     // The open file's last close releases it.
     drop(f1);
     assert!(wait_until(PATIENCE, || {
-        let mut w2 = flock_struct(libc::F_WRLCK, 0, 10);
-        fcntl_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, &mut w2) == 0
+        set_lock(f2.as_raw_fd(), libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10) == 0
     }));
     assert_eq!(proc_locks_on(&t.s("f"), "OFDLCK"), 1);
 }
 
 #[test]
 fn flock_contended_and_released() {
-    let t = TestMount::new();
-    std::fs::write(t.m("f"), b"x").unwrap();
+    let t = mount_with_f();
     let holder = LockHolder::spawn(&t.m("f"), 0, 0, true);
     assert_eq!(proc_locks_on(&t.s("f"), "FLOCK"), 1);
     let f = File::open(t.m("f")).unwrap();
@@ -381,8 +397,7 @@ fn flock_contended_and_released() {
 
 #[test]
 fn setlkw_interrupted_by_a_signal() {
-    let t = TestMount::new();
-    std::fs::write(t.m("f"), b"x").unwrap();
+    let t = mount_with_f();
     let holder = LockHolder::spawn(&t.m("f"), 0, 0, false);
     fuse_server::sys::install_interrupting_handler(libc::SIGUSR1).unwrap();
     let path = CString::new(t.m("f").as_os_str().as_encoded_bytes()).unwrap();
@@ -393,8 +408,7 @@ fn setlkw_interrupted_by_a_signal() {
         assert!(fd >= 0);
         // SAFETY: pthread_self has no preconditions.
         tx.send(unsafe { libc::pthread_self() }).unwrap();
-        let mut w = flock_struct(libc::F_WRLCK, 0, 0);
-        let r = fcntl_lock(fd, libc::F_SETLKW, &mut w);
+        let r = set_lock(fd, libc::F_SETLKW, libc::F_WRLCK, 0, 0);
         // SAFETY: our fd.
         unsafe { libc::close(fd) };
         r
