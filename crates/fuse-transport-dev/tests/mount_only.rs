@@ -222,10 +222,7 @@ fn syscall_mount_appears_in_mountinfo_with_options() {
         .default_permissions(true)
         .read_only(true)
         .max_read(65536);
-    let mut mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Syscall)
-        .expect("mount with mount(2)");
-    assert_eq!(mount.method(), MountMethod::Syscall);
-    assert_eq!(mount.mountpoint(), dir.mnt);
+    let mut mount = mount_by(&dir, &options, MountMethod::Syscall);
 
     let info = only_mount(&dir.mnt);
     assert_eq!(info.fstype, "fuse.mountonly");
@@ -485,10 +482,7 @@ fn fusermount_mount_and_unmount() {
         .subtype("fmtest")
         .default_permissions(true)
         .max_read(32768);
-    let mut mount = Mount::new_with_method(&dir.mnt, &options, MountMethod::Fusermount)
-        .expect("mount with fusermount3");
-    assert_eq!(mount.method(), MountMethod::Fusermount);
-    assert_eq!(mount.mountpoint(), dir.mnt);
+    let mut mount = mount_by(&dir, &options, MountMethod::Fusermount);
     // The descriptor came over SCM_RIGHTS with close-on-exec set.
     // SAFETY: F_GETFD on a descriptor we borrow.
     let flags = unsafe { libc::fcntl(mount.dev_fd().as_raw_fd(), libc::F_GETFD) };
@@ -668,6 +662,26 @@ fn run_child_as_nobody(child: &str, dev_fuse_mode: libc::mode_t) {
     );
 }
 
+/// Mounts at `dir` with `options` by `method`, and checks that the mount
+/// says so.
+fn mount_by(dir: &TestDir, options: &MountOptions, method: MountMethod) -> Mount {
+    let mount = Mount::new_with_method(&dir.mnt, options, method)
+        .unwrap_or_else(|e| panic!("mount with {method:?}: {e}"));
+    assert_eq!(mount.method(), method);
+    assert_eq!(mount.mountpoint(), dir.mnt);
+    mount
+}
+
+/// In a child run by [`run_child_as_nobody`]: the mountpoint it was given,
+/// once it is sure it runs unprivileged.
+fn child_mountpoint() -> PathBuf {
+    let mnt = PathBuf::from(
+        std::env::var_os("MOUNT_ONLY_CHILD_MNT").expect("MOUNT_ONLY_CHILD_MNT not set"),
+    );
+    assert_ne!(euid(), 0, "must run unprivileged");
+    mnt
+}
+
 /// In a forked child: private mount namespace, a /dev/fuse of `mode`, user
 /// nobody.
 fn enter_unprivileged_namespace(
@@ -724,10 +738,7 @@ fn enter_unprivileged_namespace(
 #[test]
 #[ignore = "helper: run as another user by unprivileged_mount_falls_back_to_fusermount_needs_root"]
 fn unprivileged_child() {
-    let mnt = PathBuf::from(
-        std::env::var_os("MOUNT_ONLY_CHILD_MNT").expect("MOUNT_ONLY_CHILD_MNT not set"),
-    );
-    assert_ne!(euid(), 0, "must run unprivileged");
+    let mnt = child_mountpoint();
     let mut mount = Mount::new(&mnt, &MountOptions::default()).expect("unprivileged mount");
     assert_eq!(mount.method(), MountMethod::Fusermount);
     let info = only_mount(&mnt);
@@ -761,10 +772,7 @@ fn dev_fuse_0600_refuses_other_users_and_says_why_needs_root() {
 #[test]
 #[ignore = "helper: run as another user by dev_fuse_0600_refuses_other_users_and_says_why_needs_root"]
 fn dev_fuse_0600_child() {
-    let mnt = PathBuf::from(
-        std::env::var_os("MOUNT_ONLY_CHILD_MNT").expect("MOUNT_ONLY_CHILD_MNT not set"),
-    );
-    assert_ne!(euid(), 0, "must run unprivileged");
+    let mnt = child_mountpoint();
     let err =
         Mount::new(&mnt, &MountOptions::default()).expect_err("mounted with a 0600 /dev/fuse");
     println!("the error: {err}");
