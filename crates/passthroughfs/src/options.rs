@@ -131,8 +131,7 @@ const OPTIONS: &[Opt] = &[
         Ok(())
     }),
     value("max_read=", "--max-read BYTES", |a, v| {
-        a.max_read = Some(number(v)?);
-        Ok(())
+        number(v).map(|x| a.max_read = Some(x))
     }),
     flag("debug", "--debug", |a| a.debug = true),
     value("log_file=", "--log-file PATH", |a, v| {
@@ -143,16 +142,13 @@ const OPTIONS: &[Opt] = &[
         Ok(())
     }),
     value("threads=", "--threads N", |a, v| {
-        a.threads = number(v)?;
-        Ok(())
+        number(v).map(|x| a.threads = x)
     }),
     value("max_threads=", "--max-threads N", |a, v| {
-        a.max_threads = Some(number(v)?);
-        Ok(())
+        number(v).map(|x| a.max_threads = Some(x))
     }),
     value("runtime=", "--runtime sync|tokio|uring", |a, v| {
-        a.runtime = choice::<Runtime>(v)?;
-        Ok(())
+        choice::<Runtime>(v).map(|x| a.runtime = x)
     }),
     flag("io_uring", "--uring (libfuse's name; also: uring)", |a| {
         a.uring = true
@@ -161,18 +157,13 @@ const OPTIONS: &[Opt] = &[
     value(
         "io_uring_q_depth=",
         "--uring-entries N (libfuse's name)",
-        |a, v| {
-            a.uring_entries = number(v)?;
-            Ok(())
-        },
+        |a, v| number(v).map(|x| a.uring_entries = x),
     ),
     value("uring_entries=", "--uring-entries N", |a, v| {
-        a.uring_entries = number(v)?;
-        Ok(())
+        number(v).map(|x| a.uring_entries = x)
     }),
     value("uring_bufs=", "--uring-bufs N", |a, v| {
-        a.uring_bufs = number(v)?;
-        Ok(())
+        number(v).map(|x| a.uring_bufs = x)
     }),
     flag(
         "uring_unregistered_pools",
@@ -189,25 +180,19 @@ const OPTIONS: &[Opt] = &[
         a.uring_unpinned = true
     }),
     value("uring_queues=", "--uring-queues N", |a, v| {
-        a.uring_queues = number(v)?;
-        Ok(())
+        number(v).map(|x| a.uring_queues = x)
     }),
     value(
         "uring_threads_per_queue=",
         "--uring-threads-per-queue N",
-        |a, v| {
-            a.uring_threads_per_queue = number(v)?;
-            Ok(())
-        },
+        |a, v| number(v).map(|x| a.uring_threads_per_queue = x),
     ),
     flag("thread_pool", "--thread-pool", |a| a.fs.thread_pool = true),
     value("pool_threads=", "--pool-threads N", |a, v| {
-        a.fs.pool_threads = Some(number(v)?);
-        Ok(())
+        number(v).map(|x| a.fs.pool_threads = Some(x))
     }),
     value("cache=", "--cache never|auto|always", |a, v| {
-        a.fs.cache = choice::<Cache>(v)?;
-        Ok(())
+        choice::<Cache>(v).map(|x| a.fs.cache = x)
     }),
     value("takeover_socket=", "--takeover-socket PATH", |a, v| {
         a.takeover_socket = Some(v.into());
@@ -218,24 +203,19 @@ const OPTIONS: &[Opt] = &[
         Ok(())
     }),
     value("takeover_timeout=", "--takeover-timeout SECS", |a, v| {
-        a.takeover_timeout = number(v)?;
-        Ok(())
+        number(v).map(|x| a.takeover_timeout = x)
     }),
     value("sandbox=", "--sandbox namespace|chroot|none", |a, v| {
-        a.sandbox = Some(choice(v)?);
-        Ok(())
+        choice(v).map(|x| a.sandbox = Some(x))
     }),
     value("seccomp=", "--seccomp kill|log|none", |a, v| {
-        a.seccomp = Some(choice(v)?);
-        Ok(())
+        choice(v).map(|x| a.seccomp = Some(x))
     }),
     value("landlock=", "--landlock on|off", |a, v| {
-        a.landlock = Some(choice(v)?);
-        Ok(())
+        choice(v).map(|x| a.landlock = Some(x))
     }),
     value("zero_copy=", "--zero-copy never|auto|always", |a, v| {
-        a.fs.zero_copy = choice::<ZeroCopy>(v)?;
-        Ok(())
+        choice::<ZeroCopy>(v).map(|x| a.fs.zero_copy = x)
     }),
     flag("writeback", "--writeback", |a| a.fs.writeback = true),
     flag("no_writeback", "no writeback cache (the default)", |a| {
@@ -252,12 +232,10 @@ const OPTIONS: &[Opt] = &[
         },
     ),
     value("attr_timeout=", "--attr-timeout SECS", |a, v| {
-        a.fs.attr_timeout = Some(secs(v)?);
-        Ok(())
+        secs(v).map(|x| a.fs.attr_timeout = Some(x))
     }),
     value("entry_timeout=", "--entry-timeout SECS", |a, v| {
-        a.fs.entry_timeout = Some(secs(v)?);
-        Ok(())
+        secs(v).map(|x| a.fs.entry_timeout = Some(x))
     }),
     value("request_timeout=", "--request-timeout SECS", |a, v| {
         match v.parse::<u16>() {
