@@ -412,7 +412,14 @@ mod tests {
         Arc::new(Notifier::new(sink, Some(negotiated)))
     }
 
-    fn setup(minor: u32, nodes: u64) -> (Arc<Table>, Arc<Kernel>, Arc<Notifier>) {
+    /// A table of `nodes` nodes past the root, a kernel of protocol
+    /// 7.`minor` serving it, and a pruner keeping the table at `limit`,
+    /// told of the table's size (the notifier is returned to keep it alive).
+    fn started(
+        minor: u32,
+        nodes: u64,
+        limit: usize,
+    ) -> (Arc<Table>, Arc<Kernel>, Arc<Notifier>, Pruner) {
         let table = Arc::new(Table(Mutex::new((2..2 + nodes).collect())));
         let kernel = Arc::new(Kernel {
             table: table.clone(),
@@ -420,15 +427,15 @@ mod tests {
             cv: Condvar::new(),
         });
         let n = notifier(minor, kernel.clone());
-        (table, kernel, n)
+        let source: Arc<dyn PruneSource> = table.clone();
+        let p = Pruner::start(limit, Arc::downgrade(&source), Arc::downgrade(&n)).unwrap();
+        p.node_added(table.node_count());
+        (table, kernel, n, p)
     }
 
     #[test]
     fn a_table_past_the_limit_is_brought_below_it_in_batches() {
-        let (table, kernel, n) = setup(45, 2000);
-        let source: Arc<dyn PruneSource> = table.clone();
-        let p = Pruner::start(1000, Arc::downgrade(&source), Arc::downgrade(&n)).unwrap();
-        p.node_added(table.node_count());
+        let (table, kernel, _n, p) = started(45, 2000, 1000);
         let mut messages = lock(&kernel.messages);
         while *messages < 3 {
             messages = kernel.cv.wait(messages).unwrap();
@@ -442,10 +449,7 @@ mod tests {
 
     #[test]
     fn an_old_kernel_turns_pruning_off_and_sends_nothing() {
-        let (table, kernel, n) = setup(44, 20);
-        let source: Arc<dyn PruneSource> = table.clone();
-        let p = Pruner::start(10, Arc::downgrade(&source), Arc::downgrade(&n)).unwrap();
-        p.node_added(table.node_count());
+        let (table, kernel, _n, p) = started(44, 20, 10);
         let inner = p.inner.clone();
         // A guard against a hang, not a timing: the round is immediate.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
