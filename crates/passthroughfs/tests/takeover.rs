@@ -170,21 +170,14 @@ fn takes_over(sock: &str) -> [&str; 4] {
 
 /// Runs a `--take-over` daemon that must fail; its standard error.
 fn failed_takeover(src: &Path, mnt: &Path, sock: &str) -> String {
-    let out = std::process::Command::new(daemon::BIN)
-        .args([
-            "--foreground",
-            "--no-passthrough",
-            "--takeover-timeout",
-            "2",
-        ])
-        .args(["--take-over", sock])
-        .arg(src)
-        .arg(mnt)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "the takeover worked: {err}");
-    err
+    let args = [
+        "--no-passthrough",
+        "--takeover-timeout",
+        "2",
+        "--take-over",
+        sock,
+    ];
+    daemon::failed_run(src, mnt, &args)
 }
 
 #[test]

@@ -129,9 +129,9 @@ pub struct Daemon {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Runs the daemon with `args` on `src` and `mnt`, which must refuse to
-/// start without mounting anything; its standard error.
-pub fn refused_at_start(src: &Path, mnt: &Path, args: &[&str]) -> String {
+/// Runs the daemon in the foreground with `args` on `src` and `mnt`,
+/// which must fail; its standard error.
+pub fn failed_run(src: &Path, mnt: &Path, args: &[&str]) -> String {
     let out = Command::new(BIN)
         .arg("--foreground")
         .args(args)
@@ -141,6 +141,13 @@ pub fn refused_at_start(src: &Path, mnt: &Path, args: &[&str]) -> String {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{args:?}: {err}");
+    err
+}
+
+/// Runs the daemon with `args` on `src` and `mnt`, which must refuse to
+/// start without mounting anything; its standard error.
+pub fn refused_at_start(src: &Path, mnt: &Path, args: &[&str]) -> String {
+    let err = failed_run(src, mnt, args);
     assert!(!is_mounted(mnt), "{args:?}: {err}");
     err
 }
