@@ -292,42 +292,50 @@ fn with_own_dev(
 #[test]
 fn a_background_start_without_syslog_says_so_once() {
     require_root();
-    let d = dirs();
-    let (src, mnt) = (d.src.clone(), d.mnt.clone());
-    with_own_dev(d.dir.path(), false, move |_| {
-        let _guard = MountGuard(mnt.clone());
-        let out = output(Command::new(BIN).arg(&src).arg(&mnt));
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{err}");
+    let (d1, d2) = (dirs(), dirs());
+    background_start(&d1, false, |err| {
         let warnings: Vec<&str> = err
             .lines()
             .filter(|l| l.contains("no syslog daemon listens on /dev/log"))
             .collect();
         assert_eq!(warnings.len(), 1, "said once: {err}");
         assert!(warnings[0].contains("--log-file PATH"), "{err}");
-        serves(&src, &mnt, "f");
-        umount_and_wait(&mnt);
     });
+    let socket = background_start(&d2, true, |err| {
+        assert!(!err.contains("no syslog daemon"), "{err}");
+    });
+    let socket = socket.expect("the log socket");
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = socket
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no syslog line with \"unmounted\": {e}"));
+        if text(&buf[..n]).contains("unmounted; exiting") {
+            break;
+        }
+    }
+}
 
-    let d = dirs();
+/// Starts the daemon in the background on `d` (with its own /dev, and a
+/// syslog daemon listening on `/dev/log` if `syslog`); it must start, with
+/// `check` content with its standard error, serve, and go when unmounted.
+/// Returns the log socket (with `syslog`), still holding what was logged.
+fn background_start(
+    d: &daemon::Dirs,
+    syslog: bool,
+    check: impl FnOnce(&str) + Send + 'static,
+) -> Option<std::os::unix::net::UnixDatagram> {
     let (src, mnt) = (d.src.clone(), d.mnt.clone());
-    with_own_dev(d.dir.path(), true, move |socket| {
+    let (tx, rx) = std::sync::mpsc::channel();
+    with_own_dev(d.dir.path(), syslog, move |socket| {
         let _guard = MountGuard(mnt.clone());
         let out = output(Command::new(BIN).arg(&src).arg(&mnt));
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{err}");
-        assert!(!err.contains("no syslog daemon"), "{err}");
+        check(&err);
         serves(&src, &mnt, "f");
         umount_and_wait(&mnt);
-        let socket = socket.expect("the log socket");
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = socket
-                .recv(&mut buf)
-                .unwrap_or_else(|e| panic!("no syslog line with \"unmounted\": {e}"));
-            if text(&buf[..n]).contains("unmounted; exiting") {
-                break;
-            }
-        }
+        tx.send(socket).unwrap();
     });
+    rx.recv().unwrap()
 }
