@@ -14,7 +14,7 @@
 use crate::backend::{give_back, pop, VirtioFsBackend, VirtioRuntime, Waiting};
 use std::cell::RefCell;
 use std::io;
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::VringRwLock;
 use vm_memory::{GuestMemoryLoadGuard, GuestMemoryMmap};
 
 thread_local! {
@@ -64,11 +64,7 @@ async fn serve(
 ) -> io::Result<()> {
     let mut tasks = Vec::new();
     loop {
-        if backend.event_idx() {
-            vring
-                .disable_notification()
-                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
-        }
+        backend.notifications_off(queue, vring)?;
         while let Some(chain) = pop(vring, mem) {
             let head = chain.head_index();
             let mut bufs = backend.take_buffers(queue)?;
@@ -117,15 +113,7 @@ async fn serve(
                 }
             }
         }
-        if !backend.event_idx() {
-            return Ok(());
-        }
-        // Notifications were off: look once more after turning them on,
-        // for chains that came meanwhile.
-        if !vring
-            .enable_notification()
-            .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
-        {
+        if !backend.notifications_on(queue, vring)? {
             return Ok(());
         }
     }

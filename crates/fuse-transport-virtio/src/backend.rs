@@ -327,24 +327,34 @@ impl VirtioFsBackend {
         mut serve: impl FnMut() -> io::Result<()>,
     ) -> io::Result<()> {
         loop {
-            if self.event_idx() {
-                vring
-                    .disable_notification()
-                    .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
-            }
+            self.notifications_off(queue, vring)?;
             serve()?;
-            if !self.event_idx() {
-                return Ok(());
-            }
-            // Notifications were off: look once more after turning them
-            // on, for chains that came meanwhile.
-            if !vring
-                .enable_notification()
-                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
-            {
+            if !self.notifications_on(queue, vring)? {
                 return Ok(());
             }
         }
+    }
+
+    /// With EVENT_IDX, turns queue `queue`'s notifications off while what
+    /// is available is served; [`Self::notifications_on`] after.
+    pub(crate) fn notifications_off(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
+        if self.event_idx() {
+            vring
+                .disable_notification()
+                .map_err(|e| vring_error(queue, e))?;
+        }
+        Ok(())
+    }
+
+    /// After serving: with EVENT_IDX, turns the notifications back on and
+    /// says whether chains came while they were off (look once more).
+    pub(crate) fn notifications_on(&self, queue: usize, vring: &VringRwLock) -> io::Result<bool> {
+        if !self.event_idx() {
+            return Ok(false);
+        }
+        vring
+            .enable_notification()
+            .map_err(|e| vring_error(queue, e))
     }
 
     pub(crate) fn event_idx(&self) -> bool {
@@ -440,11 +450,16 @@ pub(crate) fn give_back(queue: usize, vring: &VringRwLock, head: u16, used: u32)
         .map_err(|e| io::Error::other(format!("queue {queue}: add_used: {e}")))?;
     if vring
         .needs_notification()
-        .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?
+        .map_err(|e| vring_error(queue, e))?
     {
         vring.signal_used_queue()?;
     }
     Ok(())
+}
+
+/// An error of queue `queue`'s vring, naming the queue.
+fn vring_error(queue: usize, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("queue {queue}: {e}"))
 }
 
 /// A chain resolved and matched with its server, ready to be served.
