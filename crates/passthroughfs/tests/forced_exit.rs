@@ -56,6 +56,20 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool, why: impl Fn() -> String
     }
 }
 
+/// [`wait_for`] A's handler to wait for a reply (from B); what the threads
+/// of A and B wait on, and `more`, say why not.
+fn wait_for_a_to_wait_on_b(what: &str, a: &Daemon, b: &Daemon, more: impl Fn() -> String) {
+    let why = || {
+        format!(
+            "A's threads: {:?}; B's: {:?}; {}",
+            thread_wchans(a.pid()),
+            thread_wchans(b.pid()),
+            more()
+        )
+    };
+    wait_for(what, || waits_for_a_fuse_reply(a.pid()), why);
+}
+
 fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     require_root();
     let d = dirs();
@@ -105,18 +119,9 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     );
     let name = d.mnt.join("never-seen");
     let client = std::thread::spawn(move || std::fs::metadata(name).map(drop));
-    wait_for(
-        "A's handler to wait for B",
-        || waits_for_a_fuse_reply(a.pid()),
-        || {
-            format!(
-                "A: {:?}, B: {:?}, the client's lookup ended: {}",
-                thread_wchans(a.pid()),
-                thread_wchans(b.pid()),
-                client.is_finished()
-            )
-        },
-    );
+    wait_for_a_to_wait_on_b("A's handler to wait for B", &a, &b, || {
+        format!("the client's lookup ended: {}", client.is_finished())
+    });
 
     a.signal(first);
     wait_for(
@@ -128,17 +133,11 @@ fn second_signal_forces_the_exit(mode: Mode, first: i32, second: i32) {
     // wake signal ends the handler's interruptible wait for a moment (the
     // kernel then waits on, killable only, for a request B never read):
     // seen running at that moment it is not yet back in the wait.
-    wait_for(
+    wait_for_a_to_wait_on_b(
         "A's handler to wait for B again after the first signal",
-        || waits_for_a_fuse_reply(a.pid()),
-        || {
-            format!(
-                "A's threads: {:?}; B's: {:?}; A's log: {}",
-                thread_wchans(a.pid()),
-                thread_wchans(b.pid()),
-                a.stderr()
-            )
-        },
+        &a,
+        &b,
+        || format!("A's log: {}", a.stderr()),
     );
     a.signal(second);
     let (status, log, _) = a.wait_exit(DEADLINE);
