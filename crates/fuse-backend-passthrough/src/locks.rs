@@ -612,8 +612,18 @@ mod tests {
         assert!(!signal_pending_in("SigPnd:\tzz\n"));
     }
 
+    /// A child process, killed and reaped when dropped.
+    struct Child(std::process::Child);
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            self.0.kill().unwrap();
+            self.0.wait().unwrap();
+        }
+    }
+
     /// A process stopped with SIGSTOP keeps a signal sent to it pending.
-    fn stopped_child(pending: Option<i32>) -> std::process::Child {
+    fn stopped_child(pending: Option<i32>) -> Child {
         let child = std::process::Command::new("sleep")
             .arg("1000")
             .spawn()
@@ -631,7 +641,7 @@ mod tests {
             // SAFETY: as above.
             unsafe { libc::kill(pid, signal) };
         }
-        child
+        Child(child)
     }
 
     #[test]
@@ -639,20 +649,18 @@ mod tests {
         // What the watchdog does for a request whose INTERRUPT the kernel
         // never sends (see the module docs).
         let (_dir, _holder, waiter) = held_and_waiting();
-        let mut child = stopped_child(Some(libc::SIGUSR1));
+        let child = stopped_child(Some(libc::SIGUSR1));
         let waits = Waits::new(libc::SIGRTMIN() + 5);
-        let r = waits.wait(3, child.id(), &waiter);
+        let r = waits.wait(3, child.0.id(), &waiter);
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 
     #[test]
     fn a_wait_whose_requester_has_no_signal_pending_goes_on() {
         let (_dir, _holder, waiter) = held_and_waiting();
-        let mut child = stopped_child(None);
+        let child = stopped_child(None);
         let waits = Arc::new(Waits::new(libc::SIGRTMIN() + 5));
-        let (w, pid) = (waits.clone(), child.id());
+        let (w, pid) = (waits.clone(), child.0.id());
         let t = std::thread::spawn(move || w.wait(4, pid, &waiter));
         wait_until_waiting(&waits, 1);
         // Several of the watchdog's rounds: the wait goes on.
@@ -661,8 +669,6 @@ mod tests {
         waits.interrupt(4);
         let r = t.join().unwrap();
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINTR));
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 
     #[test]

@@ -473,18 +473,19 @@ mod tests {
         }
     }
 
-    fn setup() -> (Arc<Fake>, Passthrough) {
+    /// A passthrough on a fake kernel, and a file to open through it.
+    fn setup() -> (Arc<Fake>, Passthrough, std::fs::File) {
         let fake = Arc::new(Fake::default());
         let p = Passthrough::new(true);
         p.attach(fake.clone());
         p.set_active(true);
-        (fake, p)
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        (fake, p, file)
     }
 
     #[test]
     fn one_id_per_inode_closed_at_the_last_release() {
-        let (fake, p) = setup();
-        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let (fake, p, file) = setup();
         let fd = file.as_fd();
         let a = p.open(10, fd, || false).unwrap();
         let b = p.open(10, fd, || false).unwrap();
@@ -511,8 +512,7 @@ mod tests {
 
     #[test]
     fn refused_and_daemon_only_inodes_stay_in_daemon_mode_while_open() {
-        let (fake, p) = setup();
-        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let (fake, p, file) = setup();
         let fd = file.as_fd();
         *fake.refuse.lock().unwrap() = Some(libc::ELOOP);
         let a = p.open(10, fd, || false).unwrap();
@@ -541,8 +541,7 @@ mod tests {
 
     #[test]
     fn eperm_turns_passthrough_off() {
-        let (fake, p) = setup();
-        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let (fake, p, file) = setup();
         *fake.refuse.lock().unwrap() = Some(libc::EPERM);
         let t = p.open(10, file.as_fd(), || false).unwrap();
         assert_eq!(t.backing_id, 0);
