@@ -713,6 +713,10 @@ fn backing_changes(transport: Transport) {
         &["--attr-timeout", "0.3", "--entry-timeout", "0.3"],
     );
     let m = |p: &str| mnt.join(p);
+    let truncate_in_source = |p: &str, len: u64| {
+        let file = std::fs::OpenOptions::new().write(true).open(src.join(p));
+        file.unwrap().set_len(len).unwrap();
+    };
     // The mount has seen everything.
     assert_eq!(std::fs::read(m("trunc")).unwrap(), a);
     let mut old_repl = std::fs::File::open(m("repl")).unwrap();
@@ -721,12 +725,7 @@ fn backing_changes(transport: Transport) {
     assert_eq!(std::fs::read(m("dir2/y")).unwrap(), b"y");
 
     // Changed behind the mount.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(src.join("trunc"))
-        .unwrap()
-        .set_len(10)
-        .unwrap();
+    truncate_in_source("trunc", 10);
     std::fs::write(src.join("repl.new"), b"second version").unwrap();
     std::fs::rename(src.join("repl.new"), src.join("repl")).unwrap();
     std::fs::remove_file(src.join("gone")).unwrap();
@@ -756,12 +755,7 @@ fn backing_changes(transport: Transport) {
 
     // Truncated while open through the mount, then read past the new end.
     let mut f = std::fs::File::open(m("repl")).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(src.join("repl"))
-        .unwrap()
-        .set_len(3)
-        .unwrap();
+    truncate_in_source("repl", 3);
     std::thread::sleep(past);
     let mut got = Vec::new();
     f.read_to_end(&mut got).unwrap();
