@@ -16,14 +16,24 @@ fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4096) as u8 | 1).collect()
 }
 
-fn opts(method: CopyMethod, block: usize, qd: usize, direct: bool) -> CopyOptions {
-    CopyOptions {
+/// Copies `src` to `dst` on `rt` with `method` (64 KiB blocks, 16 in
+/// flight), through the fault hooks of `fault`.
+fn copy(
+    rt: &Runtime,
+    src: &Path,
+    dst: &Path,
+    method: CopyMethod,
+    direct: bool,
+    fault: &Fault,
+) -> Result<CopyReport, Error> {
+    let opts = CopyOptions {
         method,
-        block_size: block,
-        queue_depth: qd,
+        block_size: 65536,
+        queue_depth: 16,
         direct,
         ..CopyOptions::default()
-    }
+    };
+    rt.block_on(copy_paths(src, dst, &opts, fault))
 }
 
 fn wait_idle(rt: &Runtime) {
@@ -53,14 +63,7 @@ fn read_error_mid_batch_is_returned_and_cancels_the_rest() {
                     size_override: None,
                 };
                 let dst = dir.path().join(format!("dst-{kind}-{method}-{direct}"));
-                let e = rt
-                    .block_on(copy_paths(
-                        &src,
-                        &dst,
-                        &opts(method, 65536, 16, direct),
-                        &fault,
-                    ))
-                    .unwrap_err();
+                let e = copy(&rt, &src, &dst, method, direct, &fault).unwrap_err();
                 assert_eq!(e.raw_os_error(), Some(libc::EISDIR), "{kind} {method}: {e}");
                 assert!(
                     e.to_string().contains(&format!("offset {}", 5 * 65536)),
@@ -68,14 +71,7 @@ fn read_error_mid_batch_is_returned_and_cancels_the_rest() {
                 );
                 wait_idle(&rt);
                 // The runtime still copies fine.
-                let rep = rt
-                    .block_on(copy_paths(
-                        &src,
-                        &dst,
-                        &opts(method, 65536, 16, direct),
-                        &Fault::default(),
-                    ))
-                    .unwrap();
+                let rep = copy(&rt, &src, &dst, method, direct, &Fault::default()).unwrap();
                 assert_eq!(rep.len, 64 * 65536 + 5);
                 assert!(std::fs::read(&dst).unwrap() == std::fs::read(&src).unwrap());
             }
@@ -110,13 +106,7 @@ fn eof_in_the_middle_of_a_batch() {
                         size_override: Some(real as u64 + (10 << 20)),
                     };
                     let dst = dir.path().join(format!("dst{i}-{kind}-{method}-{direct}"));
-                    let rep = rt
-                        .block_on(copy_paths(
-                            &src,
-                            &dst,
-                            &opts(method, 65536, 16, direct),
-                            &fault,
-                        ))
+                    let rep = copy(&rt, &src, &dst, method, direct, &fault)
                         .unwrap_or_else(|e| panic!("{kind} {method} real={real}: {e}"));
                     assert_eq!(rep.len, real as u64, "{kind} {method} direct={direct}");
                     assert_eq!(rep.bytes, real as u64, "{kind} {method} direct={direct}");
