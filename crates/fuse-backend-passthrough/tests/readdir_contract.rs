@@ -69,6 +69,15 @@ fn populate(dir: &Path, n: usize) -> BTreeSet<String> {
         .collect()
 }
 
+/// A directory of `n` files ([`populate`], their names), and the
+/// passthrough of it at its defaults.
+fn populated(n: usize) -> (tempfile::TempDir, BTreeSet<String>, PassthroughFs) {
+    let base = tempfile::tempdir().unwrap();
+    let names = populate(base.path(), n);
+    let fs = passthrough(base.path(), PassthroughConfig::default());
+    (base, names, fs)
+}
+
 /// `names` plus `.` and `..`.
 fn with_dots(names: &BTreeSet<String>) -> BTreeSet<String> {
     let mut all = names.clone();
@@ -490,10 +499,9 @@ fn readdirplus_looks_names_up_in_the_directory_of_the_handle() {
 
 #[test]
 fn readdir_plain_leaves_lookup_counts_unchanged() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = with_dots(&populate(base.path(), 200));
+    let (base, names, fs) = populated(200);
+    let expected = with_dots(&names);
     let backing = backing_listing(base.path());
-    let fs = passthrough(base.path(), PassthroughConfig::default());
     let known = lookup(&fs, ROOT, "entry-00007-xxxxxxx");
     assert_eq!((fs.lookup_refs(), fs.inode_count()), (1, 2));
     let dir = Dir::open(&fs, ROOT);
@@ -509,10 +517,9 @@ fn readdir_plain_leaves_lookup_counts_unchanged() {
 
 #[test]
 fn readdirplus_keeps_one_reference_per_delivered_entry_until_forget() {
-    let base = tempfile::tempdir().unwrap();
-    let expected = with_dots(&populate(base.path(), 500));
+    let (base, names, fs) = populated(500);
+    let expected = with_dots(&names);
     let backing = backing_listing(base.path());
-    let fs = passthrough(base.path(), PassthroughConfig::default());
     let known = lookup(&fs, ROOT, "entry-00007-xxxxxxx");
     let dir = Dir::open(&fs, ROOT);
     let mut listings = Vec::new();
@@ -699,9 +706,7 @@ fn readdirplus_error_before_the_first_entry_fails_after_one_ends_the_reply() {
 
 #[test]
 fn readdir_resumes_after_any_cookie_and_after_lseek() {
-    let base = tempfile::tempdir().unwrap();
-    populate(base.path(), 300);
-    let fs = passthrough(base.path(), PassthroughConfig::default());
+    let (_base, _, fs) = populated(300);
     let a = Dir::open(&fs, ROOT);
     let full = a.read_to_end(false, 0, 65536).0;
     let n = full.len();
@@ -756,9 +761,7 @@ fn readdir_resumes_after_any_cookie_and_after_lseek() {
 fn readdir_after_lseek_does_not_trust_the_cached_position() {
     // More entries than one getdents64 buffer (32 KiB) holds, so that a
     // listing reads the descriptor again after the stream's buffer ends.
-    let base = tempfile::tempdir().unwrap();
-    populate(base.path(), 3000);
-    let fs = passthrough(base.path(), PassthroughConfig::default());
+    let (_base, _, fs) = populated(3000);
     let full = Dir::open(&fs, ROOT).read_to_end(false, 0, 65536).0;
     let key = |l: &[Listed]| -> Vec<(String, u64)> {
         l.iter().map(|e| (e.name.clone(), e.cookie)).collect()
@@ -789,9 +792,7 @@ fn readdir_after_lseek_does_not_trust_the_cached_position() {
 
 #[test]
 fn readdir_cookie_above_i64_max_is_the_end() {
-    let base = tempfile::tempdir().unwrap();
-    populate(base.path(), 20);
-    let fs = passthrough(base.path(), PassthroughConfig::default());
+    let (_base, _, fs) = populated(20);
     let dir = Dir::open(&fs, ROOT);
     let full = dir.read_to_end(false, 0, 4096).0;
     for plus in [false, true] {
@@ -939,9 +940,7 @@ fn readdir_with_no_readdir_succeeds_with_no_entries() {
 
 #[test]
 fn releasedir_drops_the_handle_and_its_position() {
-    let base = tempfile::tempdir().unwrap();
-    populate(base.path(), 100);
-    let fs = passthrough(base.path(), PassthroughConfig::default());
+    let (_base, _, fs) = populated(100);
     let dir = Dir::open(&fs, ROOT);
     let full = dir.read_to_end(false, 0, 4096).0;
     let part = dir.read(true, 0, 1024).unwrap();
