@@ -102,6 +102,18 @@ macro_rules! nested {
     };
 }
 
+/// A field of the struct a union member holds, e.g. `bufpool.len`: the
+/// union is field `$union` of `$outer`, and holds a `$inner` there.
+macro_rules! union_member_field {
+    ($outer:ident . $union:ident as $inner:ident, $c:literal, $f:ident) => {
+        FieldLayout {
+            c_name: $c,
+            offset: offset_of!($outer, $union) + offset_of!($inner, $f),
+            size: field_size(|v: &$inner| &v.$f),
+        }
+    };
+}
+
 /// A trailing flexible array member the Rust type omits: it starts where
 /// the Rust type ends.
 macro_rules! flexible {
@@ -253,21 +265,9 @@ pub const LAYOUTS: &[StructLayout] = &[
             offset: offset_of!(UringCmdReq, arg),
             size: returned_size(UringCmdArg::bufpool),
         },
-        FieldLayout {
-            c_name: "bufpool.uaddr",
-            offset: offset_of!(UringCmdReq, arg) + offset_of!(UringBufpool, uaddr),
-            size: field_size(|v: &UringBufpool| &v.uaddr),
-        },
-        FieldLayout {
-            c_name: "bufpool.len",
-            offset: offset_of!(UringCmdReq, arg) + offset_of!(UringBufpool, len),
-            size: field_size(|v: &UringBufpool| &v.len),
-        },
-        FieldLayout {
-            c_name: "bufpool.reserved",
-            offset: offset_of!(UringCmdReq, arg) + offset_of!(UringBufpool, reserved),
-            size: field_size(|v: &UringBufpool| &v.reserved),
-        },
+        union_member_field!(UringCmdReq.arg as UringBufpool, "bufpool.uaddr", uaddr),
+        union_member_field!(UringCmdReq.arg as UringBufpool, "bufpool.len", len),
+        union_member_field!(UringCmdReq.arg as UringBufpool, "bufpool.reserved", reserved),
         FieldLayout {
             c_name: "ent_zero_copy_buf_index",
             // `UringCmdArg::ent_zero_copy_buf_index` reads the union's first bytes.
