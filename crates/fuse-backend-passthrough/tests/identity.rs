@@ -32,11 +32,10 @@ mod common;
 
 use common::*;
 use fuse_backend_passthrough::PassthroughConfig;
-use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,22 +63,12 @@ fn remove(path: &Path, kind: Kind) {
 /// `open(path, O_PATH)`: pins the kernel's dentry and inode of `path` (so
 /// its node stays referenced) without sending OPEN to the daemon.
 fn open_path(path: &Path) -> OwnedFd {
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path; the result is a new descriptor or -1.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    assert!(
-        fd >= 0,
-        "O_PATH open of {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: a new descriptor owned by nobody else.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(path)
+        .unwrap_or_else(|e| panic!("O_PATH open of {}: {e}", path.display()))
+        .into()
 }
 
 /// Names and attributes are cached for a minute (the kernel keeps its
@@ -292,32 +281,35 @@ impl Drop for LoopExt4 {
     }
 }
 
+/// Runs `cmd` (the program `program`), which must succeed (`what` says
+/// what failed if not).
+fn run_ok(cmd: &mut std::process::Command, program: &str, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn loop_ext4_source() -> (PathBuf, LoopExt4) {
     let dir = test_support::tmp_dir("pt-identity-ext4-");
     let image = dir.path().join("image");
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     fs::File::create(&image).unwrap().set_len(32 << 20).unwrap();
-    let out = test_support::command("mkfs.ext4")
-        .args(["-q", "-F", "-b", "4096", "-N", "1024"])
-        .arg(&image)
-        .output()
-        .expect("running mkfs.ext4 (package e2fsprogs)");
-    assert!(
-        out.status.success(),
-        "mkfs.ext4: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = test_support::command("mount")
-        .args(["-o", "loop"])
-        .arg(&image)
-        .arg(&mnt)
-        .output()
-        .expect("running mount");
-    assert!(
-        out.status.success(),
-        "mounting an ext4 image on a loop device (needs real root): {}",
-        String::from_utf8_lossy(&out.stderr)
+    let mut mkfs = test_support::command("mkfs.ext4");
+    mkfs.args(["-q", "-F", "-b", "4096", "-N", "1024"])
+        .arg(&image);
+    run_ok(&mut mkfs, "mkfs.ext4 (package e2fsprogs)", "mkfs.ext4");
+    let mut mount = test_support::command("mount");
+    mount.args(["-o", "loop"]).arg(&image).arg(&mnt);
+    run_ok(
+        &mut mount,
+        "mount",
+        "mounting an ext4 image on a loop device (needs real root)",
     );
     chmod(&mnt, 0o755);
     (mnt, LoopExt4 { dir: Some(dir) })

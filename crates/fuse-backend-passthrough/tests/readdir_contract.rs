@@ -36,8 +36,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::io;
 use std::mem::offset_of;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 const ROOT: u64 = ROOT_ID;
@@ -188,20 +189,12 @@ fn counted(entries: &[Listed]) -> u64 {
 /// (`d_off`), in the order getdents64 gives them, read on a descriptor of
 /// its own (not through the file system under test).
 fn backing_listing(dir: &Path) -> Vec<(String, u64)> {
-    let path = CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    assert!(
-        fd >= 0,
-        "opening {}: {}",
-        dir.display(),
-        io::Error::last_os_error()
-    );
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()));
+    let fd = file.as_raw_fd();
     let mut listing = Vec::new();
     let mut buf = vec![0u8; 32 * 1024];
     loop {
@@ -224,8 +217,6 @@ fn backing_listing(dir: &Path) -> Vec<(String, u64)> {
             rest = &rest[reclen..];
         }
     }
-    // SAFETY: our descriptor.
-    unsafe { libc::close(fd) };
     listing
 }
 
