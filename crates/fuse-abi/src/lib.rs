@@ -22,6 +22,8 @@
 pub mod flags;
 pub mod ioctl;
 pub mod layout;
+// Before `uring`, which declares its command enum with `wire_enum!`.
+#[macro_use]
 pub mod opcode;
 pub mod structs;
 pub mod uring;

@@ -80,33 +80,19 @@ impl Default for UringReqHeader {
     }
 }
 
-/// A FUSE io_uring command (`enum fuse_uring_cmd`), the SQE's `cmd_op`.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UringCmd {
-    /// Invalid.
-    Invalid = 0,
-    /// Register an entry's buffers and fetch a request.
-    Register = 1,
-    /// Commit a reply and fetch the next request.
-    CommitAndFetch = 2,
-    /// Add a queue (7.46).
-    AddQueue = 3,
-    /// Add a buffer pool to a queue (7.46).
-    AddBufpool = 4,
-}
-
-impl UringCmd {
-    /// The command for a wire number, if known.
-    pub const fn from_u32(value: u32) -> Option<Self> {
-        match value {
-            0 => Some(Self::Invalid),
-            1 => Some(Self::Register),
-            2 => Some(Self::CommitAndFetch),
-            3 => Some(Self::AddQueue),
-            4 => Some(Self::AddBufpool),
-            _ => None,
-        }
+wire_enum! {
+    /// A FUSE io_uring command (`enum fuse_uring_cmd`), the SQE's `cmd_op`.
+    pub enum UringCmd {
+        /// Invalid.
+        Invalid = 0 => "FUSE_IO_URING_CMD_INVALID",
+        /// Register an entry's buffers and fetch a request.
+        Register = 1 => "FUSE_IO_URING_CMD_REGISTER",
+        /// Commit a reply and fetch the next request.
+        CommitAndFetch = 2 => "FUSE_IO_URING_CMD_COMMIT_AND_FETCH",
+        /// Add a queue (7.46).
+        AddQueue = 3 => "FUSE_IO_URING_CMD_ADD_QUEUE",
+        /// Add a buffer pool to a queue (7.46).
+        AddBufpool = 4 => "FUSE_IO_URING_CMD_ADD_BUFPOOL",
     }
 }
 
@@ -208,5 +194,9 @@ mod tests {
         assert_eq!(offset_of!(UringCmdReq, arg), 24);
         assert_eq!(UringCmd::from_u32(4), Some(UringCmd::AddBufpool));
         assert_eq!(UringCmd::AddQueue as u32, 3);
+        assert_eq!(
+            UringCmd::CommitAndFetch.kernel_name(),
+            "FUSE_IO_URING_CMD_COMMIT_AND_FETCH"
+        );
     }
 }
