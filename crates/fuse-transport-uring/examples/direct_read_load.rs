@@ -370,18 +370,13 @@ fn run(args: Args) -> Result<String, String> {
             .collect();
         steady.sort_unstable();
         let median = steady.get(steady.len() / 2).copied().unwrap_or(after.rss);
-        let peak = samples
-            .iter()
-            .map(|(_, s)| s.hwm)
-            .chain([after.hwm])
-            .max()
-            .unwrap_or(0);
-        let vmsize = samples
-            .iter()
-            .map(|(_, s)| s.size)
-            .chain([after.size])
-            .max()
-            .unwrap_or(0);
+        // The largest of a figure over the samples and the end.
+        let most = |of: fn(&Status) -> u64| {
+            let all = samples.iter().map(|(_, s)| s).chain([&after]);
+            all.map(of).max().unwrap_or(0)
+        };
+        let peak = most(|s| s.hwm);
+        let vmsize = most(|s| s.size);
         line.push_str(&format!(
             " rss_idle_kib={} rss_peak_kib={peak} rss_steady_kib={median} vmsize_kib={vmsize} samples={}",
             idle.rss,
