@@ -236,26 +236,18 @@ fn replies_have_the_right_shape() {
     server.handle(&mut tx).unwrap();
     assert_eq!(tx.sent.unwrap().2, vec![b'x'; 50]);
 
-    let mut tx = request(
-        5,
-        42,
-        &Operation::Getxattr {
+    // Too small a buffer for the value; no buffer at all: the value's size.
+    let getxattr = |unique, size| {
+        let op = Operation::Getxattr {
             name: c"user.a",
-            size: 4,
-        },
-    );
-    server.handle(&mut tx).unwrap();
-    assert_eq!(tx.sent.unwrap().1, -libc::ERANGE);
-    let mut tx = request(
-        6,
-        42,
-        &Operation::Getxattr {
-            name: c"user.a",
-            size: 0,
-        },
-    );
-    server.handle(&mut tx).unwrap();
-    assert_eq!(tx.sent.unwrap().2, 10u64.to_ne_bytes());
+            size,
+        };
+        let mut tx = request(unique, 42, &op);
+        server.handle(&mut tx).unwrap();
+        tx.sent.unwrap()
+    };
+    assert_eq!(getxattr(5, 4).1, -libc::ERANGE);
+    assert_eq!(getxattr(6, 0).2, 10u64.to_ne_bytes());
 
     let mut tx = request(7, 42, &Operation::Unlink { name: c"a" });
     server.handle(&mut tx).unwrap();
