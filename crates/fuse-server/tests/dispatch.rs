@@ -135,7 +135,7 @@ impl FileSystem for Counting {
     }
 }
 
-fn init_request() -> Vec<u8> {
+fn init_request() -> MemTx {
     let init = InitIn {
         major: 7,
         minor: 46,
@@ -148,19 +148,12 @@ fn init_request() -> Vec<u8> {
         flags2: InitFlags::HAS_IO_URING_BUFPOOL.high(),
         unused: [0; 11],
     };
-    encode_request(
-        InHeader {
-            unique: 1,
-            ..InHeader::default()
-        },
-        &Operation::Init(init),
-        DecodeOptions::default(),
-    )
+    request(1, 0, &Operation::Init(init))
 }
 
 fn initialized(fs: Arc<Counting>) -> Server {
     let server = Server::new(fs);
-    let mut tx = MemTx::new(init_request());
+    let mut tx = init_request();
     assert_eq!(server.handle(&mut tx).unwrap(), Outcome::Replied);
     let (unique, error, body) = tx.sent.unwrap();
     assert_eq!((unique, error, body.len()), (1, 0, 64));
@@ -495,7 +488,7 @@ fn request_log_says_what_was_asked_and_answered() {
     let fs = Arc::new(Counting::default());
     let server = Server::new(fs.clone()).with_request_log(true);
     assert!(server.request_log());
-    let lines = request_log(&server, vec![MemTx::new(init_request())]);
+    let lines = request_log(&server, vec![init_request()]);
     assert_eq!(
         lines,
         ["INFO fuse_request: unique=1 INIT node=0 kernel=7.46 -> ok 64 bytes"]
@@ -674,7 +667,7 @@ fn a_notifier_taken_before_init_works_after_it() {
     let notifier = server.notifier(sink.clone());
     assert_eq!(notifier.protocol_minor(), None);
     assert!(notifier.inval_inode(5, -1, 0).is_err());
-    let mut tx = MemTx::new(init_request());
+    let mut tx = init_request();
     assert_eq!(server.handle(&mut tx).unwrap(), Outcome::Replied);
     assert_eq!(notifier.protocol_minor(), Some(46));
     notifier.inval_inode(5, -1, 0).unwrap();
