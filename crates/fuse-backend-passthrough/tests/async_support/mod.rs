@@ -18,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 // Each test binary uses a part of what the shared module offers.
 #[allow(unused_imports)]
 pub use test_support::{
@@ -277,11 +277,8 @@ impl AsyncMount {
             h.stop();
         }
         if let Some(t) = self.thread.take() {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            assert!(t.is_finished(), "the serving task did not end after stop");
+            let ended = test_support::wait_until(Duration::from_secs(30), || t.is_finished());
+            assert!(ended, "the serving task did not end after stop");
             t.join()
                 .expect("the serving thread panicked")
                 .expect("serving ended with an error");
@@ -300,11 +297,7 @@ impl Drop for AsyncMount {
             h.stop();
         }
         if let Some(t) = self.thread.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if t.is_finished() {
+            if test_support::wait_until(Duration::from_secs(10), || t.is_finished()) {
                 let _ = t.join();
             }
         }
