@@ -26,6 +26,7 @@
 //! id.
 
 use crate::inode::Inode;
+use crate::lock;
 use crate::sys::FileHandle;
 use fuse_server::recovery::Region;
 use std::io;
@@ -135,10 +136,6 @@ pub(crate) struct CrashTable {
     nodes: Mutex<Slots>,
     handles: Mutex<Slots>,
     full_warned: std::sync::atomic::AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl CrashTable {

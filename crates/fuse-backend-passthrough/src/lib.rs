@@ -134,6 +134,12 @@ mod sys;
 mod test_util;
 mod watch;
 
+/// Locks `m`; a lock poisoned by a thread that panicked while holding it
+/// is taken as it is.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub use config::{default_max_nodes, CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
 pub use crash_table::{crash_table_bytes, CRASH_TABLE_VERSION};
 pub use fs::crash::CrashRecovery;

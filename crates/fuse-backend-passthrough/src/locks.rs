@@ -35,17 +35,14 @@
 //!   nobody was told it is held.
 
 use crate::handle::{Handle, LockCtx};
+use crate::lock;
 use crate::sys::{self, errno};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A lock a request asks for, with what it is taken on.
 pub(crate) enum LockOp {

@@ -37,12 +37,13 @@
 //! work. A thread that can't be started leaves the job to the running
 //! ones; with none running, the job fails with the spawn error.
 
+use crate::lock;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -51,10 +52,6 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default largest number of pool threads.
 pub(crate) const DEFAULT_MAX_THREADS: usize = 64;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// What the asynchronous serving path and its thread pool did so far
 /// ([`crate::PassthroughFs::async_thread_pool_stats`]).
