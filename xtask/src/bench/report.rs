@@ -679,7 +679,7 @@ pub fn has_own_failures(r: &RunReport) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::tests::report;
+    use crate::bench::results::tests::{report, READS};
 
     #[test]
     fn formats() {
@@ -752,12 +752,7 @@ mod tests {
 
     #[test]
     fn markdown_has_every_part() {
-        let mut r = report(&[
-            ("native", "read", &[100.0, 120.0, 110.0]),
-            ("ours:dev/sync", "read", &[50.0, 60.0, 55.0]),
-            ("libfuse", "read", &[40.0, 44.0, 50.0]),
-            ("native", "stat", &[200.0]),
-        ]);
+        let mut r = report(&[READS.as_slice(), &[("native", "stat", &[200.0])]].concat());
         r.samples.push(crate::bench::results::Sample::failed(
             "libfuse",
             "stat",

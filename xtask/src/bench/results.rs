@@ -567,6 +567,13 @@ pub mod tests {
         }
     }
 
+    /// Three repeats of `read` on native, ours and libfuse.
+    pub const READS: [(&str, &str, &[f64]); 3] = [
+        ("native", "read", &[100.0, 120.0, 110.0]),
+        ("ours:dev/sync", "read", &[50.0, 60.0, 55.0]),
+        ("libfuse", "read", &[40.0, 44.0, 50.0]),
+    ];
+
     /// A report with native, libfuse and ours on two workloads.
     pub fn report(samples: &[(&str, &str, &[f64])]) -> RunReport {
         let mut r = RunReport {
@@ -622,11 +629,7 @@ pub mod tests {
 
     #[test]
     fn summary_medians_and_ratios() {
-        let mut r = report(&[
-            ("native", "read", &[100.0, 120.0, 110.0]),
-            ("ours:dev/sync", "read", &[50.0, 60.0, 55.0]),
-            ("libfuse", "read", &[40.0, 44.0, 50.0]),
-        ]);
+        let mut r = report(&READS);
         r.samples.push(sample("ours:dev/sync", "read", 3, None));
         r.summarize();
         let row = r.row("ours:dev/sync", "read").unwrap();
