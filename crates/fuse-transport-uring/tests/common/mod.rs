@@ -108,7 +108,14 @@ impl MemFs {
         })
     }
 
+    /// Adds `name` in `parent`, a node of `kind` with the permissions of
+    /// `mode`.
     fn add(&self, parent: u64, name: &CStr, kind: Kind, mode: u32) -> io::Result<u64> {
+        let file_type = match kind {
+            Kind::Dir(_) => libc::S_IFDIR,
+            Kind::File(_) => libc::S_IFREG,
+        };
+        let mode = file_type | (mode & 0o7777);
         let mut nodes = self.nodes.lock().unwrap();
         let ino = self.next.fetch_add(1, Ordering::Relaxed);
         match nodes.get_mut(&parent).map(|n| &mut n.kind) {
@@ -171,12 +178,7 @@ impl FileSystem for MemFs {
         name: &CStr,
         args: &MkdirArgs,
     ) -> io::Result<Entry> {
-        let ino = self.add(
-            parent,
-            name,
-            Kind::Dir(BTreeMap::new()),
-            libc::S_IFDIR | (args.mode & 0o7777),
-        )?;
+        let ino = self.add(parent, name, Kind::Dir(BTreeMap::new()), args.mode)?;
         self.entry(ino)
     }
 
@@ -187,12 +189,7 @@ impl FileSystem for MemFs {
         name: &CStr,
         args: &CreateArgs,
     ) -> io::Result<(Entry, Opened)> {
-        let ino = self.add(
-            parent,
-            name,
-            Kind::File(Arc::default()),
-            libc::S_IFREG | (args.mode & 0o7777),
-        )?;
+        let ino = self.add(parent, name, Kind::File(Arc::default()), args.mode)?;
         Ok((
             self.entry(ino)?,
             Opened {
