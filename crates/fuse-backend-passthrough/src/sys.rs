@@ -3,7 +3,7 @@
 //! Every raw call is wrapped once here; the rest of the crate uses these
 //! functions. Paths are `&CStr` so nothing allocates.
 
-use fuse_server::sys::{cvt, cvt_retry, cvt_size};
+use fuse_server::sys::{cvt, cvt_retry, cvt_size, Decimal};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -24,21 +24,15 @@ pub(crate) struct NumName {
 }
 
 impl NumName {
-    pub(crate) fn new(mut n: u64) -> Self {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
+    pub(crate) fn new(n: u64) -> Self {
+        let decimal = Decimal::new(n);
+        let digits = decimal.as_bytes();
         let mut buf = [0u8; 24];
-        let len = digits.len() - i;
-        buf[..len].copy_from_slice(&digits[i..]);
-        Self { buf, len }
+        buf[..digits.len()].copy_from_slice(digits);
+        Self {
+            buf,
+            len: digits.len(),
+        }
     }
 
     pub(crate) fn as_cstr(&self) -> &CStr {

@@ -87,6 +87,36 @@ pub fn install_interrupting_handler(signal: i32) -> io::Result<()> {
     .map(drop)
 }
 
+/// A number's decimal digits, on the stack: for names such as
+/// `/proc/self/fd/N` built without allocating, and for the messages of a
+/// signal handler (making one is async-signal-safe).
+#[derive(Debug, Clone, Copy)]
+pub struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    /// The digits of `n` (`u64::MAX` has 20).
+    pub const fn new(mut n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Self { digits, start };
+            }
+        }
+    }
+
+    /// The digits, most significant first, without a sign or a NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
+
 /// `offset` as the `off_t` a positioned call takes; `EINVAL` past
 /// `i64::MAX` (where the kernel would refuse it too).
 fn off_t(offset: u64) -> io::Result<i64> {
@@ -154,6 +184,13 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
         assert_eq!(cvt(0i32).unwrap(), 0);
         assert_eq!(cvt_size(7).unwrap(), 7);
+    }
+
+    #[test]
+    fn decimal_digits() {
+        assert_eq!(Decimal::new(0).as_bytes(), b"0");
+        assert_eq!(Decimal::new(407).as_bytes(), b"407");
+        assert_eq!(Decimal::new(u64::MAX).as_bytes(), b"18446744073709551615");
     }
 
     #[test]

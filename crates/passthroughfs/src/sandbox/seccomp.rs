@@ -296,18 +296,8 @@ extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         put(name.as_bytes());
         put(b" ");
     }
-    let mut digits = [0u8; 20];
-    let (mut n, mut i) = (nr.unsigned_abs(), digits.len());
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
     put(b"(");
-    put(&digits[i..]);
+    put(fuse_server::sys::Decimal::new(nr.unsigned_abs()).as_bytes());
     put(b") is not allowed: the daemon exits (--seccomp kill)\n");
     write_stderr(&buf[..at]);
     // SAFETY: ends the process; exit_group is in every allow list.
