@@ -348,48 +348,74 @@ impl Default for PassthroughConfig {
     }
 }
 
+/// Builder-style setters: each `field: Type;` becomes a `#[must_use]`
+/// `fn field(self, value: Type) -> Self` that sets `field` to
+/// `value.into()` (for a `Type` of `impl Into<Option<T>>`, `Some(x)`, `x`
+/// and `None` all do).
+macro_rules! setters {
+    ($( $(#[$doc:meta])* $field:ident: $param:ty; )*) => {$(
+        $(#[$doc])*
+        #[must_use]
+        pub fn $field(mut self, value: $param) -> Self {
+            self.$field = value.into();
+            self
+        }
+    )*};
+}
+
 /// Builder-style setters, one per field: start from [`PassthroughConfig::default`]
 /// and chain them (the struct is `#[non_exhaustive]`, so it has no struct
 /// literal outside its crate).
 impl PassthroughConfig {
-    /// Sets the cache policy (`cache`).
-    #[must_use]
-    pub fn cache(mut self, cache: CachePolicy) -> Self {
-        self.cache = cache;
-        self
-    }
-
-    /// Sets whether to use the kernel's writeback cache (`writeback`).
-    #[must_use]
-    pub fn writeback(mut self, on: bool) -> Self {
-        self.writeback = on;
-        self
-    }
-
-    /// Sets how long the kernel may cache attributes (`attr_timeout`;
-    /// `None`: the cache policy's default). The timeout in force is
-    /// [`PassthroughConfig::attr_timeout_in_force`].
-    #[must_use]
-    pub fn attr_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.attr_timeout = timeout.into();
-        self
-    }
-
-    /// Sets how long the kernel may cache names (`entry_timeout`; `None`:
-    /// the cache policy's default). The timeout in force is
-    /// [`PassthroughConfig::entry_timeout_in_force`].
-    #[must_use]
-    pub fn entry_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.entry_timeout = timeout.into();
-        self
-    }
-
-    /// Sets whether idmapped mounts are offered
-    /// ([`PassthroughConfig::allow_idmap`]; needs `default_permissions`).
-    #[must_use]
-    pub fn allow_idmap(mut self, on: bool) -> Self {
-        self.allow_idmap = on;
-        self
+    setters! {
+        /// Sets the cache policy (`cache`).
+        cache: CachePolicy;
+        /// Sets whether to use the kernel's writeback cache (`writeback`).
+        writeback: bool;
+        /// Sets how long the kernel may cache attributes (`attr_timeout`;
+        /// `None`: the cache policy's default). The timeout in force is
+        /// [`PassthroughConfig::attr_timeout_in_force`].
+        attr_timeout: impl Into<Option<Duration>>;
+        /// Sets how long the kernel may cache names (`entry_timeout`; `None`:
+        /// the cache policy's default). The timeout in force is
+        /// [`PassthroughConfig::entry_timeout_in_force`].
+        entry_timeout: impl Into<Option<Duration>>;
+        /// Sets whether idmapped mounts are offered
+        /// ([`PassthroughConfig::allow_idmap`]; needs `default_permissions`).
+        allow_idmap: bool;
+        /// Sets whether to watch the source for names changed behind the
+        /// mount's back, caching names for long (`watch_source`).
+        watch_source: bool;
+        /// Sets whether to serve extended attributes (`xattr`).
+        xattr: bool;
+        /// Sets whether to offer READDIRPLUS (`readdirplus`).
+        readdirplus: bool;
+        /// Sets zero-message opens (`no_open`).
+        no_open: bool;
+        /// Sets zero-message directory opens (`no_opendir`).
+        no_opendir: bool;
+        /// Sets whether listings answer with no entries (`no_readdir`).
+        no_readdir: bool;
+        /// Sets when `FUSE_HANDLE_KILLPRIV_V2` is asked for (`killpriv_v2`).
+        killpriv_v2: KillPrivV2;
+        /// Sets whether operations run with the caller's credentials
+        /// (`caller_credentials`).
+        caller_credentials: bool;
+        /// Sets kernel passthrough (`passthrough`).
+        passthrough: bool;
+        /// Sets the signal that ends lock waits (`interrupt_signal`; `None`:
+        /// `SIGRTMIN() + 5`; read that field's documentation before changing it).
+        interrupt_signal: impl Into<Option<i32>>;
+        /// Sets whether inodes are held by file handle (`file_handles`).
+        file_handles: bool;
+        /// Sets the descriptor cache size of inodes held by file handle
+        /// (`fd_cache_size`; `None`: three quarters of the open file limit).
+        fd_cache_size: impl Into<Option<usize>>;
+        /// Sets the most inodes to keep (`max_nodes`; `None`: sized to the
+        /// machine, `Some(0)`: no limit).
+        max_nodes: impl Into<Option<usize>>;
+        /// Sets which files are opened with zero copy (`zero_copy`).
+        zero_copy: ZeroCopyPolicy;
     }
 
     /// Sets the request timeout in seconds
@@ -397,14 +423,6 @@ impl PassthroughConfig {
     #[must_use]
     pub fn request_timeout(mut self, seconds: impl Into<Option<u16>>) -> Self {
         self.request_timeout = seconds.into().filter(|&s| s > 0);
-        self
-    }
-
-    /// Sets whether to watch the source for names changed behind the
-    /// mount's back, caching names for long (`watch_source`).
-    #[must_use]
-    pub fn watch_source(mut self, on: bool) -> Self {
-        self.watch_source = on;
         self
     }
 
@@ -419,101 +437,6 @@ impl PassthroughConfig {
     /// no `attr_timeout` set.
     pub fn file_watch_wanted(&self) -> bool {
         self.source_watch_wanted() && self.attr_timeout.is_none()
-    }
-
-    /// Sets whether to serve extended attributes (`xattr`).
-    #[must_use]
-    pub fn xattr(mut self, on: bool) -> Self {
-        self.xattr = on;
-        self
-    }
-
-    /// Sets whether to offer READDIRPLUS (`readdirplus`).
-    #[must_use]
-    pub fn readdirplus(mut self, on: bool) -> Self {
-        self.readdirplus = on;
-        self
-    }
-
-    /// Sets zero-message opens (`no_open`).
-    #[must_use]
-    pub fn no_open(mut self, on: bool) -> Self {
-        self.no_open = on;
-        self
-    }
-
-    /// Sets zero-message directory opens (`no_opendir`).
-    #[must_use]
-    pub fn no_opendir(mut self, on: bool) -> Self {
-        self.no_opendir = on;
-        self
-    }
-
-    /// Sets whether listings answer with no entries (`no_readdir`).
-    #[must_use]
-    pub fn no_readdir(mut self, on: bool) -> Self {
-        self.no_readdir = on;
-        self
-    }
-
-    /// Sets when `FUSE_HANDLE_KILLPRIV_V2` is asked for (`killpriv_v2`).
-    #[must_use]
-    pub fn killpriv_v2(mut self, when: KillPrivV2) -> Self {
-        self.killpriv_v2 = when;
-        self
-    }
-
-    /// Sets whether operations run with the caller's credentials
-    /// (`caller_credentials`).
-    #[must_use]
-    pub fn caller_credentials(mut self, on: bool) -> Self {
-        self.caller_credentials = on;
-        self
-    }
-
-    /// Sets kernel passthrough (`passthrough`).
-    #[must_use]
-    pub fn passthrough(mut self, on: bool) -> Self {
-        self.passthrough = on;
-        self
-    }
-
-    /// Sets the signal that ends lock waits (`interrupt_signal`; `None`:
-    /// `SIGRTMIN() + 5`; read that field's documentation before changing it).
-    #[must_use]
-    pub fn interrupt_signal(mut self, signal: impl Into<Option<i32>>) -> Self {
-        self.interrupt_signal = signal.into();
-        self
-    }
-
-    /// Sets whether inodes are held by file handle (`file_handles`).
-    #[must_use]
-    pub fn file_handles(mut self, on: bool) -> Self {
-        self.file_handles = on;
-        self
-    }
-
-    /// Sets the descriptor cache size of inodes held by file handle
-    /// (`fd_cache_size`; `None`: three quarters of the open file limit).
-    #[must_use]
-    pub fn fd_cache_size(mut self, size: impl Into<Option<usize>>) -> Self {
-        self.fd_cache_size = size.into();
-        self
-    }
-
-    /// Sets the most inodes to keep (`max_nodes`; `None`: sized to the
-    /// machine, `Some(0)`: no limit).
-    #[must_use]
-    pub fn max_nodes(mut self, limit: impl Into<Option<usize>>) -> Self {
-        self.max_nodes = limit.into();
-        self
-    }
-
-    /// Sets which files are opened with zero copy (`zero_copy`).
-    #[must_use]
-    pub fn zero_copy(mut self, policy: ZeroCopyPolicy) -> Self {
-        self.zero_copy = policy;
-        self
     }
 }
 
