@@ -52,6 +52,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 
@@ -213,6 +214,10 @@ impl Slab {
 struct Inner {
     ring: Ring,
     ops: Slab,
+    /// Operations of the driver whose CQE has not been reaped yet (abandoned ones
+    /// included): what [`Driver::in_flight`] reports, kept as a count so that a caller
+    /// may ask on every turn of its loop.
+    awaiting: usize,
     /// Completions of SQEs pushed by the ring's other user (`user_data` without
     /// [`DRIVER_KEY`]), waiting to be taken ([`Driver::take_foreign`]).
     foreign: Vec<(u64, i32)>,
@@ -344,6 +349,7 @@ impl Driver {
             inner: RefCell::new(Inner {
                 ring,
                 ops: Slab::default(),
+                awaiting: 0,
                 foreign: Vec::new(),
                 foreign_waker: None,
                 scratch: Vec::new(),
@@ -367,18 +373,7 @@ impl Driver {
 
     /// Operations whose CQE has not been reaped yet (including abandoned ones).
     pub fn in_flight(&self) -> usize {
-        let inner = self.inner.borrow();
-        inner
-            .ops
-            .slots
-            .iter()
-            .filter(|s| {
-                matches!(
-                    s.state,
-                    Some(Lifecycle::Submitted | Lifecycle::Waiting(_) | Lifecycle::Ignored(_))
-                )
-            })
-            .count()
+        self.inner.borrow().awaiting
     }
 
     fn bump(&self, f: impl FnOnce(&mut DriverStats)) {
@@ -395,7 +390,11 @@ impl Driver {
     /// not move when `data` moves) or into memory that outlives the operation, and every fd
     /// in it must be kept open by `data` or outlive the operation.
     pub unsafe fn submit<T: 'static>(self: &Rc<Self>, sqe: squeue::Entry, data: T) -> Op<T> {
-        let key = self.inner.borrow_mut().ops.insert(Lifecycle::Submitted);
+        let key = {
+            let mut inner = self.inner.borrow_mut();
+            inner.awaiting += 1;
+            inner.ops.insert(Lifecycle::Submitted)
+        };
         self.push(sqe.user_data(key));
         Op {
             driver: self.clone(),
@@ -442,8 +441,32 @@ impl Driver {
         wait: usize,
         deferred: &mut Deferred,
     ) -> io::Result<()> {
+        self.submit_locked_for(inner, wait, None, deferred)
+            .map(|_| ())
+    }
+
+    /// [`Driver::submit_locked`], sleeping at most `timeout` (if given) for the `wait`
+    /// completions; returns `false` if it gave up for the timeout.
+    fn submit_locked_for(
+        &self,
+        inner: &mut Inner,
+        wait: usize,
+        timeout: Option<Duration>,
+        deferred: &mut Deferred,
+    ) -> io::Result<bool> {
+        let ts = timeout.map(|t| {
+            types::Timespec::new()
+                .sec(t.as_secs())
+                .nsec(t.subsec_nanos())
+        });
         loop {
-            let r = inner.ring.submitter().submit_and_wait(wait);
+            let r = match &ts {
+                Some(ts) if wait > 0 => {
+                    let args = types::SubmitArgs::new().timespec(ts);
+                    inner.ring.submitter().submit_with_args(wait, &args)
+                }
+                _ => inner.ring.submitter().submit_and_wait(wait),
+            };
             self.bump(|s| s.enters += 1);
             match r {
                 Ok(n) => {
@@ -452,11 +475,17 @@ impl Driver {
                     // The kernel consumes every SQE unless it runs out of memory; if some are
                     // left, go again as long as it makes progress.
                     if n == 0 || inner.ring.sq_is_empty() {
-                        return Ok(());
+                        return Ok(true);
                     }
                 }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
+                    // The timeout passed with fewer than `wait` completions (the SQEs
+                    // were submitted all the same).
+                    Some(libc::ETIME) if ts.is_some() => {
+                        self.reap_locked(inner, deferred);
+                        return Ok(false);
+                    }
                     // The completion queue overflowed (the kernel keeps the CQEs, NODROP) or
                     // the kernel is short of memory: make room and retry.
                     Some(libc::EBUSY) | Some(libc::EAGAIN) => {
@@ -519,6 +548,7 @@ impl Driver {
         let n = cqes.len();
         let Inner {
             ops,
+            awaiting,
             foreign,
             foreign_waker,
             ..
@@ -538,6 +568,7 @@ impl Driver {
             let done = Completion { res };
             match ops.get_mut(key) {
                 Some(state @ (Lifecycle::Submitted | Lifecycle::Waiting(_))) => {
+                    *awaiting -= 1;
                     if let Lifecycle::Waiting(w) =
                         std::mem::replace(state, Lifecycle::Completed(done))
                     {
@@ -545,6 +576,7 @@ impl Driver {
                     }
                 }
                 Some(Lifecycle::Ignored(_)) => {
+                    *awaiting -= 1;
                     if let Some(Lifecycle::Ignored(data)) = ops.remove(key) {
                         deferred.garbage.push(data);
                     }
@@ -621,10 +653,17 @@ impl Driver {
     /// completions are there (0: none), and reaps them: the driver's own go to their
     /// operations (waking their tasks), the others to [`Driver::take_foreign`].
     pub fn enter(&self, wait: usize) -> io::Result<()> {
+        self.enter_for(wait, None).map(|_| ())
+    }
+
+    /// [`Driver::enter`], sleeping at most `timeout` (if given) for the `wait`
+    /// completions; `Ok(false)` if it gave up for the timeout (what came is reaped).
+    /// Needs `IORING_FEAT_EXT_ARG` (Linux 5.11) for a timeout.
+    pub fn enter_for(&self, wait: usize, timeout: Option<Duration>) -> io::Result<bool> {
         let mut deferred = Deferred::default();
         let r = {
             let mut inner = self.inner.borrow_mut();
-            self.submit_locked(&mut inner, wait, &mut deferred)
+            self.submit_locked_for(&mut inner, wait, timeout, &mut deferred)
         };
         deferred.run();
         r

@@ -400,6 +400,20 @@ impl SharedRing {
         self.driver.enter(wait)
     }
 
+    /// [`SharedRing::enter`] that sleeps at most `timeout` for the `wait` completions;
+    /// `Ok(false)` if the timeout passed first (what came meanwhile is reaped all the
+    /// same). For a loop that sleeps in the ring while the runtime's tasks wait for
+    /// their operations on it, and must still look at the runtime's other sources of
+    /// wake-ups (timers, other threads) now and then.
+    pub fn enter_for(&self, wait: usize, timeout: std::time::Duration) -> io::Result<bool> {
+        self.driver.enter_for(wait, Some(timeout))
+    }
+
+    /// Operations of the runtime on this ring whose completion has not been reaped yet.
+    pub fn runtime_in_flight(&self) -> usize {
+        self.driver.in_flight()
+    }
+
     /// Moves the completions of the user's SQEs reaped so far to `out`, as
     /// `(user_data, result)`.
     pub fn take_completions(&self, out: &mut Vec<(u64, i32)>) {
