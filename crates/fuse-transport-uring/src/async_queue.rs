@@ -24,12 +24,17 @@
 //! 3. submits everything in one `io_uring_enter` that also reaps;
 //! 4. waits for the eventfd or a finished task.
 //!
-//! A request's task runs at once, in the loop, until it first waits; only
-//! a task that waits goes to the runtime. While no task waits, the loop
-//! sleeps in the FUSE ring itself (`io_uring_enter` with `min_complete`
-//! 1, as the synchronous loop does) rather than in the reactor: a request
-//! that never waits (metadata, a page cache hit) costs what it costs the
-//! synchronous loop.
+//! A request's task runs at once, in the loop, until it first waits; a
+//! task that waits stays with the loop ([`Tasks`]), not spawned on the
+//! runtime: its waker notes the entry, and the loop polls it again on its
+//! next turn, inside the runtime's `block_on` (so the task can use the
+//! runtime's timers and reactor). While no task waits, the loop sleeps in
+//! the FUSE ring itself (`io_uring_enter` with `min_complete` 1, as the
+//! synchronous loop does) rather than in the reactor: a request that
+//! never waits (metadata, a page cache hit) costs what it costs the
+//! synchronous loop. Every [`TURNS_BEFORE_YIELD`] turns the loop yields
+//! to the runtime even with work at hand, so its timers, reactor and
+//! spawned tasks run under a steady load too.
 //!
 //! ## One ring per queue ([`crate::UringConfig::one_ring`])
 //!
@@ -46,7 +51,15 @@
 //! runtime's own, which also covers timers and other descriptors a file
 //! system's tasks may wait for), and a read's completion wakes the read's
 //! task, which writes its reply, committed on the loop's next turn, on
-//! the same ring. There is no second ring and no second eventfd.
+//! the same ring. There is no second ring and no second eventfd. And while
+//! tasks wait with operations of the runtime in flight on that ring (a
+//! file read), the loop sleeps in the ring too, for at most
+//! [`RING_SLEEP_BOUND`]: the read's completion (or the next request) ends
+//! the sleep, the loop polls the read's task and commits its reply in
+//! the next `io_uring_enter`, which sleeps again. A 4 KiB `O_DIRECT` read
+//! at depth 1 then costs two system calls, as on a synchronous ring
+//! thread (`pread`, then commit and sleep), where waiting in the reactor
+//! cost about six (three enters, two `epoll_wait`, an eventfd read).
 //! Queues with buffer pools keep two rings (see `UringConfig::one_ring`):
 //! a zero-copy operation waits in its ring, taking every completion off
 //! it meanwhile, and pools on a shared ring hung in VM runs under load.
@@ -93,10 +106,11 @@ use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-use std::task::{Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -116,6 +130,127 @@ impl Finished {
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
         }
+    }
+}
+
+/// Entry indexes whose waiting task was woken, and the serving loop's
+/// waker; shared with the tasks' wakers, which may run on any thread (a
+/// thread pool job's end).
+#[derive(Default)]
+struct Woken {
+    indexes: Mutex<Vec<usize>>,
+    /// Whether `indexes` may hold something (checked without the lock on
+    /// every turn of the loop).
+    any: AtomicBool,
+    loop_waker: Mutex<Option<Waker>>,
+}
+
+impl Woken {
+    fn wake(&self, index: usize) {
+        lock(&self.indexes).push(index);
+        self.any.store(true, Ordering::Release);
+        if let Some(w) = lock(&self.loop_waker).take() {
+            w.wake();
+        }
+    }
+
+    /// Moves the woken indexes to `out`.
+    fn take(&self, out: &mut Vec<usize>) {
+        if self.any.swap(false, Ordering::AcqRel) {
+            out.append(&mut lock(&self.indexes));
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The waker of the task of one entry.
+struct TaskWaker {
+    index: usize,
+    woken: Arc<Woken>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.woken.wake(self.index);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.wake(self.index);
+    }
+}
+
+/// The tasks of requests that waited, by entry index, run by the serving
+/// loop itself rather than spawned on the runtime: a task woken by a
+/// completion the loop reaped runs on the loop's next turn, without the
+/// loop first yielding to the runtime (which costs an `epoll_wait`, and
+/// an eventfd read once the ring's eventfd has fired). Still inside the
+/// runtime's `block_on`, so tasks may use its timers and reactor.
+struct Tasks {
+    slots: Vec<Option<Pin<Box<dyn Future<Output = ()>>>>>,
+    wakers: Vec<Waker>,
+    woken: Arc<Woken>,
+    /// Scratch for [`Woken::take`].
+    ready: Vec<usize>,
+}
+
+impl Tasks {
+    fn new(entries: usize) -> Self {
+        let mut tasks = Self {
+            slots: Vec::new(),
+            wakers: Vec::new(),
+            woken: Arc::new(Woken::default()),
+            ready: Vec::new(),
+        };
+        tasks.grow(entries);
+        tasks
+    }
+
+    /// Makes room for the tasks of `entries` entries (lock waits add
+    /// entries while the thread serves).
+    fn grow(&mut self, entries: usize) {
+        while self.slots.len() < entries {
+            let index = self.slots.len();
+            self.slots.push(None);
+            self.wakers.push(Waker::from(Arc::new(TaskWaker {
+                index,
+                woken: self.woken.clone(),
+            })));
+        }
+    }
+
+    /// Polls `task`, the new task of entry `index`, and keeps it if it
+    /// waits.
+    fn start(&mut self, index: usize, mut task: Pin<Box<dyn Future<Output = ()>>>) {
+        self.grow(index + 1);
+        let mut cx = Context::from_waker(&self.wakers[index]);
+        if task.as_mut().poll(&mut cx).is_pending() {
+            self.slots[index] = Some(task);
+        }
+    }
+
+    /// Polls every task woken since the last call.
+    fn run_woken(&mut self) {
+        let mut ready = std::mem::take(&mut self.ready);
+        self.woken.take(&mut ready);
+        for &index in &ready {
+            let Some(task) = self.slots.get_mut(index).and_then(Option::as_mut) else {
+                // Woken twice, or after it ended.
+                continue;
+            };
+            let mut cx = Context::from_waker(&self.wakers[index]);
+            if task.as_mut().poll(&mut cx).is_ready() {
+                self.slots[index] = None;
+            }
+        }
+        ready.clear();
+        self.ready = ready;
     }
 }
 
@@ -317,17 +452,37 @@ impl Rings<'_> {
         }
     }
 
+    /// With one ring, while some of the runtime's operations on it are in
+    /// flight: submits what is queued and sleeps in the ring until a
+    /// completion comes (a request, or a task's file IO) or
+    /// [`RING_SLEEP_BOUND`] passes, then reaps as [`Rings::enter`] does.
+    /// `false` (and nothing done) otherwise: the waiting tasks wait for
+    /// something else (a thread pool job, a timer), which only the reactor
+    /// sees.
+    fn sleep_for_tasks(&self, t: &QueueThread, out: &mut Vec<(u64, i32)>) -> io::Result<bool> {
+        let Rings::One(shared) = self else {
+            return Ok(false);
+        };
+        if shared.runtime_in_flight() == 0 {
+            return Ok(false);
+        }
+        shared
+            .enter_for(1, RING_SLEEP_BOUND)
+            .map_err(|e| io::Error::new(e.kind(), format!("io_uring_enter: {e}")))?;
+        self.take(t, out);
+        Ok(true)
+    }
+
     /// Waits until the FUSE ring has completions, a task finishes, or
     /// `tick` passes.
-    async fn wait(&self, finished: &Finished, tick: Option<Duration>) {
+    async fn wait(&self, finished: &Finished, woken: &Woken, tick: Option<Duration>) {
         match self {
-            Rings::Two { efd, .. } => wait(efd, finished, tick).await,
+            Rings::Two { efd, .. } => wait(efd, finished, woken, tick).await,
             Rings::One(shared) => {
                 let ready = poll_fn(|cx| {
-                    if !finished.entries.borrow().is_empty() {
+                    if tasks_ready(finished, woken, cx) {
                         return Poll::Ready(());
                     }
-                    *finished.waker.borrow_mut() = Some(cx.waker().clone());
                     shared.poll_completions(cx)
                 });
                 match tick {
@@ -343,21 +498,33 @@ impl Rings<'_> {
 
 async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
     let finished = Rc::new(Finished::default());
+    let mut tasks = Tasks::new(t.entries.len());
     // Entries whose task runs (in user space, not committed yet).
     let mut busy = 0usize;
     let mut deadline: Option<Instant> = None;
     // Vectors that trade places with the ones filled, so that serving
     // allocates nothing once they have grown.
     let (mut batch, mut done) = (Vec::new(), Vec::new());
+    // Turns of the loop since it last let the runtime run.
+    let mut turns = 0u32;
     loop {
+        turns += 1;
+        if turns >= TURNS_BEFORE_YIELD {
+            // Under a steady stream of requests and completions the loop may
+            // never have to wait: let the runtime run its timers, its
+            // reactor and the tasks spawned on it now and then all the same.
+            yield_once().await;
+            turns = 0;
+        }
         // Completions a task's zero-copy operation (or, with one ring,
         // the runtime) reaped.
         take(rings, t);
         std::mem::swap(&mut batch, &mut t.pending);
         for &(user_data, res) in &batch {
-            start(t, rings, &finished, &mut busy, user_data, res)?;
+            start(t, rings, &finished, &mut tasks, &mut busy, user_data, res)?;
         }
         batch.clear();
+        tasks.run_woken();
         std::mem::swap(&mut done, &mut *finished.entries.borrow_mut());
         for &(index, commit_id) in &done {
             busy -= 1;
@@ -408,16 +575,26 @@ async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
             enter_into(rings, t, true)?;
             continue;
         }
-        // Submit the commits and run the ring's completion work.
-        enter_into(rings, t, false)?;
+        // Tasks wait. With one ring, those waiting for their file IO on it
+        // are woken by its completions: sleep in the ring (one system call
+        // that submits the commits and the tasks' IO and sleeps) rather than
+        // in the reactor (enter, then epoll, eventfd read and enter again).
+        // Otherwise submit the commits and run the ring's completion work.
+        if !t.stopping && !t.gone && sleep_for_tasks(rings, t)? {
+            // What the sleep reaped: requests (`pending`), and the tasks
+            // it woke, which run when this loop next yields to the runtime.
+        } else {
+            enter_into(rings, t, false)?;
+        }
         if !t.pending.is_empty() {
             continue;
         }
-        if !finished.entries.borrow().is_empty() {
+        if !finished.entries.borrow().is_empty() || tasks.woken.any() {
             continue;
         }
         let tick = (t.stopping || t.gone).then_some(Duration::from_millis(50));
-        rings.wait(&finished, tick).await;
+        rings.wait(&finished, &tasks.woken, tick).await;
+        turns = 0;
     }
 }
 
@@ -428,6 +605,41 @@ fn take(rings: &Rings<'_>, t: &mut QueueThread) {
     rings.take(t, &mut pending);
     t.pending = pending;
 }
+
+/// Turns of the serving loop after which it yields to the runtime even
+/// with work at hand.
+const TURNS_BEFORE_YIELD: u32 = 64;
+
+/// Returns to the runtime once (waking itself first), so that it runs its
+/// timers, reactor and spawned tasks before the caller goes on.
+async fn yield_once() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}
+
+/// [`Rings::sleep_for_tasks`] into the thread's pending completions.
+fn sleep_for_tasks(rings: &Rings<'_>, t: &mut QueueThread) -> io::Result<bool> {
+    let mut pending = std::mem::take(&mut t.pending);
+    let r = rings.sleep_for_tasks(t, &mut pending);
+    t.pending = pending;
+    r
+}
+
+/// How long the loop sleeps in the one ring while tasks wait
+/// ([`Rings::sleep_for_tasks`]) before it looks at the reactor: the most a
+/// task woken by something other than the ring (a timer, another thread)
+/// can be kept waiting by that sleep. Longer than a disk read, so a task's
+/// read normally ends the sleep; a sleep that runs out costs one system
+/// call more than waiting in the reactor at once.
+const RING_SLEEP_BOUND: Duration = Duration::from_millis(1);
 
 /// [`Rings::enter`] into the thread's pending completions.
 fn enter_into(rings: &Rings<'_>, t: &mut QueueThread, sleep: bool) -> io::Result<()> {
@@ -463,13 +675,27 @@ fn enter(ring: &mut Ring) -> io::Result<()> {
     }
 }
 
-/// Waits until the ring's eventfd fires, a task finishes, or `tick` passes.
-async fn wait(efd: &AsyncFd<RingEventFd>, finished: &Finished, tick: Option<Duration>) {
+/// Whether a task finished or was woken; if not, `cx`'s waker is woken when
+/// one is. (The waker is registered before the check: a task woken on
+/// another thread meanwhile either sees it or is seen.)
+fn tasks_ready(finished: &Finished, woken: &Woken, cx: &Context<'_>) -> bool {
+    *finished.waker.borrow_mut() = Some(cx.waker().clone());
+    *lock(&woken.loop_waker) = Some(cx.waker().clone());
+    !finished.entries.borrow().is_empty() || woken.any()
+}
+
+/// Waits until the ring's eventfd fires, a task finishes or is woken, or
+/// `tick` passes.
+async fn wait(
+    efd: &AsyncFd<RingEventFd>,
+    finished: &Finished,
+    woken: &Woken,
+    tick: Option<Duration>,
+) {
     let ready = poll_fn(|cx| {
-        if !finished.entries.borrow().is_empty() {
+        if tasks_ready(finished, woken, cx) {
             return Poll::Ready(());
         }
-        *finished.waker.borrow_mut() = Some(cx.waker().clone());
         match efd.poll_read_ready(cx) {
             Poll::Ready(Ok(mut guard)) => {
                 guard.get_inner().0.drain();
@@ -496,6 +722,7 @@ fn start(
     t: &mut QueueThread,
     rings: &Rings<'_>,
     finished: &Rc<Finished>,
+    tasks: &mut Tasks,
     busy: &mut usize,
     user_data: u64,
     res: i32,
@@ -561,7 +788,7 @@ fn start(
     let shared = t.shared.clone();
     let finished = finished.clone();
     *busy += 1;
-    let mut task = Box::pin(async move {
+    let task: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
         let mut tx = tx;
         let header: *mut UringReqHeader = tx.header;
         let result = {
@@ -602,15 +829,8 @@ fn start(
         finished.push(index, commit_id);
     });
     // Most requests (metadata, page cache hits) finish without waiting:
-    // run the task here at once, and hand it to the runtime only if it
-    // waits. A future registers the waker of its latest poll, so the
-    // runtime's first poll of the spawned task replaces this one's.
-    if task
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(Waker::noop()))
-        .is_pending()
-    {
-        async_io::spawn_local(task);
-    }
+    // the task runs here at once, and is kept for the loop to poll again
+    // only if it waits.
+    tasks.start(index, task);
     Ok(())
 }
