@@ -26,6 +26,7 @@
 #   uring                    passthroughfs --uring
 #   runtime=sync|tokio|uring passthroughfs --runtime
 #   thread_pool              passthroughfs --thread-pool
+#   uring_one_ring           passthroughfs --uring-one-ring
 #   no_passthrough           passthroughfs --no-passthrough
 #   max_nodes=N              passthroughfs --max-nodes N
 #   [no]suid [no]dev [no]exec [no]atime [no]diratime [no]relatime
@@ -113,6 +114,7 @@ for o in "${list[@]}"; do
 	uring) flags+=(--uring) ;;
 	runtime=sync | runtime=tokio | runtime=uring) flags+=(--runtime "${o#runtime=}") ;;
 	thread_pool) flags+=(--thread-pool) ;;
+	uring_one_ring) flags+=(--uring-one-ring) ;;
 	no_passthrough) flags+=(--no-passthrough) ;;
 	max_nodes=*) flags+=(--max-nodes "${o#max_nodes=}") ;;
 	suid | nosuid | dev | nodev | exec | noexec | atime | noatime | diratime | nodiratime | \
