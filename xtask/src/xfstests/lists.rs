@@ -90,11 +90,17 @@ impl Curated {
         Ok(Curated { entries })
     }
 
-    /// The tests of `mode`, in file order.
+    /// The tests of `mode`, in file order. One ring per queue
+    /// (`uring-one-ring`, run only when named) has no list of its own and
+    /// runs the `uring` one: the same transport and data path.
     pub fn tests(&self, mode: Mode) -> Vec<String> {
+        let listed = match mode {
+            Mode::UringOneRing => Mode::Uring,
+            m => m,
+        };
         self.entries
             .iter()
-            .filter(|(_, modes)| modes.contains(&mode))
+            .filter(|(_, modes)| modes.contains(&listed))
             .map(|(t, _)| t.clone())
             .collect()
     }
@@ -191,6 +197,7 @@ mod tests {
         let c = Curated::parse("# c\ngeneric/001 all\ngeneric/002 dev # x\n\n").unwrap();
         assert_eq!(c.tests(Mode::Dev), ["generic/001", "generic/002"]);
         assert_eq!(c.tests(Mode::Uring), ["generic/001"]);
+        assert_eq!(c.tests(Mode::UringOneRing), ["generic/001"]);
         assert!(Curated::parse("generic/001\n").is_err());
         assert!(Curated::parse("generic/001 dev\ngeneric/001 uring\n").is_err());
         assert!(Curated::parse("generic/001 fast\n").is_err());

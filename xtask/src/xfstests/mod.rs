@@ -51,7 +51,7 @@ pub struct XfstestsArgs {
     /// (--uring --no-passthrough), uring-pool (--runtime uring
     /// --thread-pool --no-passthrough --max-nodes 1000), uring-one-ring
     /// (--uring --runtime uring --uring-one-ring --no-passthrough; only when
-    /// named, not in the lists). Default: dev, uring and uring-pool.
+    /// named, with the uring list). Default: dev, uring and uring-pool.
     #[arg(long, value_enum, value_name = "MODE")]
     mode: Vec<Mode>,
     /// Run these tests instead of the curated lists (comma-separated), e.g.
@@ -93,8 +93,8 @@ pub enum Mode {
     /// FUSE over io_uring in async mode on the io_uring runtime with one
     /// ring per queue (`--uring --runtime uring --uring-one-ring
     /// --no-passthrough`): the FUSE commands and the backing files' IO on
-    /// one ring. Run only when named (`--mode uring-one-ring`); the
-    /// curated lists don't name it.
+    /// one ring. Run only when named (`--mode uring-one-ring`), with the
+    /// curated list of `uring`.
     UringOneRing,
 }
 
