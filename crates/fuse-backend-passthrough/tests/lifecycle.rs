@@ -286,7 +286,8 @@ fn no_mounts_of_finished_test_processes() {
     }
     assert!(
         stale.is_empty(),
-        "stale test mounts (now unmounted lazily): {stale:#?}"
+        "stale test mounts (detached here, which under `cargo xtask test` is the runner's own \
+         mount namespace only: on the host, `umount -l` each): {stale:#?}"
     );
 }
 
