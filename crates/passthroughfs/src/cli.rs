@@ -204,7 +204,7 @@ pub struct Args {
     pub uring_unpinned: bool,
 
     /// io_uring: ring entries per queue (requests a queue serves at once),
-    /// split among its threads; 0: one per ring thread, 8 per thread with
+    /// split among its threads; 0: one per ring thread, 16 per thread with
     /// --runtime tokio|uring.
     #[arg(long, value_name = "N", default_value_t = UringConfig::default().entries_per_queue)]
     pub uring_entries: usize,
