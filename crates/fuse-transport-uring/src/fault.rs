@@ -13,4 +13,7 @@ pub enum UringFault {
     RefuseRegister,
     /// Ring threads fail their setup before registering anything.
     FailThreadSetup,
+    /// A synchronous ring thread panics in the transport (outside the file
+    /// system's `catch_unwind`) on the first request it takes.
+    PanicInRingThread,
 }

@@ -87,6 +87,12 @@ pub(crate) struct Shared {
 /// end. [`Session::wait`] joins the threads, then closes the `/dev/fuse`
 /// descriptors (aborting what is left of the connection, so no client
 /// waits on a served-by-nobody mount) and only then unmaps the buffers.
+/// A ring thread that ends abnormally while the session serves (a panic in
+/// the transport, an error of its ring; a panicking file system only fails
+/// its request with `EIO`) stops the whole session from
+/// [`Session::wait`], which then returns the error: its queue would
+/// otherwise serve nothing, and every request issued on that CPU would
+/// wait forever.
 pub struct UringSession {
     /// The `/dev/fuse` side (INIT, interrupts, forgets; everything in the
     /// fallback mode). Shared, so that `stop` reaches it even while `wait`
@@ -98,8 +104,26 @@ pub struct UringSession {
     mode: UringMode,
     fallback_reason: Option<String>,
     handles: Mutex<Vec<JoinHandle<io::Result<()>>>>,
+    /// One message per ring thread as it ends: whether it ended abnormally
+    /// (a panic in the transport, an error of its ring). See
+    /// [`Session::wait`].
+    ended: Mutex<Option<mpsc::Receiver<bool>>>,
+    ended_tx: mpsc::Sender<bool>,
     wakes: Vec<Arc<EventFd>>,
     layout: Layout,
+}
+
+/// Tells [`UringSession::wait`] that a ring thread ended, and how; sent
+/// when dropped, so a thread that unwinds from a panic sends it too.
+struct ThreadEnd {
+    tx: mpsc::Sender<bool>,
+    clean: bool,
+}
+
+impl Drop for ThreadEnd {
+    fn drop(&mut self) {
+        let _ = self.tx.send(!self.clean);
+    }
 }
 
 /// How the rings are laid out (for display).
@@ -203,6 +227,7 @@ impl UringSession {
             stop: AtomicBool::new(false),
             counters: Counters::new(nr_queues),
         });
+        let (ended_tx, ended_rx) = mpsc::channel();
         let mut session = Self {
             dev: Mutex::new(None),
             server,
@@ -211,6 +236,8 @@ impl UringSession {
             mode: UringMode::DevFuse,
             fallback_reason: None,
             handles: Mutex::new(Vec::new()),
+            ended: Mutex::new(Some(ended_rx)),
+            ended_tx,
             wakes: Vec::new(),
             layout: Layout::default(),
         };
@@ -395,9 +422,20 @@ impl UringSession {
                 go,
             };
             let shared = self.shared.clone();
+            let end = ThreadEnd {
+                tx: self.ended_tx.clone(),
+                clean: false,
+            };
             let spawn = std::thread::Builder::new()
                 .name(format!("fuse-uring-{t}"))
-                .spawn(move || queue::run(plan, shared, handshake));
+                .spawn(move || {
+                    // The whole guard moves in (not just the field set
+                    // below), so that it drops on this thread.
+                    let mut end = end;
+                    let result = queue::run(plan, shared, handshake);
+                    end.clean = result.is_ok();
+                    result
+                });
             match spawn {
                 Ok(handle) => {
                     self.handles
@@ -550,6 +588,16 @@ impl UringSession {
         for h in handles {
             let _ = h.join();
         }
+        // Their ends are no news to `wait`, which may see new ring threads
+        // (the next step of the fallback chain) or none.
+        if let Some(ended) = self
+            .ended
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            while ended.try_recv().is_ok() {}
+        }
         // Every ring is closed: nothing can reach the buffers any more.
         self.shared.counters.release_mappings();
         self.wakes.clear();
@@ -700,6 +748,27 @@ impl Session for UringSession {
     fn wait(&self) -> io::Result<()> {
         let mut first_error = None;
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        // A ring thread that ends abnormally while the session serves (a
+        // panic in the transport, an error of its ring) leaves its queue
+        // without entries, and every request issued on that queue's CPU
+        // would wait forever: the whole session stops instead, so that
+        // clients get an error and the mount goes (fail-stop).
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(ended) = ended {
+            for _ in 0..handles.len() {
+                match ended.recv() {
+                    Ok(true) if !self.shared.stop.load(Ordering::Acquire) => {
+                        tracing::error!(
+                            "a ring thread ended abnormally while serving: stopping the session \
+                             (its queue could serve no request)"
+                        );
+                        Session::stop(self);
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
         for h in handles {
             match h.join() {
                 Ok(Ok(())) => {}

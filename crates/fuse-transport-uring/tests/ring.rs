@@ -234,6 +234,47 @@ fn failed_ring_setup_falls_back_to_dev_fuse() {
     falls_back_after_init(UringFault::FailThreadSetup, "injected setup failure");
 }
 
+/// A bug in the transport that takes a ring thread down (here an
+/// injected panic outside the file system's `catch_unwind`) must not leave
+/// its queue without entries, where every later request issued on its CPU
+/// would wait forever: the session stops, the client that was waiting gets
+/// an error, and the mount goes.
+#[test]
+fn a_ring_thread_that_panics_stops_the_session_instead_of_hanging_its_queue() {
+    require_root_and_uring();
+    let m = mount(UringConfig::default().fault(UringFault::PanicInRingThread));
+    assert!(
+        matches!(
+            m.session.mode(),
+            UringMode::PerEntry | UringMode::Pools { .. }
+        ),
+        "not over io_uring: {:?} ({:?})",
+        m.session.mode(),
+        m.session.fallback_reason()
+    );
+    let file = m.mnt.join("x");
+    let client = std::thread::spawn(move || std::fs::metadata(file));
+    let Mounted { session, mnt, .. } = m;
+    let (session, ended) = within(
+        Duration::from_secs(60),
+        "the session's end after a ring thread panicked",
+        move || {
+            let ended = session.wait();
+            (session, ended)
+        },
+    );
+    let err = ended.expect_err("a panicked ring thread is an error of the session");
+    assert!(err.to_string().contains("panicked"), "{err}");
+    let stat = within(
+        Duration::from_secs(60),
+        "the waiting client's answer",
+        move || client.join().expect("the client thread"),
+    );
+    assert!(stat.is_err(), "the client's stat succeeded: {stat:?}");
+    assert!(!is_mounted(&mnt), "{} is still mounted", mnt.display());
+    drop(session);
+}
+
 #[test]
 fn unmount_from_outside_ends_the_session_and_frees_the_buffers() {
     let m = mounted_over_uring();

@@ -8,6 +8,7 @@
 //! (`async_queue.rs`) and the lock-wait threads (`lock_waits.rs`).
 
 use super::{Entry, QueuePlan, QueueThread, Ring};
+use crate::fault::UringFault;
 use crate::zero_copy::{Direction, FixedRing, ZeroCopyEntry};
 use fuse_abi::uring::{EntFlags, UringEntInOut, UringReqHeader, IN_OUT_HEADER_SZ, OP_IN_OUT_SZ};
 use fuse_abi::{InHeader, Opcode, OutHeader, ReadIn, WriteIn};
@@ -68,6 +69,9 @@ impl QueueThread {
     /// Answers the request in entry `index`, writing the reply into the
     /// entry; returns the commit id to hand it in with.
     pub(super) fn answer(&mut self, ring: &mut Ring, index: usize) -> u64 {
+        if self.plan.fault == Some(UringFault::PanicInRingThread) {
+            panic!("injected panic in a ring thread");
+        }
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
         // SAFETY: the entry's CQE arrived, so the kernel leaves its header
