@@ -759,16 +759,7 @@ fn start(
     let view = match t.locate(e, queue, header, &ent) {
         Ok(v) => v,
         Err(why) => {
-            t.shared
-                .counters
-                .bad_requests
-                .fetch_add(1, Ordering::Relaxed);
-            if std::mem::replace(&mut t.logged_bad, true) {
-                tracing::debug!(qid, unique, "bad ring request: {why}");
-            } else {
-                tracing::warn!(qid, unique, "bad ring request: {why}");
-            }
-            write_reply(entry_header, unique, -libc::EIO, 0);
+            t.refuse_bad_request(index, unique, &why);
             *busy += 1;
             finished.push(index, commit_id);
             return Ok(());

@@ -121,20 +121,27 @@ impl QueueThread {
                     ),
                 }
             }
-            Err(why) => {
-                self.shared
-                    .counters
-                    .bad_requests
-                    .fetch_add(1, Ordering::Relaxed);
-                if std::mem::replace(&mut self.logged_bad, true) {
-                    tracing::debug!(qid = queue.qid, unique, "bad ring request: {why}");
-                } else {
-                    tracing::warn!(qid = queue.qid, unique, "bad ring request: {why}");
-                }
-                write_reply(e.header, unique, -libc::EIO, 0);
-            }
+            Err(why) => self.refuse_bad_request(index, unique, &why),
         }
         ent.commit_id
+    }
+
+    /// Answers the request in entry `index` that [`QueueThread::locate`]
+    /// refused (`why`) with EIO, counting it and logging it: a warning for
+    /// the first on this thread, at debug level after.
+    pub(super) fn refuse_bad_request(&mut self, index: usize, unique: u64, why: &str) {
+        self.shared
+            .counters
+            .bad_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let e = &self.entries[index];
+        let qid = self.plan.queues[e.queue].qid;
+        if std::mem::replace(&mut self.logged_bad, true) {
+            tracing::debug!(qid, unique, "bad ring request: {why}");
+        } else {
+            tracing::warn!(qid, unique, "bad ring request: {why}");
+        }
+        write_reply(e.header, unique, -libc::EIO, 0);
     }
 
     /// Where a request's parts are, checked against the entry's memory.
