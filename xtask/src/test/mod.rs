@@ -774,12 +774,6 @@ mod tests {
         assert_eq!(strip_ansi("\u{1b}[1;31mFAILED\u{1b}[0m x"), "FAILED x");
     }
 
-    #[test]
-    fn unescapes_mountinfo() {
-        assert_eq!(unescape_mountinfo(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape_mountinfo(r"/x\"), r"/x\");
-    }
-
     /// A step that fails.
     fn failing_step(_: &mut Ctx) -> Result<Outcome> {
         bail!("broken on purpose")

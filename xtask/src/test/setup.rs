@@ -175,29 +175,9 @@ pub(crate) fn mounts() -> Vec<MountEntry> {
             let fields: Vec<&str> = line.split(' ').collect();
             let sep = fields.iter().position(|f| *f == "-")?;
             Some(MountEntry {
-                mount_point: PathBuf::from(unescape_mountinfo(fields.get(4)?)),
+                mount_point: crate::mountinfo::unescape_path(fields.get(4)?),
                 fstype: fields.get(sep + 1)?.to_string(),
             })
         })
         .collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
-pub(super) fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(digits, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

@@ -5,26 +5,6 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// Decodes the octal escapes (`\040`) of /proc/self/mountinfo.
-fn unescape_mount_path(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
-}
-
 /// (mountpoint, file system type) of every mount in a mountinfo text.
 fn parse_mountinfo(text: &str) -> Vec<(PathBuf, String)> {
     text.lines()
@@ -33,7 +13,10 @@ fn parse_mountinfo(text: &str) -> Vec<(PathBuf, String)> {
             let mountpoint = fields.get(4)?;
             let sep = fields.iter().position(|f| *f == "-")?;
             let fstype = fields.get(sep + 1)?;
-            Some((unescape_mount_path(mountpoint), fstype.to_string()))
+            Some((
+                crate::mountinfo::unescape_path(mountpoint),
+                fstype.to_string(),
+            ))
         })
         .collect()
 }
@@ -121,11 +104,6 @@ mod tests {
                 (PathBuf::from("/tmp/a b"), "fuse.fuse-bench".to_string()),
                 (PathBuf::from("/x"), "fuse".to_string()),
             ]
-        );
-        assert_eq!(unescape_mount_path("a\\134b\\011"), PathBuf::from("a\\b\t"));
-        assert_eq!(
-            unescape_mount_path("trailing\\04"),
-            PathBuf::from("trailing\\04")
         );
     }
 }
