@@ -5,6 +5,34 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+/// One line of `/proc/self/mountinfo`.
+pub(crate) struct MountEntry {
+    /// Where it is mounted.
+    pub(crate) mount_point: PathBuf,
+    /// File system type (`fuse.passthroughfs`, `ext4`, ...).
+    pub(crate) fstype: String,
+}
+
+/// The mounts of a mountinfo text, in its order (bottom first).
+pub(crate) fn parse(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            // id parent maj:min root mount-point options [optional...] - fstype source super
+            let fields: Vec<&str> = line.split(' ').collect();
+            let sep = fields.iter().position(|f| *f == "-")?;
+            Some(MountEntry {
+                mount_point: unescape_path(fields.get(4)?),
+                fstype: fields.get(sep + 1)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The mounts visible to this process (empty if mountinfo is unreadable).
+pub(crate) fn mounts() -> Vec<MountEntry> {
+    parse(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
 /// A mountinfo path field (the mount point, field 5) with the kernel's
 /// octal escapes (`\040` for a space, `\011` tab, `\012` newline, `\134`
 /// backslash) undone; a backslash not followed by three octal digits of a
@@ -38,6 +66,25 @@ pub(crate) fn unescape_path(field: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_parsing() {
+        let text = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                    99 22 0:55 / /tmp/a\\040b rw,nosuid - fuse.fuse-bench src rw,user_id=0\n\
+                    100 22 0:56 / /x rw master:2 shared:3 - fuse /dev/fuse rw\n";
+        let m: Vec<(PathBuf, String)> = parse(text)
+            .into_iter()
+            .map(|m| (m.mount_point, m.fstype))
+            .collect();
+        assert_eq!(
+            m,
+            vec![
+                (PathBuf::from("/"), "ext4".to_string()),
+                (PathBuf::from("/tmp/a b"), "fuse.fuse-bench".to_string()),
+                (PathBuf::from("/x"), "fuse".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn octal_escapes_are_undone_and_others_kept() {

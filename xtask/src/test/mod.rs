@@ -22,6 +22,7 @@
 //! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
 //! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
 
+use crate::mountinfo::mounts;
 use crate::text::{sh_quote, strip_ansi};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;

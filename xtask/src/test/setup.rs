@@ -157,27 +157,3 @@ pub(crate) fn mount_fusectl() {
         ),
     }
 }
-
-/// One line of `/proc/self/mountinfo`.
-pub(crate) struct MountEntry {
-    /// Where it is mounted.
-    pub(crate) mount_point: PathBuf,
-    /// File system type (`fuse.passthroughfs`, `ext4`, ...).
-    pub(crate) fstype: String,
-}
-
-/// The mounts visible to this process (empty if mountinfo is unreadable).
-pub(crate) fn mounts() -> Vec<MountEntry> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            // id parent maj:min root mount-point options [optional...] - fstype source super
-            let fields: Vec<&str> = line.split(' ').collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            Some(MountEntry {
-                mount_point: crate::mountinfo::unescape_path(fields.get(4)?),
-                fstype: fields.get(sep + 1)?.to_string(),
-            })
-        })
-        .collect()
-}
