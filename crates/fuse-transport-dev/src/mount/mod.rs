@@ -174,17 +174,7 @@ impl Mount {
         let target = Target::prepare(mountpoint)?;
         match mount_syscall(&target, options) {
             Ok(fd) => Mount::syscall_mounted(fd, target.path, options),
-            Err(err) => match err.unprivileged_reason() {
-                Some(action) => {
-                    tracing::debug!(
-                        mountpoint = %target.path.display(),
-                        error = %err,
-                        "mount(2) not permitted; falling back to fusermount3"
-                    );
-                    Self::with_fusermount(target, options, action)
-                }
-                None => Err(err),
-            },
+            Err(err) => Self::fusermount_instead(target, options, err, ""),
         }
     }
 
@@ -205,20 +195,11 @@ impl Mount {
         let target = Target::prepare(mountpoint)?;
         match mount_syscall_sync(&target, options, init) {
             Ok((fd, mode)) => Ok((Mount::syscall_mounted(fd, target.path, options)?, mode)),
-            Err(err) => match err.unprivileged_reason() {
-                Some(action) => {
-                    tracing::debug!(
-                        mountpoint = %target.path.display(),
-                        error = %err,
-                        "mount(2) not permitted; falling back to fusermount3 (INIT after the mount)"
-                    );
-                    Ok((
-                        Self::with_fusermount(target, options, action)?,
-                        InitMode::Pending,
-                    ))
-                }
-                None => Err(err),
-            },
+            Err(err) => {
+                let mount =
+                    Self::fusermount_instead(target, options, err, " (INIT after the mount)")?;
+                Ok((mount, InitMode::Pending))
+            }
         }
     }
 
@@ -263,6 +244,27 @@ impl Mount {
             }
         }
         Ok(mount)
+    }
+
+    /// What [`Mount::new`] and [`Mount::new_with_sync_init`] do when
+    /// mount(2) failed with `err`: mount with `fusermount3` where `err`
+    /// says the caller may not mount (logged, with `note` after the
+    /// message), else return `err`.
+    fn fusermount_instead(
+        target: Target,
+        options: &MountOptions,
+        err: MountError,
+        note: &str,
+    ) -> Result<Mount, MountError> {
+        let Some(action) = err.unprivileged_reason() else {
+            return Err(err);
+        };
+        tracing::debug!(
+            mountpoint = %target.path.display(),
+            error = %err,
+            "mount(2) not permitted; falling back to fusermount3{note}"
+        );
+        Self::with_fusermount(target, options, action)
     }
 
     fn with_fusermount(
