@@ -46,7 +46,7 @@ mod repeat;
 mod setup;
 
 pub(crate) use abi::*;
-pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, TestRun};
+pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, LibtestCounts, TestRun};
 use package::*;
 use pjdfstest::*;
 pub(crate) use setup::*;
