@@ -797,11 +797,21 @@ fn unmount_error(path: &Path, err: io::Error) -> MountError {
     }
 }
 
-/// The id of the mount at `path` (`STATX_MNT_ID`), read from the kernel's
-/// cache (`AT_STATX_DONT_SYNC`: its daemon may not have answered INIT
-/// yet, or may be this very thread).
+/// [`mount_id_at`] of a path.
 fn mount_id_of(path: &Path) -> Option<u64> {
-    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    mount_id_at(&CString::new(path.as_os_str().as_bytes()).ok()?)
+}
+
+/// The id of the mount on `path` (`STATX_MNT_ID`, as `/proc/self/mountinfo`
+/// lists it), read from the kernel's cache (`AT_STATX_DONT_SYNC`): no
+/// daemon is asked, so neither one that hasn't answered INIT yet (or is
+/// this very thread) nor a hung one holds it up. `None` if the kernel
+/// doesn't say.
+///
+/// One system call, with no allocation and no lock: a child may make it
+/// between `fork` and `_exit` (an unmounter checking that the mount on the
+/// path is still the one it was made for, see [`Mount::unmount_through`]).
+pub fn mount_id_at(path: &CStr) -> Option<u64> {
     // SAFETY: an all-zero statx is a valid output buffer.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.
