@@ -58,7 +58,7 @@ pub mod task;
 pub use backing::DevBackingFiles;
 pub use dev::DevTransaction;
 pub use mount::{
-    is_fuse_mount, unmount_path, InitAnswer, InitMode, Mount, MountError, MountMethod,
+    is_fuse_mount, mount_id_at, unmount_path, InitAnswer, InitMode, Mount, MountError, MountMethod,
     MountOptions, SyncInit, UnmountFn,
 };
 pub use session::{init_during_mount, DevSession, SessionConfig, SessionError};

@@ -100,7 +100,6 @@ use super::{reap_into, submit, QueueThread, Ring, DRAIN_TIMEOUT};
 use crate::zero_copy::FixedRing;
 use async_io::{RuntimeType, SharedRing};
 use fuse_abi::uring::UringReqHeader;
-use fuse_abi::InHeader;
 use fuse_server::opcode_table::opcode_info_raw;
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
@@ -114,7 +113,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use zerocopy::FromBytes;
 
 /// Entries whose task finished, and the waker of the serving loop.
 #[derive(Default)]
@@ -741,34 +739,16 @@ fn start(
         finished.push(index, commit_id);
         return Ok(());
     }
+    let (header, ent) = t.request_header(index);
     let e = &t.entries[index];
-    let entry_header = e.header;
     let queue = &t.plan.queues[e.queue];
     let qid = queue.qid;
-    // SAFETY: the entry's CQE arrived, so the kernel leaves its header
-    // alone until it is committed; the header is 8-byte aligned.
-    let (in_out, ent) = unsafe {
-        (
-            std::ptr::read(std::ptr::addr_of!((*entry_header).in_out)),
-            std::ptr::read(std::ptr::addr_of!((*entry_header).ring_ent_in_out)),
-        )
-    };
-    let header = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h);
     let unique = header.map_or(ent.commit_id, |h| h.unique);
     let commit_id = ent.commit_id;
     let view = match t.locate(e, queue, header, &ent) {
         Ok(v) => v,
         Err(why) => {
-            t.shared
-                .counters
-                .bad_requests
-                .fetch_add(1, Ordering::Relaxed);
-            if std::mem::replace(&mut t.logged_bad, true) {
-                tracing::debug!(qid, unique, "bad ring request: {why}");
-            } else {
-                tracing::warn!(qid, unique, "bad ring request: {why}");
-            }
-            write_reply(entry_header, unique, -libc::EIO, 0);
+            t.refuse_bad_request(index, unique, &why);
             *busy += 1;
             finished.push(index, commit_id);
             return Ok(());

@@ -399,25 +399,59 @@ pub(crate) fn print_failed(failed: &[FailedTest]) {
 
 /// Parses libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; ...`.
 pub(crate) fn parse_libtest_result(line: &str) -> Option<Counts> {
-    let rest = line.trim().strip_prefix("test result: ")?;
-    let mut c = Counts {
+    let c = LibtestCounts::parse(line.trim().strip_prefix("test result: ")?);
+    Some(Counts {
+        passed: c.passed,
+        failed: c.failed,
+        skipped: c.ignored,
         seen: true,
-        ..Counts::default()
-    };
-    for part in rest.split(';') {
-        let mut words = part.split_whitespace().rev();
-        let (Some(what), Some(n)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let Ok(n) = n.parse::<u64>() else { continue };
-        match what {
-            "passed" => c.passed += n,
-            "failed" => c.failed += n,
-            "ignored" => c.skipped += n,
-            _ => {}
+    })
+}
+
+/// The counts of libtest's summary line (`test result: ok. 12 passed;
+/// 1 failed; 3 ignored; 0 measured; 2 filtered out; finished in 0.01s`),
+/// as `cargo xtask test` and `cargo xtask test-in-vm` read it.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct LibtestCounts {
+    /// Passed tests.
+    pub(crate) passed: u64,
+    /// Failed tests.
+    pub(crate) failed: u64,
+    /// Ignored tests.
+    pub(crate) ignored: u64,
+    /// Tests the filter left out.
+    pub(crate) filtered: u64,
+}
+
+impl LibtestCounts {
+    /// The counts in `summary`, the line after `test result: ` (with its
+    /// `ok.`/`FAILED.` or without): in each `;`-separated part, the first
+    /// number and the word after it.
+    pub(crate) fn parse(summary: &str) -> Self {
+        let mut c = Self::default();
+        for part in summary.split(';') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let Some((n, what)) = words
+                .windows(2)
+                .find_map(|w| Some((w[0].parse::<u64>().ok()?, w[1])))
+            else {
+                continue;
+            };
+            match what {
+                "passed" => c.passed = n,
+                "failed" => c.failed = n,
+                "ignored" => c.ignored = n,
+                "filtered" => c.filtered = n,
+                _ => {}
+            }
         }
+        c
     }
-    Some(c)
+
+    /// Tests that matched the filter.
+    pub(crate) fn matched(&self) -> u64 {
+        self.passed + self.failed + self.ignored
+    }
 }
 
 #[cfg(test)]

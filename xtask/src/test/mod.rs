@@ -22,6 +22,7 @@
 //! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
 //! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
 
+use crate::mountinfo::mounts;
 use crate::text::{sh_quote, strip_ansi};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
@@ -45,7 +46,7 @@ mod repeat;
 mod setup;
 
 pub(crate) use abi::*;
-pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, TestRun};
+pub(crate) use libtest::{print_failed, run_tests, Echo, FailedTest, LibtestCounts, TestRun};
 use package::*;
 use pjdfstest::*;
 pub(crate) use setup::*;
@@ -772,12 +773,6 @@ mod tests {
     #[test]
     fn strips_ansi() {
         assert_eq!(strip_ansi("\u{1b}[1;31mFAILED\u{1b}[0m x"), "FAILED x");
-    }
-
-    #[test]
-    fn unescapes_mountinfo() {
-        assert_eq!(unescape_mountinfo(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape_mountinfo(r"/x\"), r"/x\");
     }
 
     /// A step that fails.

@@ -42,7 +42,7 @@ pub(crate) fn parse_fuse_mounts(text: &str) -> Vec<FuseMount> {
             let fuse = *fstype == "fuse" || *fstype == "fuseblk" || fstype.starts_with("fuse.");
             fuse.then(|| FuseMount {
                 id: fields[0].parse().unwrap_or(0),
-                mount_point: PathBuf::from(unescape_mountinfo(fields.get(4).unwrap_or(&""))),
+                mount_point: crate::mountinfo::unescape_path(fields.get(4).unwrap_or(&"")),
                 fstype: fstype.to_string(),
                 from_host: fields[6.min(sep)..sep]
                     .iter()

@@ -2,46 +2,12 @@
 
 use super::*;
 
-#[derive(Default, Clone, Copy)]
-pub(super) struct Counts {
-    /// Passed tests.
-    pub(super) passed: u64,
-    /// Failed tests.
-    pub(super) failed: u64,
-    /// Ignored tests.
-    pub(super) ignored: u64,
-    /// Tests the filter left out.
-    pub(super) filtered: u64,
-}
-
-impl Counts {
-    /// Tests that matched the filter.
-    pub(super) fn matched(&self) -> u64 {
-        self.passed + self.failed + self.ignored
-    }
-}
-
 /// Parses `test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured;
-/// 2 filtered out; finished in 0.01s`.
-pub(super) fn parse_test_result(line: &str) -> Option<Counts> {
+/// 2 filtered out; finished in 0.01s` anywhere in a console line.
+pub(super) fn parse_test_result(line: &str) -> Option<LibtestCounts> {
     let rest = &line[line.find("test result: ")? + "test result: ".len()..];
     let (_, rest) = rest.split_once(". ")?;
-    let mut c = Counts::default();
-    for part in rest.split(';') {
-        let mut words = part.split_whitespace();
-        let (Some(n), Some(what)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let Ok(n) = n.parse() else { continue };
-        match what {
-            "passed" => c.passed = n,
-            "failed" => c.failed = n,
-            "ignored" => c.ignored = n,
-            "filtered" => c.filtered = n,
-            _ => {}
-        }
-    }
-    Some(c)
+    Some(LibtestCounts::parse(rest))
 }
 
 /// What the FUSE INIT probe reported.
@@ -83,7 +49,7 @@ pub(super) struct ExeRun {
     /// Its exit status (`None` if the guest never reported it).
     pub(super) status: Option<i32>,
     /// libtest's counts, if it printed them.
-    pub(super) counts: Option<Counts>,
+    pub(super) counts: Option<LibtestCounts>,
     /// Host time between its start and result lines.
     pub(super) secs: f64,
 }

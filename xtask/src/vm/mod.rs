@@ -53,7 +53,7 @@
 
 use crate::test::{
     cargo, debian_experimental_package, display, ensure_apt_packages, run_cmd, target_dir,
-    wait_for_exit, ExperimentalApt,
+    wait_for_exit, ExperimentalApt, LibtestCounts,
 };
 use crate::text::sh_quote;
 use anyhow::{bail, Context, Result};
@@ -524,8 +524,9 @@ fn report(
                 Some(s) => (format!("exit {s}"), e.counts, Some(e.secs)),
             },
         };
-        let n =
-            |f: fn(&Counts) -> u64| counts.map_or_else(|| "-".to_string(), |c| f(&c).to_string());
+        let n = |f: fn(&LibtestCounts) -> u64| {
+            counts.map_or_else(|| "-".to_string(), |c| f(&c).to_string())
+        };
         println!(
             "{name:<52} {result:>8} {:>6} {:>6} {:>7} {:>8} {:>7}",
             n(|c| c.passed),
@@ -544,11 +545,11 @@ fn report(
 
     // Tests per package, and the loud note for a package whose tests all
     // miss the filter.
-    let mut total = Counts::default();
+    let mut total = LibtestCounts::default();
     let mut zero_matched = Vec::new();
     let tested: BTreeSet<&str> = built.tests.iter().map(|t| t.package.as_str()).collect();
     for package in packages.iter().filter(|_| !args.measure_memory) {
-        let mut c = Counts::default();
+        let mut c = LibtestCounts::default();
         // Whether every executable of the package printed its counts (one
         // that crashed did not, and then "0 matched" would be a guess).
         let mut all_counted = true;

@@ -10,7 +10,8 @@
 //! alone may have been reused).
 
 use super::Layout;
-use crate::test::{mounts, run_cmd};
+use crate::mountinfo::mounts;
+use crate::test::run_cmd;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

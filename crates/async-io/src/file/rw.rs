@@ -55,49 +55,10 @@ impl File {
     /// End of file first is `UnexpectedEof` (the buffer's length is then what was read).
     pub async fn read_exact_at<B: IoBufMut>(&self, mut buf: B, pos: u64) -> BufResult<(), B> {
         let total = buf.bytes_total();
-        let driver = current_driver();
-        let mut done = 0;
-        let mut result = Ok(());
-        while done < total {
-            let len = (total - done).min(MAX_RW_COUNT);
-            let r = match &driver {
-                Some(d) => {
-                    // SAFETY: `done + len <= bytes_total()` bytes from `stable_mut_ptr()`.
-                    let (r, b) = unsafe {
-                        let ptr = buf.stable_mut_ptr().add(done);
-                        self.uring_rw(d, Dir::Read, buf, ptr, len, pos + done as u64)
-                    }
-                    .await;
-                    buf = b;
-                    r
-                }
-                None => {
-                    // SAFETY: `done + len <= bytes_total()` writable bytes.
-                    unsafe {
-                        sys::pread_raw(
-                            self.raw(),
-                            buf.stable_mut_ptr().add(done),
-                            len,
-                            pos + done as u64,
-                        )
-                    }
-                }
-            };
-            match r {
-                Ok(0) => {
-                    result = Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("end of file after {done} of {total} bytes"),
-                    ));
-                    break;
-                }
-                Ok(n) => done += n,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
+        let base = buf.stable_mut_ptr();
+        // SAFETY: `total` bytes from `stable_mut_ptr()` are all of `buf`'s capacity.
+        let (done, result, mut buf) =
+            unsafe { self.transfer_all(Dir::Read, buf, base, total, pos) }.await;
         // SAFETY: the first `done` bytes were written by the kernel.
         unsafe { buf.set_init(done) };
         (result, buf)
@@ -122,42 +83,72 @@ impl File {
     }
 
     /// Writes all of `buf.bytes_init()` at `pos`, resubmitting after short writes.
-    pub async fn write_all_at<B: IoBuf>(&self, mut buf: B, pos: u64) -> BufResult<(), B> {
+    pub async fn write_all_at<B: IoBuf>(&self, buf: B, pos: u64) -> BufResult<(), B> {
         let total = buf.bytes_init();
+        let base = buf.stable_ptr() as *mut u8;
+        // SAFETY: `total` initialised bytes from `stable_ptr()`; a write only reads them.
+        let (_, result, buf) =
+            unsafe { self.transfer_all(Dir::Write, buf, base, total, pos) }.await;
+        (result, buf)
+    }
+
+    /// The loop of [`File::read_exact_at`] and [`File::write_all_at`]: moves the `total`
+    /// bytes at `base` from or to `pos` (`dir`), resubmitting after short transfers, on
+    /// the runtime's ring or with `pread`/`pwrite`. Returns how many bytes moved and the
+    /// first failure; a transfer of nothing is `UnexpectedEof` for a read (end of file)
+    /// and `WriteZero` for a write.
+    ///
+    /// # Safety
+    /// `base..base+total` lies in `buf`'s stable memory: within `bytes_total()` and
+    /// derived from `stable_mut_ptr()` for a read, within `bytes_init()` for a write.
+    async unsafe fn transfer_all<B: IoBuf>(
+        &self,
+        dir: Dir,
+        mut buf: B,
+        base: *mut u8,
+        total: usize,
+        pos: u64,
+    ) -> (usize, io::Result<()>, B) {
         let driver = current_driver();
         let mut done = 0;
         while done < total {
             let len = (total - done).min(MAX_RW_COUNT);
+            let at = pos + done as u64;
+            // SAFETY: `done < total`: inside the caller's range.
+            let ptr = unsafe { base.add(done) };
             let r = match &driver {
                 Some(d) => {
-                    // SAFETY: `done + len <= bytes_init()` bytes; a write only reads them.
-                    let (r, b) = unsafe {
-                        let ptr = (buf.stable_ptr() as *mut u8).add(done);
-                        self.uring_rw(d, Dir::Write, buf, ptr, len, pos + done as u64)
-                    }
-                    .await;
+                    // SAFETY: `ptr..ptr + len` lies in the caller's range of `buf`'s stable
+                    // memory (`done + len <= total`).
+                    let (r, b) = unsafe { self.uring_rw(d, dir, buf, ptr, len, at) }.await;
                     buf = b;
                     r
                 }
-                None => {
-                    // SAFETY: `done + len <= bytes_init()` readable bytes.
-                    unsafe {
-                        sys::pwrite_raw(
-                            self.raw(),
-                            buf.stable_ptr().add(done),
-                            len,
-                            pos + done as u64,
-                        )
+                // SAFETY: as above: `len` bytes at `ptr`, writable for a read (the
+                // caller's contract), only read by a write.
+                None => unsafe {
+                    match dir {
+                        Dir::Read => sys::pread_raw(self.raw(), ptr, len, at),
+                        Dir::Write => sys::pwrite_raw(self.raw(), ptr, len, at),
                     }
-                }
+                },
             };
             match r {
-                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
+                Ok(0) => {
+                    let e = match dir {
+                        Dir::Read => io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("end of file after {done} of {total} bytes"),
+                        ),
+                        Dir::Write => io::ErrorKind::WriteZero.into(),
+                    };
+                    return (done, Err(e), buf);
+                }
                 Ok(n) => done += n,
-                Err(e) => return (Err(e), buf),
+                Err(e) => return (done, Err(e), buf),
             }
         }
-        (Ok(()), buf)
+        (done, Ok(()), buf)
     }
 
     /// One io_uring READ/WRITE of `len` bytes at `ptr`, retried on `EINTR`/`EAGAIN`.

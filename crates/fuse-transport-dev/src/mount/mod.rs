@@ -174,17 +174,7 @@ impl Mount {
         let target = Target::prepare(mountpoint)?;
         match mount_syscall(&target, options) {
             Ok(fd) => Mount::syscall_mounted(fd, target.path, options),
-            Err(err) => match err.unprivileged_reason() {
-                Some(action) => {
-                    tracing::debug!(
-                        mountpoint = %target.path.display(),
-                        error = %err,
-                        "mount(2) not permitted; falling back to fusermount3"
-                    );
-                    Self::with_fusermount(target, options, action)
-                }
-                None => Err(err),
-            },
+            Err(err) => Self::fusermount_instead(target, options, err, ""),
         }
     }
 
@@ -205,20 +195,11 @@ impl Mount {
         let target = Target::prepare(mountpoint)?;
         match mount_syscall_sync(&target, options, init) {
             Ok((fd, mode)) => Ok((Mount::syscall_mounted(fd, target.path, options)?, mode)),
-            Err(err) => match err.unprivileged_reason() {
-                Some(action) => {
-                    tracing::debug!(
-                        mountpoint = %target.path.display(),
-                        error = %err,
-                        "mount(2) not permitted; falling back to fusermount3 (INIT after the mount)"
-                    );
-                    Ok((
-                        Self::with_fusermount(target, options, action)?,
-                        InitMode::Pending,
-                    ))
-                }
-                None => Err(err),
-            },
+            Err(err) => {
+                let mount =
+                    Self::fusermount_instead(target, options, err, " (INIT after the mount)")?;
+                Ok((mount, InitMode::Pending))
+            }
         }
     }
 
@@ -263,6 +244,27 @@ impl Mount {
             }
         }
         Ok(mount)
+    }
+
+    /// What [`Mount::new`] and [`Mount::new_with_sync_init`] do when
+    /// mount(2) failed with `err`: mount with `fusermount3` where `err`
+    /// says the caller may not mount (logged, with `note` after the
+    /// message), else return `err`.
+    fn fusermount_instead(
+        target: Target,
+        options: &MountOptions,
+        err: MountError,
+        note: &str,
+    ) -> Result<Mount, MountError> {
+        let Some(action) = err.unprivileged_reason() else {
+            return Err(err);
+        };
+        tracing::debug!(
+            mountpoint = %target.path.display(),
+            error = %err,
+            "mount(2) not permitted; falling back to fusermount3{note}"
+        );
+        Self::with_fusermount(target, options, action)
     }
 
     fn with_fusermount(
@@ -795,11 +797,21 @@ fn unmount_error(path: &Path, err: io::Error) -> MountError {
     }
 }
 
-/// The id of the mount at `path` (`STATX_MNT_ID`), read from the kernel's
-/// cache (`AT_STATX_DONT_SYNC`: its daemon may not have answered INIT
-/// yet, or may be this very thread).
+/// [`mount_id_at`] of a path.
 fn mount_id_of(path: &Path) -> Option<u64> {
-    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    mount_id_at(&CString::new(path.as_os_str().as_bytes()).ok()?)
+}
+
+/// The id of the mount on `path` (`STATX_MNT_ID`, as `/proc/self/mountinfo`
+/// lists it), read from the kernel's cache (`AT_STATX_DONT_SYNC`): no
+/// daemon is asked, so neither one that hasn't answered INIT yet (or is
+/// this very thread) nor a hung one holds it up. `None` if the kernel
+/// doesn't say.
+///
+/// One system call, with no allocation and no lock: a child may make it
+/// between `fork` and `_exit` (an unmounter checking that the mount on the
+/// path is still the one it was made for, see [`Mount::unmount_through`]).
+pub fn mount_id_at(path: &CStr) -> Option<u64> {
     // SAFETY: an all-zero statx is a valid output buffer.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.

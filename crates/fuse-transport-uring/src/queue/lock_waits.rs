@@ -13,12 +13,12 @@ use super::{Entry, QueueThread, Ring, ADDED_CHUNK, HEADER_STRIDE, MAX_ADDED_ENTR
 use crate::cmd;
 use crate::sys::{self, Mapping};
 use crate::zero_copy;
-use fuse_abi::{InHeader, NotifyCode, NotifyRetrieveOut, Opcode, OutHeader};
+use fuse_abi::{NotifyCode, NotifyRetrieveOut, Opcode, OutHeader};
 use fuse_server::opcode_table::opcode_info_raw;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 impl QueueThread {
     /// A request that waits indefinitely (SETLKW: a blocking lock) would
@@ -32,17 +32,10 @@ impl QueueThread {
     /// wait's node id if the entry was handed off; `None` leaves it to
     /// [`QueueThread::answer`].
     pub(super) fn hand_off(&mut self, index: usize) -> Option<u64> {
+        let (header, ent) = self.request_header(index);
+        let header = header?;
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
-        // SAFETY: as in `answer`: the entry is in user space, its header
-        // aligned and ours alone.
-        let (in_out, ent) = unsafe {
-            (
-                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
-                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
-            )
-        };
-        let (header, _) = InHeader::read_from_prefix(&in_out).ok()?;
         if !opcode_info_raw(header.opcode).is_some_and(|i| i.waits_indefinitely()) {
             return None;
         }
@@ -357,16 +350,9 @@ impl QueueThread {
     /// with a header all the same) and returns the commit id; the file
     /// system never sees it.
     pub(crate) fn answer_kick(&self, index: usize) -> Option<u64> {
+        let (header, ent) = self.request_header(index);
+        let header = header?;
         let e = &self.entries[index];
-        // SAFETY: as in `answer`: the entry is in user space, its header
-        // aligned and ours alone.
-        let (in_out, ent) = unsafe {
-            (
-                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
-                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
-            )
-        };
-        let (header, _) = InHeader::read_from_prefix(&in_out).ok()?;
         if header.opcode != Opcode::NotifyReply as u32 || header.unique & KICK_BIT == 0 {
             return None;
         }

@@ -72,18 +72,9 @@ impl QueueThread {
         if self.plan.fault == Some(UringFault::PanicInRingThread) {
             panic!("injected panic in a ring thread");
         }
+        let (header, ent) = self.request_header(index);
         let e = &self.entries[index];
         let queue = &self.plan.queues[e.queue];
-        // SAFETY: the entry's CQE arrived, so the kernel leaves its header
-        // alone until it is committed; the header is 8-byte aligned (page
-        // aligned mapping, 512-byte stride).
-        let (in_out, ent) = unsafe {
-            (
-                std::ptr::read(std::ptr::addr_of!((*e.header).in_out)),
-                std::ptr::read(std::ptr::addr_of!((*e.header).ring_ent_in_out)),
-            )
-        };
-        let header = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h);
         let unique = header.map_or(ent.commit_id, |h| h.unique);
         match self.locate(e, queue, header, &ent) {
             Ok(view) => {
@@ -125,20 +116,46 @@ impl QueueThread {
                     ),
                 }
             }
-            Err(why) => {
-                self.shared
-                    .counters
-                    .bad_requests
-                    .fetch_add(1, Ordering::Relaxed);
-                if std::mem::replace(&mut self.logged_bad, true) {
-                    tracing::debug!(qid = queue.qid, unique, "bad ring request: {why}");
-                } else {
-                    tracing::warn!(qid = queue.qid, unique, "bad ring request: {why}");
-                }
-                write_reply(e.header, unique, -libc::EIO, 0);
-            }
+            Err(why) => self.refuse_bad_request(index, unique, &why),
         }
         ent.commit_id
+    }
+
+    /// The request the kernel put in entry `index`: its `fuse_in_header`
+    /// (`None` where the entry's `in_out` area holds none) and the entry's
+    /// `ring_ent_in_out`. Only for an entry in user space (between its CQE
+    /// and its commit), which is when every caller asks.
+    pub(super) fn request_header(&self, index: usize) -> (Option<InHeader>, UringEntInOut) {
+        let header = self.entries[index].header;
+        // SAFETY: the entry's CQE arrived, so the kernel leaves its header
+        // alone until it is committed; the header is 8-byte aligned (page
+        // aligned mapping, 512-byte stride).
+        let (in_out, ent) = unsafe {
+            (
+                std::ptr::read(std::ptr::addr_of!((*header).in_out)),
+                std::ptr::read(std::ptr::addr_of!((*header).ring_ent_in_out)),
+            )
+        };
+        let in_header = InHeader::read_from_prefix(&in_out).ok().map(|(h, _)| h);
+        (in_header, ent)
+    }
+
+    /// Answers the request in entry `index` that [`QueueThread::locate`]
+    /// refused (`why`) with EIO, counting it and logging it: a warning for
+    /// the first on this thread, at debug level after.
+    pub(super) fn refuse_bad_request(&mut self, index: usize, unique: u64, why: &str) {
+        self.shared
+            .counters
+            .bad_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let e = &self.entries[index];
+        let qid = self.plan.queues[e.queue].qid;
+        if std::mem::replace(&mut self.logged_bad, true) {
+            tracing::debug!(qid, unique, "bad ring request: {why}");
+        } else {
+            tracing::warn!(qid, unique, "bad ring request: {why}");
+        }
+        write_reply(e.header, unique, -libc::EIO, 0);
     }
 
     /// Where a request's parts are, checked against the entry's memory.

@@ -18,7 +18,8 @@
 //! before the fork: no allocation, no lock, no panic.
 
 use crate::Failure;
-use std::ffi::CString;
+use fuse_transport_dev::mount_id_at;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -81,7 +82,7 @@ impl Unmounter {
         });
         // The mount the helper may unmount: a request finding another
         // mount (or none) on the path is answered ENOENT, untouched.
-        let mount_id = mount_id_of(&path);
+        let mount_id = mount_id_at(&path);
         let args = arg_area();
         // Its standard streams: not the daemon's (a background daemon's
         // starter waits for them to close, and the tests count the
@@ -116,7 +117,7 @@ impl Unmounter {
                     keep_b,
                     null_fd,
                     args,
-                    path.as_ptr(),
+                    &path,
                     mount_id,
                     argv.as_ref().map(|a| a.as_ptr()),
                 )
@@ -166,29 +167,6 @@ impl Unmounter {
     }
 }
 
-/// The id of the mount on `path` (`STATX_MNT_ID`), from the kernel's cache:
-/// one system call (it is made between fork and exit too), no daemon asked.
-fn mount_id_at(path: *const libc::c_char) -> Option<u64> {
-    // SAFETY: an all-zero statx is a valid output buffer.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated; `stx` is a valid output buffer.
-    let r = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            path,
-            libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_MNT_ID,
-            &mut stx,
-        )
-    };
-    (r == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
-}
-
-/// [`mount_id_at`] of a path held as a `CString`.
-fn mount_id_of(path: &CString) -> Option<u64> {
-    mount_id_at(path.as_ptr())
-}
-
 /// Where this process's command line is in its memory (`arg_start`,
 /// `arg_end` of `/proc/self/stat`), for the helper to write its own name
 /// over: `/proc/PID/cmdline` then tells it from the daemon.
@@ -218,7 +196,7 @@ unsafe fn child(
     ans: i32,
     null: i32,
     args: Option<(usize, usize)>,
-    path: *const libc::c_char,
+    path: &CStr,
     mount_id: Option<u64>,
     argv: Option<*const *const libc::c_char>,
 ) -> ! {
@@ -276,9 +254,9 @@ unsafe fn child(
         }
         let errno = match argv {
             None => {
-                let mut r = libc::umount2(path, libc::UMOUNT_NOFOLLOW);
+                let mut r = libc::umount2(path.as_ptr(), libc::UMOUNT_NOFOLLOW);
                 if r != 0 && *libc::__errno_location() == libc::EBUSY {
-                    r = libc::umount2(path, libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH);
+                    r = libc::umount2(path.as_ptr(), libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH);
                 }
                 if r == 0 {
                     0

@@ -2,56 +2,17 @@
 //! and making sure nothing a run mounted stays behind. Apart because it is
 //! the only part that unmounts, whichever target mounted.
 
+use crate::mountinfo::mounts;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// Decodes the octal escapes (`\040`) of /proc/self/mountinfo.
-fn unescape_mount_path(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
-}
-
-/// (mountpoint, file system type) of every mount in a mountinfo text.
-fn parse_mountinfo(text: &str) -> Vec<(PathBuf, String)> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let mountpoint = fields.get(4)?;
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let fstype = fields.get(sep + 1)?;
-            Some((unescape_mount_path(mountpoint), fstype.to_string()))
-        })
-        .collect()
-}
-
-/// The mounts of this process's namespace.
-fn mounts() -> Vec<(PathBuf, String)> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| parse_mountinfo(&t))
-        .unwrap_or_default()
-}
 
 /// The file system type mounted at `path`, if any (the topmost mount).
 pub(super) fn mounted(path: &Path) -> Option<String> {
     mounts()
         .into_iter()
         .rev()
-        .find(|(p, _)| p == path)
-        .map(|(_, t)| t)
+        .find(|m| m.mount_point == path)
+        .map(|m| m.fstype)
 }
 
 fn umount2(path: &Path, flags: libc::c_int) -> std::io::Result<()> {
@@ -93,7 +54,7 @@ pub fn sweep_stale_mounts(dir: &Path) -> Vec<String> {
     let mut done = Vec::new();
     let mut stale: Vec<PathBuf> = mounts()
         .into_iter()
-        .map(|(p, _)| p)
+        .map(|m| m.mount_point)
         .filter(|p| p.starts_with(dir))
         .collect();
     stale.sort();
@@ -102,30 +63,4 @@ pub fn sweep_stale_mounts(dir: &Path) -> Vec<String> {
         done.extend(force_unmount(&p));
     }
     done
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_parsing() {
-        let text = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
-                    99 22 0:55 / /tmp/a\\040b rw,nosuid - fuse.fuse-bench src rw,user_id=0\n\
-                    100 22 0:56 / /x rw master:2 shared:3 - fuse /dev/fuse rw\n";
-        let m = parse_mountinfo(text);
-        assert_eq!(
-            m,
-            vec![
-                (PathBuf::from("/"), "ext4".to_string()),
-                (PathBuf::from("/tmp/a b"), "fuse.fuse-bench".to_string()),
-                (PathBuf::from("/x"), "fuse".to_string()),
-            ]
-        );
-        assert_eq!(unescape_mount_path("a\\134b\\011"), PathBuf::from("a\\b\t"));
-        assert_eq!(
-            unescape_mount_path("trailing\\04"),
-            PathBuf::from("trailing\\04")
-        );
-    }
 }
