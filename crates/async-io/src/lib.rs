@@ -38,7 +38,8 @@ pub use copy::{copy_file, copy_file_fds, copy_ordered, CopyMethod, CopyOptions, 
 pub use driver::DriverStats;
 pub use file::{join_all, File, Metadata, OpenOptions};
 pub use runtime::{
-    spawn_local, uring_available, Builder, Runtime, RuntimeType, SharedRing, DEFAULT_RING_ENTRIES,
+    run_solo, solo, spawn_local, uring_available, Builder, Runtime, RuntimeType, SharedRing,
+    DEFAULT_RING_ENTRIES,
 };
 pub use sys::IOV_MAX;
 pub use tokio::task::JoinHandle;

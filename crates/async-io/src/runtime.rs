@@ -1,7 +1,7 @@
 //! [`RuntimeType`], [`Runtime`] and the per-thread context that tells the file API which
 //! runtime it runs on.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::io;
@@ -120,6 +120,34 @@ pub fn uring_available() -> Result<(), Error> {
 
 thread_local! {
     static CURRENT: RefCell<Option<Rc<Driver>>> = const { RefCell::new(None) };
+    static SOLO: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the code running now is all the work its thread has: the
+/// server loop that polls it said so with [`run_solo`] (no other request
+/// waits on the thread, none is queued for it, it was idle until this one
+/// came). A blocking system call made now then delays no other request,
+/// and a short file read or write may cost less made inline than as an
+/// io_uring operation, whose round trip through the ring (submit, sleep,
+/// wake, reap) costs more than the call itself when nothing else overlaps
+/// it. `false` wherever no loop said so.
+pub fn solo() -> bool {
+    SOLO.with(Cell::get)
+}
+
+/// Runs `f` with [`solo`] answering `solo` (the previous answer comes back
+/// afterwards, also if `f` panics). For server loops: call it around the
+/// first poll of a request's future, with `true` only when nothing else
+/// waits on this thread.
+pub fn run_solo<R>(solo: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SOLO.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SOLO.with(|s| s.replace(solo)));
+    f()
 }
 
 /// The io_uring driver of the runtime running on this thread, if any.

@@ -8,6 +8,28 @@ use std::str::FromStr;
 use async_io::{spawn_local, Builder, File, OpenOptions, RuntimeType};
 use common::{pattern, runtime, scratch};
 
+/// `solo` says what the innermost `run_solo` around it said, `false`
+/// outside any, and comes back after a nested call, also one that panics.
+#[test]
+fn solo_is_scoped_to_run_solo() {
+    assert!(!async_io::solo());
+    async_io::run_solo(true, || {
+        assert!(async_io::solo());
+        async_io::run_solo(false, || assert!(!async_io::solo()));
+        assert!(async_io::solo());
+        let unwound = std::panic::catch_unwind(|| async_io::run_solo(false, || panic!("inside")));
+        assert!(unwound.is_err());
+        assert!(async_io::solo(), "not restored after a panic");
+    });
+    assert!(!async_io::solo());
+    // Per thread: another thread sees its own.
+    async_io::run_solo(true, || {
+        std::thread::spawn(|| assert!(!async_io::solo()))
+            .join()
+            .unwrap();
+    });
+}
+
 #[test]
 fn runtime_type_names_and_properties() {
     assert_eq!(RuntimeType::from_str("tokio").unwrap(), RuntimeType::Tokio);

@@ -86,6 +86,13 @@ pub struct AsyncPoolStats {
     pub uring_reads: u64,
     /// WRITEs served by io_uring on the serving thread's ring.
     pub uring_writes: u64,
+    /// `O_DIRECT` READs served inline on the io_uring runtime because
+    /// nothing else waited on the thread ([`async_io::solo`]: the async
+    /// loop of FUSE over io_uring says so of a request alone on an idle
+    /// ring thread).
+    pub solo_reads: u64,
+    /// `O_DIRECT` WRITEs served inline so (see `solo_reads`).
+    pub solo_writes: u64,
     /// WRITEs that clear set-user-ID and set-group-ID (`KILL_SUIDGID`,
     /// with `FUSE_HANDLE_KILLPRIV_V2` agreed): they go to the pool or the
     /// ring, never inline, like `O_DIRECT` ones. The kernel marks a WRITE
@@ -109,6 +116,8 @@ pub(crate) struct Counters {
     pub(crate) pool_writes: AtomicU64,
     pub(crate) uring_reads: AtomicU64,
     pub(crate) uring_writes: AtomicU64,
+    pub(crate) solo_reads: AtomicU64,
+    pub(crate) solo_writes: AtomicU64,
     pub(crate) kill_suidgid_writes: AtomicU64,
 }
 

@@ -494,6 +494,11 @@ impl Rings<'_> {
     }
 }
 
+/// Idle wakes during which no request is solo after one found another
+/// behind it (see [`serve_loop`]): a stream of overlapping requests is
+/// served on the ring, and every so often one is tried inline again.
+const SOLO_BACKOFF: u32 = 64;
+
 async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
     let finished = Rc::new(Finished::default());
     let mut tasks = Tasks::new(t.entries.len());
@@ -505,6 +510,11 @@ async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
     let (mut batch, mut done) = (Vec::new(), Vec::new());
     // Turns of the loop since it last let the runtime run.
     let mut turns = 0u32;
+    // The loop slept in the ring with nothing to do, and what woke it is
+    // the next batch: a request alone in it meets an idle thread.
+    let mut woke_idle = false;
+    // Idle wakes left before a request may be solo again.
+    let mut solo_backoff = 0u32;
     loop {
         turns += 1;
         if turns >= TURNS_BEFORE_YIELD {
@@ -518,8 +528,23 @@ async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
         // the runtime) reaped.
         take(rings, t);
         std::mem::swap(&mut batch, &mut t.pending);
-        for &(user_data, res) in &batch {
-            start(t, rings, &finished, &mut tasks, &mut busy, user_data, res)?;
+        // Alone: the only request, to a loop that was idle (not one that
+        // queued while the thread worked: under a stream of requests they
+        // go on overlapping, as tasks).
+        let idle = std::mem::take(&mut woke_idle);
+        let solo = idle && busy == 0 && batch.len() == 1 && solo_backoff == 0;
+        if idle && solo_backoff > 0 {
+            solo_backoff -= 1;
+        }
+        for &completion in &batch {
+            start(t, rings, &finished, &mut tasks, &mut busy, completion, solo)?;
+        }
+        // A request that came while the solo one blocked the thread shows
+        // as the ring's pending task work (IORING_SQ_TASKRUN): the client
+        // of the solo request was waiting for it, so another one overlaps.
+        // Requests overlap here, then: serve them on the ring for a while.
+        if solo && rings.with(|ring| ring.submission().taskrun())? {
+            solo_backoff = SOLO_BACKOFF;
         }
         batch.clear();
         tasks.run_woken();
@@ -571,6 +596,7 @@ async fn serve_loop(t: &mut QueueThread, rings: &Rings<'_>) -> io::Result<()> {
             // loop does (one system call that submits the commits and
             // sleeps), not through the reactor (eventfd, epoll, enter).
             enter_into(rings, t, true)?;
+            woke_idle = true;
             continue;
         }
         // Tasks wait. With one ring, those waiting for their file IO on it
@@ -722,8 +748,8 @@ fn start(
     finished: &Rc<Finished>,
     tasks: &mut Tasks,
     busy: &mut usize,
-    user_data: u64,
-    res: i32,
+    (user_data, res): (u64, i32),
+    solo: bool,
 ) -> io::Result<()> {
     let Some(index) = rings.with(|ring| t.take_completion(ring, user_data, res))?? else {
         return Ok(());
@@ -811,6 +837,8 @@ fn start(
     // Most requests (metadata, page cache hits) finish without waiting:
     // the task runs here at once, and is kept for the loop to poll again
     // only if it waits.
-    tasks.start(index, task);
+    // A request that came alone to an idle loop may block the thread
+    // (`async_io::solo`): nothing else waits for it.
+    async_io::run_solo(solo, || tasks.start(index, task));
     Ok(())
 }

@@ -21,6 +21,13 @@
 //! | SETLKW, FSYNC, FSYNCDIR, FALLOCATE, COPY_FILE_RANGE | inline | inline | the pool |
 //! | zero-copy READ/WRITE (FUSE over io_uring on Linux 7.3) | inline | inline | inline |
 //!
+//! On the io_uring runtime, an `O_DIRECT` READ, and an `O_DIRECT` WRITE
+//! without `KILL_SUIDGID`, that its server loop marks as alone on the thread
+//! ([`async_io::solo`]: it came to an idle loop, nothing else waits) run
+//! inline as one `pread`/`pwrite` instead: a request at a time then costs
+//! what it costs a synchronous ring thread, and requests that overlap
+//! still overlap on the ring. (The pool, where it is on, keeps its share.)
+//!
 //! A zero-copy READ or WRITE ([`ZeroCopyWriter::is_zero_copy`]) is the
 //! transport's fixed-buffer io_uring operation on its own ring, between
 //! the kernel's pages and the backing descriptor, which the transport
@@ -160,6 +167,8 @@ impl PassthroughFs {
             pool_writes: c.pool_writes.load(Ordering::Relaxed),
             uring_reads: c.uring_reads.load(Ordering::Relaxed),
             uring_writes: c.uring_writes.load(Ordering::Relaxed),
+            solo_reads: c.solo_reads.load(Ordering::Relaxed),
+            solo_writes: c.solo_writes.load(Ordering::Relaxed),
             kill_suidgid_writes: c.kill_suidgid_writes.load(Ordering::Relaxed),
         }
     }
@@ -715,6 +724,16 @@ impl AsyncFileSystem for PassthroughFs {
             }
         }
         match kind {
+            // Nothing else waits on this thread (`async_io::solo`): one
+            // `pread` costs less than the ring's round trip, and blocks no
+            // other request.
+            RuntimeType::IoUring if direct && async_io::solo() => {
+                self.asyncs
+                    .counters
+                    .solo_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out))
+            }
             RuntimeType::IoUring if direct => {
                 FsFuture::boxed(uring_read(self, h, args.offset, size, out))
             }
@@ -765,6 +784,15 @@ impl AsyncFileSystem for PassthroughFs {
             // tokio, it costs one pwrite (an io_uring WRITE costs a copy
             // and a ring round trip, and the kernel may hand it to a
             // worker thread of its own anyway).
+            // An O_DIRECT write alone on its thread (`async_io::solo`):
+            // inline, as for READ.
+            RuntimeType::IoUring if direct && !killpriv && async_io::solo() => {
+                self.asyncs
+                    .counters
+                    .solo_writes
+                    .fetch_add(1, Ordering::Relaxed);
+                FsFuture::ready(self.write_handle(&h, ino, args, data))
+            }
             RuntimeType::IoUring if direct || killpriv => {
                 FsFuture::boxed(uring_write(self, h, ino, args, data))
             }

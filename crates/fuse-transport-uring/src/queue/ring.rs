@@ -62,6 +62,7 @@ pub(super) fn build_ring_with_cq(entries: u32, cq: u32, defer_taskrun: bool) -> 
             .setup_cqsize(cq)
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .build(entries)
         {
             Ok(ring) => return Ok(ring),
@@ -72,6 +73,7 @@ pub(super) fn build_ring_with_cq(entries: u32, cq: u32, defer_taskrun: bool) -> 
         .dontfork()
         .setup_cqsize(cq)
         .setup_coop_taskrun()
+        .setup_taskrun_flag()
         .build(entries)
     {
         Ok(ring) => Ok(ring),
