@@ -36,7 +36,7 @@ mod matrix;
 mod procstat;
 mod report;
 mod results;
-mod stats;
+pub(crate) mod stats;
 mod targets;
 mod workload;
 

@@ -648,10 +648,10 @@ fn memory_fields(line: &str) -> std::collections::BTreeMap<&str, &str> {
         .collect()
 }
 
-/// The median of `values` (the upper one of an even count); 0 if empty.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+/// The median of `values` as the bench reports it (the mean of the two
+/// middle ones of an even count; NaNs left out); 0 if there is none.
+pub(crate) fn median(values: Vec<f64>) -> f64 {
+    crate::bench::stats::spread(&values).map_or(0.0, |s| s.median)
 }
 
 /// `--measure-memory`'s results as Markdown: every run, then the medians
@@ -948,6 +948,7 @@ mod tests {
         assert_eq!(memory_fields(&vm.memory[1])["reserved"], "8404992");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(Vec::new()), 0.0);
+        assert_eq!(median(vec![1.0, 4.0, 2.0, 3.0]), 2.5);
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]

@@ -176,18 +176,6 @@ pub(in crate::vm) fn run_virtiofs_bench(args: &VmArgs) -> Result<()> {
     Ok(())
 }
 
-/// The median of `v` (which must not be empty).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// The workloads `--bench-workload` names (all of them if none), in the
 /// order the guest runs them.
 fn bench_workloads(args: &VmArgs) -> Vec<&'static str> {
@@ -228,7 +216,8 @@ fn bench_table(
             continue;
         }
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        let _ = writeln!(t, "| {w} | {:.2}x | {} |", median(&ratios), each.join(", "));
+        let median = crate::vm::median(ratios);
+        let _ = writeln!(t, "| {w} | {median:.2}x | {} |", each.join(", "));
     }
     t
 }
