@@ -839,6 +839,11 @@ fn start(
     // only if it waits.
     // A request that came alone to an idle loop may block the thread
     // (`async_io::solo`): nothing else waits for it.
-    async_io::run_solo(solo, || tasks.start(index, task));
+    if solo {
+        async_io::run_solo(true, || tasks.start(index, task));
+    } else {
+        // Nothing to say: no thread-local write per request.
+        tasks.start(index, task);
+    }
     Ok(())
 }
