@@ -739,8 +739,33 @@ fn mount_syscall_sync(
             (mounted, _) => mounted,
         }
     });
+    // A joined thread can still be listed in /proc/self/task: join returns
+    // once the kernel cleared its thread id, before the task has finished
+    // exiting. A caller that confines itself next (unshare, Landlock) checks
+    // it is alone: wait until the thread has left.
+    wait_until_thread_left(tid.load(Ordering::Acquire));
     mounted?;
     Ok((fd, InitMode::Answered))
+}
+
+/// Waits (a few seconds at most) until thread `tid` of this process, which
+/// has been joined, is gone from `/proc/self/task`.
+fn wait_until_thread_left(tid: i32) {
+    if tid == 0 {
+        return;
+    }
+    let task = PathBuf::from(format!("/proc/self/task/{tid}"));
+    let mut pause = Duration::from_micros(50);
+    let mut waited = Duration::ZERO;
+    while task.exists() {
+        if waited > Duration::from_secs(5) {
+            tracing::debug!(tid, "the thread that answered INIT is still exiting");
+            return;
+        }
+        std::thread::sleep(pause);
+        waited += pause;
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
 }
 
 fn mount_fd(target: &Target, options: &MountOptions, fd: &OwnedFd) -> Result<(), MountError> {
