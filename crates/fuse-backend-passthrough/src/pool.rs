@@ -86,10 +86,11 @@ pub struct AsyncPoolStats {
     pub uring_reads: u64,
     /// WRITEs served by io_uring on the serving thread's ring.
     pub uring_writes: u64,
-    /// `O_DIRECT` READs served inline on the io_uring runtime because
-    /// nothing else waited on the thread ([`async_io::solo`]: the async
-    /// loop of FUSE over io_uring says so of a request alone on an idle
-    /// ring thread).
+    /// READs served inline on the io_uring runtime that would have gone to
+    /// its ring (`O_DIRECT` ones, buffered ones that missed the page
+    /// cache) because nothing else waited on the thread
+    /// ([`async_io::solo`]: the async loop of FUSE over io_uring says so
+    /// of a request alone on an idle ring thread).
     pub solo_reads: u64,
     /// `O_DIRECT` WRITEs served inline so (see `solo_reads`).
     pub solo_writes: u64,

@@ -21,12 +21,13 @@
 //! | SETLKW, FSYNC, FSYNCDIR, FALLOCATE, COPY_FILE_RANGE | inline | inline | the pool |
 //! | zero-copy READ/WRITE (FUSE over io_uring on Linux 7.3) | inline | inline | inline |
 //!
-//! On the io_uring runtime, an `O_DIRECT` READ, and an `O_DIRECT` WRITE
-//! without `KILL_SUIDGID`, that its server loop marks as alone on the thread
-//! ([`async_io::solo`]: it came to an idle loop, nothing else waits) run
-//! inline as one `pread`/`pwrite` instead: a request at a time then costs
-//! what it costs a synchronous ring thread, and requests that overlap
-//! still overlap on the ring. (The pool, where it is on, keeps its share.)
+//! On the io_uring runtime, an `O_DIRECT` READ, a buffered READ that
+//! missed the page cache, and an `O_DIRECT` WRITE without `KILL_SUIDGID`,
+//! that its server loop marks as alone on the thread ([`async_io::solo`]:
+//! it came to an idle loop, nothing else waits) run inline as one
+//! `pread`/`pwrite` instead: a request at a time then costs what it costs
+//! a synchronous ring thread, and requests that overlap still overlap on
+//! the ring. (The pool, where it is on, keeps its share.)
 //!
 //! A zero-copy READ or WRITE ([`ZeroCopyWriter::is_zero_copy`]) is the
 //! transport's fixed-buffer io_uring operation on its own ring, between
@@ -310,6 +311,27 @@ impl PassthroughFs {
             Err(e) => FsFuture::ready(Err(e)),
         }
     }
+}
+
+/// The rest of a buffered READ that missed the page cache on the io_uring
+/// runtime: inline if the request is alone on its thread (`solo`), else an
+/// io_uring READ.
+async fn ring_or_solo_read(
+    fs: &PassthroughFs,
+    solo: bool,
+    h: Arc<Handle>,
+    offset: u64,
+    size: usize,
+    out: &mut dyn ZeroCopyWriter,
+) -> io::Result<()> {
+    if solo {
+        fs.asyncs
+            .counters
+            .solo_reads
+            .fetch_add(1, Ordering::Relaxed);
+        return super::read_into_reply(h.fd(), offset, size, out);
+    }
+    uring_read(fs, h, offset, size, out).await
 }
 
 /// Reads `size` bytes at `offset` on a pool thread into its own buffer,
@@ -737,9 +759,15 @@ impl AsyncFileSystem for PassthroughFs {
             RuntimeType::IoUring if direct => {
                 FsFuture::boxed(uring_read(self, h, args.offset, size, out))
             }
+            // A page cache miss goes to the ring, unless the request is
+            // alone on its thread: then one `pread` that waits for the
+            // disk blocks nothing else, and saves the ring's hand-off
+            // (a buffered io_uring READ that misses runs on one of the
+            // kernel's worker threads).
             RuntimeType::IoUring => {
-                self.read_nowait_then(h, args.offset, size, out, |h, at, n, out| {
-                    uring_read(self, h, at, n, out)
+                let solo = async_io::solo();
+                self.read_nowait_then(h, args.offset, size, out, move |h, at, n, out| {
+                    ring_or_solo_read(self, solo, h, at, n, out)
                 })
             }
             RuntimeType::Tokio => {
