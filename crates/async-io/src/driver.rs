@@ -459,7 +459,17 @@ impl Driver {
                 .sec(t.as_secs())
                 .nsec(t.subsec_nanos())
         });
+        // While this thread sleeps in the ring for completions, which it
+        // reaps itself, the eventfd (there for a reactor that waits
+        // elsewhere) would be signalled for each for nothing: quiet it
+        // for the system call (IORING_CQ_EVENTFD_DISABLED, a flag in the
+        // shared ring), and speak again before reaping, so that what comes
+        // after the reap signals as before.
+        let quiet = wait > 0 && self.eventfd.is_some();
         loop {
+            if quiet {
+                with_ring!(&mut inner.ring, r => r.completion().disable_eventfd());
+            }
             let r = match &ts {
                 Some(ts) if wait > 0 => {
                     let args = types::SubmitArgs::new().timespec(ts);
@@ -467,6 +477,9 @@ impl Driver {
                 }
                 _ => inner.ring.submitter().submit_and_wait(wait),
             };
+            if quiet {
+                with_ring!(&mut inner.ring, r => r.completion().enable_eventfd());
+            }
             self.bump(|s| s.enters += 1);
             match r {
                 Ok(n) => {

@@ -146,3 +146,64 @@ fn enter_waits_in_the_ring_for_user_completions() {
     drop(writer.join());
     assert!(ring.stats().cqes >= 1);
 }
+
+#[test]
+fn after_a_sleep_in_the_ring_the_eventfd_wakes_the_runtime_again() {
+    // While `enter` sleeps in the ring it keeps the ring's eventfd quiet
+    // (the sleeper reaps what comes); a completion that arrives after it
+    // must wake the runtime's driver task through the eventfd as before.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (r1, mut w1) = pipe();
+        let (r2, w2) = pipe();
+        for defer in [false, true] {
+            let rt = shared_runtime(defer);
+            let ring = rt.shared_ring().expect("a shared ring");
+            push(
+                &ring,
+                opcode::PollAdd::new(types::Fd(r1.as_raw_fd()), libc::POLLIN as u32).build(),
+                1,
+            );
+            w1.write_all(b"x").expect("write to the first pipe");
+            let mut done = Vec::new();
+            while done.is_empty() {
+                ring.enter(1).expect("enter and wait");
+                ring.take_completions(&mut done);
+            }
+            assert_eq!(done[0].0, 1);
+            rt.block_on(async {
+                push(
+                    &ring,
+                    opcode::PollAdd::new(types::Fd(r2.as_raw_fd()), libc::POLLIN as u32).build(),
+                    2,
+                );
+                ring.enter(0).expect("enter");
+                let mut w = w2.try_clone().expect("a second handle on the pipe");
+                let writer = std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    w.write_all(b"y").expect("write to the second pipe");
+                });
+                let mut later = Vec::new();
+                while later.is_empty() {
+                    ring.completions_ready().await;
+                    ring.take_completions(&mut later);
+                }
+                assert_eq!(later[0].0, 2, "defer_taskrun {defer}");
+                writer.join().expect("the writer");
+            });
+            // Empty both pipes for the next round.
+            let mut byte = [0u8; 1];
+            for r in [&r1, &r2] {
+                // SAFETY: a one-byte read into a local buffer from an open pipe.
+                assert_eq!(
+                    unsafe { libc::read(r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) },
+                    1
+                );
+            }
+        }
+        tx.send(()).expect("the test's thread waits");
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60)).expect(
+        "a completion after a sleep in the ring never woke the runtime (eventfd left quiet?)",
+    );
+}

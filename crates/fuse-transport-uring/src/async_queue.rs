@@ -433,7 +433,13 @@ impl Rings<'_> {
         match self {
             Rings::Two { fixed, .. } => fixed.with(|ring| -> io::Result<()> {
                 if sleep {
-                    super::wait(ring)?;
+                    // Asleep in the ring, the loop reaps what wakes it: the
+                    // eventfd (for waits in the reactor) stays quiet
+                    // meanwhile, and speaks again before the reap.
+                    ring.completion().disable_eventfd();
+                    let slept = super::wait(ring);
+                    ring.completion().enable_eventfd();
+                    slept?;
                 } else {
                     enter(ring)?;
                 }
