@@ -193,12 +193,8 @@ fn after_a_sleep_in_the_ring_the_eventfd_wakes_the_runtime_again() {
             });
             // Empty both pipes for the next round.
             let mut byte = [0u8; 1];
-            for r in [&r1, &r2] {
-                // SAFETY: a one-byte read into a local buffer from an open pipe.
-                assert_eq!(
-                    unsafe { libc::read(r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) },
-                    1
-                );
+            for mut r in [&r1, &r2] {
+                std::io::Read::read_exact(&mut r, &mut byte).expect("the byte written");
             }
         }
         tx.send(()).expect("the test's thread waits");
