@@ -290,6 +290,22 @@ impl PassthroughFs {
         Ok(None)
     }
 
+    /// A READ that would have gone to the ring, served inline because the
+    /// request is alone on its thread ([`async_io::solo`]), and counted.
+    fn solo_read(
+        &self,
+        h: &Handle,
+        offset: u64,
+        size: usize,
+        out: &mut dyn ZeroCopyWriter,
+    ) -> io::Result<()> {
+        self.asyncs
+            .counters
+            .solo_reads
+            .fetch_add(1, Ordering::Relaxed);
+        super::read_into_reply(h.fd(), offset, size, out)
+    }
+
     /// A buffered READ served from the page cache inline where it can
     /// ([`PassthroughFs::read_nowait`]: no copy, no hand-off), the rest by
     /// `rest(handle, offset, size, out)`: the pool, or an io_uring READ.
@@ -325,11 +341,7 @@ async fn ring_or_solo_read(
     out: &mut dyn ZeroCopyWriter,
 ) -> io::Result<()> {
     if solo {
-        fs.asyncs
-            .counters
-            .solo_reads
-            .fetch_add(1, Ordering::Relaxed);
-        return super::read_into_reply(h.fd(), offset, size, out);
+        return fs.solo_read(&h, offset, size, out);
     }
     uring_read(fs, h, offset, size, out).await
 }
@@ -750,11 +762,7 @@ impl AsyncFileSystem for PassthroughFs {
             // `pread` costs less than the ring's round trip, and blocks no
             // other request.
             RuntimeType::IoUring if direct && async_io::solo() => {
-                self.asyncs
-                    .counters
-                    .solo_reads
-                    .fetch_add(1, Ordering::Relaxed);
-                FsFuture::ready(super::read_into_reply(h.fd(), args.offset, size, out))
+                FsFuture::ready(self.solo_read(&h, args.offset, size, out))
             }
             RuntimeType::IoUring if direct => {
                 FsFuture::boxed(uring_read(self, h, args.offset, size, out))

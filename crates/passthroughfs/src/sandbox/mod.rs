@@ -154,23 +154,6 @@ fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
 }
 
-/// Number of threads of this process once those that are exiting have
-/// gone: a joined thread stays listed until the kernel has finished its
-/// exit, a moment after `join` returned. Waits a few seconds at most.
-fn thread_count_settled() -> usize {
-    let mut pause = std::time::Duration::from_micros(50);
-    let mut waited = std::time::Duration::ZERO;
-    loop {
-        let n = thread_count();
-        if n <= 1 || waited > std::time::Duration::from_secs(5) {
-            return n;
-        }
-        std::thread::sleep(pause);
-        waited += pause;
-        pause = (pause * 2).min(std::time::Duration::from_millis(10));
-    }
-}
-
 /// Confines the daemon (see the module's documentation). Call it after the
 /// mount or socket is set up and before any other thread exists: a new
 /// mount namespace, capability sets and Landlock apply to the calling
@@ -181,7 +164,7 @@ pub fn confine(c: &Confinement) -> Result<Confined, NotConfined> {
     let mut source = c.source.clone();
     let thread_bound = c.sandbox != SandboxMode::None || c.landlock == LandlockMode::On;
     if thread_bound {
-        let n = thread_count_settled();
+        let n = thread_count();
         if n > 1 {
             return Err(NotConfined::from(Failure(format!(
                 "cannot confine: {n} threads run already (--sandbox and --landlock apply to \
