@@ -88,6 +88,19 @@ pub struct UringConfig {
     /// Pin each ring thread to the CPU of its queue (or the CPUs of its
     /// queues), so it runs where its requests come from. Default `true`.
     pub pin_threads: bool,
+    /// The nice value each ring thread sets itself (`setpriority(2)`) as it
+    /// starts; `None` leaves the one it inherits. A ring thread and the
+    /// process whose requests it serves take turns on one CPU (pinned, the
+    /// kernel's queue for that CPU): with a weight above the client's, the
+    /// thread preempts it as the request comes and hands the reply back
+    /// before the client has gone to sleep, so the client stays on its CPU.
+    /// At the same weight the scheduler often lets the client sleep first
+    /// and wakes it on the other, idle CPU: a migration and a wake-up of a
+    /// halted CPU per such request (docs/benchmarks.md, "Ring threads
+    /// above their clients"). A value below the inherited one needs
+    /// `CAP_SYS_NICE` or a `RLIMIT_NICE` that allows it; where refused, the
+    /// thread keeps its nice (logged at debug). Default `Some(-5)`.
+    pub nice: Option<i32>,
     /// Create rings with `IORING_SETUP_SINGLE_ISSUER |
     /// IORING_SETUP_DEFER_TASKRUN` (the kernel's completion work runs only
     /// when the ring thread waits for completions, never interrupting a
@@ -195,6 +208,11 @@ impl From<UringRuntime> for async_io::RuntimeType {
     }
 }
 
+/// The nice value of ring threads by default ([`UringConfig::nice`]): above
+/// a client's weight (three times nice 0's), below what would let a busy
+/// file system starve other work.
+pub const DEFAULT_RING_NICE: i32 = -5;
+
 impl Default for UringConfig {
     fn default() -> Self {
         Self {
@@ -205,6 +223,7 @@ impl Default for UringConfig {
             registered_pools: true,
             zero_copy: true,
             pin_threads: true,
+            nice: Some(DEFAULT_RING_NICE),
             defer_taskrun: true,
             dev_threads: 1,
             fallback_threads: fuse_transport_dev::SessionConfig::default().threads,
@@ -272,6 +291,13 @@ impl UringConfig {
     #[must_use]
     pub fn pin_threads(mut self, on: bool) -> Self {
         self.pin_threads = on;
+        self
+    }
+
+    /// Sets the nice value of ring threads (`nice`; `None`: inherited).
+    #[must_use]
+    pub fn nice(mut self, nice: Option<i32>) -> Self {
+        self.nice = nice;
         self
     }
 

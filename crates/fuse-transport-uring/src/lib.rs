@@ -140,7 +140,9 @@ pub mod probe {
     pub use crate::sys::possible_cpus;
 }
 
-pub use config::{default_threads_per_queue, UringConfig, UringMode, UringRuntime};
+pub use config::{
+    default_threads_per_queue, UringConfig, UringMode, UringRuntime, DEFAULT_RING_NICE,
+};
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub use fault::UringFault;

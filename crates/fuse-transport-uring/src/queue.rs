@@ -118,6 +118,8 @@ pub(crate) struct ThreadPlan {
     pub(crate) queues: Vec<QueuePlan>,
     /// CPUs to pin to (empty: don't pin).
     pub(crate) cpus: Vec<usize>,
+    /// The nice value to set (`UringConfig::nice`).
+    pub(crate) nice: Option<i32>,
     pub(crate) entries_per_queue: usize,
     /// Size of a per-entry payload buffer (at least the kernel's
     /// `max_payload_sz`).
@@ -290,6 +292,11 @@ impl QueueThread {
         if !plan.cpus.is_empty() {
             if let Err(e) = sys::pin_current_thread(&plan.cpus) {
                 tracing::debug!(cpus = ?plan.cpus, "not pinning a ring thread: {e}");
+            }
+        }
+        if let Some(nice) = plan.nice {
+            if let Err(e) = sys::set_current_thread_nice(nice) {
+                tracing::debug!(nice, "ring thread keeps its nice value: {e}");
             }
         }
         let per_queue = plan.entries_per_queue.max(1);

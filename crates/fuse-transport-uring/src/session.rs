@@ -371,6 +371,7 @@ impl UringSession {
             plans.push(ThreadPlan {
                 queues: Vec::new(),
                 cpus: Vec::new(),
+                nice: config.nice,
                 entries_per_queue: layout.entries_per_thread(t),
                 payload_size: entry_payload,
                 dev_fd,

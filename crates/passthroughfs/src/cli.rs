@@ -203,6 +203,17 @@ pub struct Args {
     #[arg(long)]
     pub uring_unpinned: bool,
 
+    /// io_uring: the nice value the daemon's threads run at once it serves
+    /// (-20 to 19). Above their clients' weight, ring threads answer a
+    /// request before the client has gone to sleep, which keeps the client
+    /// on its CPU (see the io_uring transport's `UringConfig::nice`). Set
+    /// before confinement; without `CAP_SYS_NICE` (a user namespace) the
+    /// threads keep the nice the daemon started with.
+    #[arg(long, value_name = "N", default_value_t = fuse_transport_uring::DEFAULT_RING_NICE,
+          allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub uring_nice: i32,
+
     /// io_uring: ring entries per queue (requests a queue serves at once),
     /// split among its threads; 0: one per ring thread, 16 per thread with
     /// --runtime tokio|uring.

@@ -85,6 +85,13 @@ fn number<T: std::str::FromStr>(v: &str) -> Result<T, String> {
         .map_err(|_| format!("{v:?} is not a whole number"))
 }
 
+fn nice(v: &str) -> Result<i32, String> {
+    match v.parse::<i32>() {
+        Ok(n) if (-20..=19).contains(&n) => Ok(n),
+        _ => Err(format!("{v:?} is not a nice value from -20 to 19")),
+    }
+}
+
 fn secs(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(s) if (0.0..1e12).contains(&s) => Ok(s),
@@ -178,6 +185,9 @@ const OPTIONS: &[Opt] = &[
     }),
     flag("uring_unpinned", "--uring-unpinned", |a| {
         a.uring_unpinned = true
+    }),
+    value("uring_nice=", "--uring-nice N", |a, v| {
+        nice(v).map(|x| a.uring_nice = x)
     }),
     value("uring_queues=", "--uring-queues N", |a, v| {
         number(v).map(|x| a.uring_queues = x)
@@ -530,7 +540,7 @@ mod tests {
             "-o",
             "rw,allow_other,default_permissions,cache=always,writeback,timeout=2.5",
             "-o",
-            "max_threads=9,io_uring,io_uring_q_depth=4,noexec,nosuid,noauto,x-systemd.automount",
+            "max_threads=9,io_uring,io_uring_q_depth=4,uring_nice=-2,noexec,nosuid,noauto,x-systemd.automount",
             "-o",
             "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7,max_nodes=100000",
         ])
@@ -545,6 +555,7 @@ mod tests {
         assert_eq!(a.max_threads, Some(9));
         assert!(a.uring);
         assert_eq!(a.uring_entries, 4);
+        assert_eq!(a.uring_nice, -2);
         assert_eq!(a.mount_flags, ["noexec", "nosuid"]);
         assert_eq!(a.source_dir, Some(PathBuf::from("/srv/data")));
         assert_eq!(a.fsname.as_deref(), Some("a,b"));
@@ -576,6 +587,10 @@ mod tests {
         assert_eq!(
             err("timeout=-1"),
             "-o timeout=-1: \"-1\" is not a number of seconds >= 0"
+        );
+        assert_eq!(
+            err("uring_nice=20"),
+            "-o uring_nice=20: \"20\" is not a nice value from -20 to 19"
         );
         assert_eq!(err("ro=1"), "-o ro=1: takes no value: ro");
         assert_eq!(err("fsname"), "-o fsname: needs a value: fsname=VALUE");

@@ -140,12 +140,13 @@ impl Plan {
                 || args.uring_unregistered_pools
                 || args.uring_no_zero_copy
                 || args.uring_one_ring
-                || args.uring_unpinned)
+                || args.uring_unpinned
+                || args.uring_nice != fuse_transport_uring::DEFAULT_RING_NICE)
         {
             return Err(Failure(
                 "--uring-bufs, --uring-entries, --uring-queues, --uring-threads-per-queue, \
-                 --uring-unregistered-pools, --uring-no-zero-copy, --uring-one-ring and \
-                 --uring-unpinned need --uring (-o io_uring)"
+                 --uring-unregistered-pools, --uring-no-zero-copy, --uring-one-ring, \
+                 --uring-unpinned and --uring-nice need --uring (-o io_uring)"
                     .into(),
             ));
         }
@@ -201,7 +202,12 @@ impl Plan {
                 .registered_pools(!args.uring_unregistered_pools)
                 .zero_copy(!args.uring_no_zero_copy)
                 .one_ring(args.uring_one_ring)
-                .pin_threads(!args.uring_unpinned),
+                .pin_threads(!args.uring_unpinned)
+                // Ring threads start confined, without CAP_SYS_NICE (and
+                // setpriority(2) outside the seccomp filter): they inherit
+                // `--uring-nice` from the thread that confines, which sets it
+                // (`sandbox::Confinement::thread_nice`).
+                .nice(None),
             )
         } else {
             None

@@ -98,6 +98,20 @@ pub fn thread_allowed_cpus(pid: i32) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// The nice value of each thread of process `pid`, with its name:
+/// `(NAME, nice)` (field 19 of `/proc/PID/task/TID/stat`).
+pub fn thread_nices(pid: i32) -> Vec<(String, i32)> {
+    per_thread(pid.into(), |task| {
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        // Fields after the name start at the third (the state).
+        let nice = stat_after_comm(&stat)
+            .and_then(|f| f.get(19 - 3).and_then(|n| n.parse().ok()))
+            .unwrap_or(i32::MIN);
+        (read_trimmed(task, "comm"), nice)
+    })
+    .unwrap_or_default()
+}
+
 /// Whether every thread of process `pid` is stopped (state T: SIGSTOP
 /// took effect everywhere, so none of them can take a request any more).
 pub fn threads_stopped(pid: i32) -> bool {

@@ -63,6 +63,7 @@ pub struct BenchArgs {
     /// Targets to run, comma-separated, `*` as a wildcard: native,
     /// ours:<dev|uring>/<sync|tokio|uring>[+pool], ours:<dev|uring>/sync+kpt,
     /// ours:uring/uring+onering, ours:uring/sync+unpinned,
+    /// ours:uring/sync+nice0, ours:uring/uring+onering+nice0 (ring threads at nice 0),
     /// libfuse, libfuse-hp:<dev|uring|kpt>, fuser, pfs:<dev|uring>[+open]
     /// (passthroughfs confined at its defaults, and `+open` not confined).
     /// Default: all of them (with --quick: native,ours:dev/sync,libfuse).

@@ -104,6 +104,12 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub uring_unpinned: bool,
 
+    /// io_uring: the nice value of the ring threads (default: the
+    /// transport's, `UringConfig::nice`).
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub uring_nice: Option<i32>,
+
     /// io_uring: keep serving over `/dev/fuse` when io_uring can't be used
     /// (without it the daemon fails instead of measuring the wrong
     /// transport).

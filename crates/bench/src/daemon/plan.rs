@@ -98,6 +98,7 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
         ("--uring-entries", args.uring_entries.is_some()),
         ("--uring-one-ring", args.uring_one_ring),
         ("--uring-unpinned", args.uring_unpinned),
+        ("--uring-nice", args.uring_nice.is_some()),
         ("--allow-fallback", args.allow_fallback),
     ];
     if args.transport != Transport::Uring {
@@ -142,7 +143,8 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, PlanError> {
                 )
                 .map_err(invalid)?
                 .one_ring(args.uring_one_ring)
-                .pin_threads(!args.uring_unpinned),
+                .pin_threads(!args.uring_unpinned)
+                .nice(args.uring_nice.or(default.nice)),
                 require_pools: args.uring_bufs.is_some_and(|n| n > 0),
                 allow_fallback: args.allow_fallback,
             })

@@ -96,6 +96,10 @@ pub struct Confinement {
     /// confining: Landlock lets the daemon make and remove its socket
     /// there, and nothing else.
     pub socket_dir: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// The nice value of the threads started after confinement (io_uring
+    /// ring threads, `--uring-nice`): set on the confining thread while it
+    /// still has `CAP_SYS_NICE`, and inherited by every thread it starts.
+    pub thread_nice: Option<i32>,
 }
 
 /// The daemon once confined: where SOURCE is reached from now on, and the
@@ -154,12 +158,32 @@ fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
 }
 
+/// Sets the calling thread's nice value, which the threads it starts
+/// inherit. Best effort: without `CAP_SYS_NICE` (a user namespace's root)
+/// a value below the current one is refused, and the threads keep the
+/// current one, which costs speed, not correctness.
+fn set_nice(nice: i32) {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: plain integer arguments; Linux keeps the value per thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        tracing::debug!(
+            nice,
+            "serving threads keep the inherited nice value: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Confines the daemon (see the module's documentation). Call it after the
 /// mount or socket is set up and before any other thread exists: a new
 /// mount namespace, capability sets and Landlock apply to the calling
 /// thread only (the seccomp filter is synchronized to every thread).
 pub fn confine(c: &Confinement) -> Result<Confined, NotConfined> {
     rlimits::apply()?;
+    if let Some(nice) = c.thread_nice {
+        set_nice(nice);
+    }
     let mut summary = Vec::new();
     let mut source = c.source.clone();
     let thread_bound = c.sandbox != SandboxMode::None || c.landlock == LandlockMode::On;
@@ -386,6 +410,7 @@ impl Confinement {
             },
             file_handles: !args.fs.no_file_handles,
             socket_dir: None,
+            thread_nice: args.uring.then_some(args.uring_nice),
         })
     }
 }

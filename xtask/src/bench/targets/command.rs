@@ -48,6 +48,10 @@ pub fn command_for(
             if m.one_ring {
                 args.push("--uring-one-ring".into());
             }
+            if m.nice0 {
+                args.push("--uring-nice".into());
+                args.push("0".into());
+            }
             if m.unpinned {
                 args.push("--uring-unpinned".into());
             }

@@ -50,6 +50,9 @@ pub struct OursMode {
     /// `--uring-unpinned`: the ring threads are free to run on any
     /// CPU instead of their queue's.
     unpinned: bool,
+    /// `--uring-nice 0`: the ring threads at the nice value of the
+    /// daemon's other threads rather than the transport's default.
+    nice0: bool,
 }
 
 /// What a target is.
@@ -118,7 +121,7 @@ impl TargetSpec {
         match &self.kind {
             TargetKind::Native => "the backing directory itself (ext4), no FUSE".into(),
             TargetKind::Ours(m) => format!(
-                "fuse-bench-daemon, transport {}, runtime {}{}{}{}{}; the run's \
+                "fuse-bench-daemon, transport {}, runtime {}{}{}{}{}{}; the run's \
                  settings as --cache <policy>, --writeback, --no-xattr",
                 m.transport,
                 m.runtime,
@@ -139,6 +142,11 @@ impl TargetSpec {
                 },
                 if m.unpinned {
                     ", ring threads not pinned to their queues' CPUs"
+                } else {
+                    ""
+                },
+                if m.nice0 {
+                    ", ring threads at nice 0 (not the transport's default)"
                 } else {
                     ""
                 }
@@ -198,6 +206,11 @@ pub const ONE_RING_TARGET: &str = "ours:uring/uring+onering";
 /// free to run on any CPU (the daemon's `--uring-unpinned`).
 pub const UNPINNED_TARGET: &str = "ours:uring/sync+unpinned";
 
+/// The targets of FUSE over io_uring with the ring threads at nice 0
+/// (the daemon's `--uring-nice 0`), synchronous and with one ring: beside
+/// the defaults, what the ring threads' nice value does.
+pub const NICE0_TARGETS: [&str; 2] = ["ours:uring/sync+nice0", "ours:uring/uring+onering+nice0"];
+
 /// The report name of one of our modes: `ours:<transport>/<runtime>`, then
 /// `+pool` and `+kpt` (kernel passthrough).
 pub fn ours_name(transport: &str, runtime: &str, pool: bool, kpt: bool) -> String {
@@ -250,15 +263,18 @@ pub fn all_targets() -> Vec<TargetSpec> {
     // synchronous ring threads not pinned to their queues' CPUs
     // (`--uring-unpinned`).
     let uring_variants = [
-        (ONE_RING_TARGET, "uring", true, false),
-        (UNPINNED_TARGET, "sync", false, true),
+        (ONE_RING_TARGET, "uring", true, false, false),
+        (UNPINNED_TARGET, "sync", false, true, false),
+        (NICE0_TARGETS[0], "sync", false, false, true),
+        (NICE0_TARGETS[1], "uring", true, false, true),
     ];
-    for (name, runtime, one_ring, unpinned) in uring_variants {
+    for (name, runtime, one_ring, unpinned, nice0) in uring_variants {
         let mode = OursMode {
             transport: "uring",
             runtime,
             one_ring,
             unpinned,
+            nice0,
             ..OursMode::default()
         };
         ours.push((name.into(), mode));
@@ -365,6 +381,7 @@ mod tests {
         assert!(names.contains(&"ours:uring/sync+kpt"));
         assert!(names.contains(&ONE_RING_TARGET));
         assert!(names.contains(&UNPINNED_TARGET));
+        assert!(NICE0_TARGETS.iter().all(|t| names.contains(t)));
         assert_eq!(
             &names[names.len() - 9..],
             &[
@@ -379,6 +396,6 @@ mod tests {
                 "pfs:uring+open"
             ]
         );
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
+        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 2 + 1 + 3 + 1 + 4);
     }
 }
