@@ -227,9 +227,7 @@ impl FileSystem for SlowFs {
             return Ok(());
         }
         let data = content(ino);
-        let start = (args.offset as usize).min(LEN);
-        let end = (start + args.size as usize).min(LEN);
-        out.write_all(&data[start..end])
+        out.write_all(&data[args.range_in(LEN)])
     }
 
     fn release(&self, _ctx: &Context, _ino: u64, _args: &ReleaseArgs) -> io::Result<()> {

@@ -148,6 +148,19 @@ pub struct ReadArgs {
     pub flags: u32,
 }
 
+impl ReadArgs {
+    /// The bytes of a `len`-byte file that this READ asks for: `size`
+    /// bytes from `offset`, cut at `len` (empty at or past the end), so a
+    /// file system that holds its data in memory can answer with
+    /// `out.write_all(&data[args.range_in(data.len())])`. Fewer bytes than
+    /// asked tell the kernel it reached the end of the file.
+    pub fn range_in(&self, len: usize) -> std::ops::Range<usize> {
+        let start = usize::try_from(self.offset).map_or(len, |o| o.min(len));
+        let end = start.saturating_add(self.size as usize).min(len);
+        start..end
+    }
+}
+
 /// WRITE arguments (the data comes through a [`crate::ZeroCopyReader`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteArgs {
@@ -351,3 +364,21 @@ pub fn split_timeout(timeout: Duration) -> (u64, u32) {
 
 /// Flags of an open reply that a file system may set, re-exported for convenience.
 pub type OpenFlags = FopenFlags;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_in_cuts_the_read_at_the_end_of_the_file() {
+        let read = |offset, size| ReadArgs {
+            offset,
+            size,
+            ..ReadArgs::default()
+        };
+        assert_eq!(read(0, 4).range_in(10), 0..4);
+        assert_eq!(read(8, 4).range_in(10), 8..10);
+        assert_eq!(read(10, 4).range_in(10), 10..10);
+        assert_eq!(read(u64::MAX, u32::MAX).range_in(10), 10..10);
+    }
+}

@@ -112,9 +112,7 @@ impl FileSystem for HelloFs {
         if ino != FILE_ID {
             return Err(errno::is_a_directory());
         }
-        let start = (args.offset as usize).min(CONTENT.len());
-        let end = start.saturating_add(args.size as usize).min(CONTENT.len());
-        out.write_all(&CONTENT[start..end])
+        out.write_all(&CONTENT[args.range_in(CONTENT.len())])
     }
 
     /// readdir(3): the entries after the cookie `args.offset` (0 at the

@@ -274,9 +274,7 @@ impl FileSystem for NotesFs {
     ) -> io::Result<()> {
         let mut state = self.state();
         let data = &state.file(ino)?.data;
-        let start = usize::try_from(args.offset).map_or(data.len(), |o| o.min(data.len()));
-        let end = start.saturating_add(args.size as usize).min(data.len());
-        out.write_all(&data[start..end])
+        out.write_all(&data[args.range_in(data.len())])
     }
 
     /// fuser: `fn write(&mut self, _req, ino, fh, offset: i64, data: &[u8], ..., reply: ReplyWrite)`

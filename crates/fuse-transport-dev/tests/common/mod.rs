@@ -86,9 +86,7 @@ impl FileSystem for Hello {
         args: &ReadArgs,
         out: &mut dyn ZeroCopyWriter,
     ) -> io::Result<()> {
-        let start = (args.offset as usize).min(CONTENT.len());
-        let end = (start + args.size as usize).min(CONTENT.len());
-        out.write_all(&CONTENT[start..end])
+        out.write_all(&CONTENT[args.range_in(CONTENT.len())])
     }
 
     fn release(&self, _ctx: &Context, _ino: u64, _args: &ReleaseArgs) -> io::Result<()> {

@@ -239,9 +239,7 @@ impl FileSystem for MemFs {
     ) -> io::Result<()> {
         let data = self.file(ino)?;
         let data = data.read().unwrap();
-        let start = (args.offset as usize).min(data.len());
-        let end = (start + args.size as usize).min(data.len());
-        out.write_all(&data[start..end])
+        out.write_all(&data[args.range_in(data.len())])
     }
 
     fn write(
