@@ -67,6 +67,17 @@ pub fn cvt_retry<T: SyscallReturn>(mut call: impl FnMut() -> T) -> io::Result<T>
     retry(|| cvt(call()))
 }
 
+/// Sets the calling thread's nice value (`setpriority(2)` on its thread
+/// id: Linux keeps the value per thread, and threads started afterwards
+/// inherit it). Going below the current value needs `CAP_SYS_NICE` or a
+/// `RLIMIT_NICE` that allows it.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
+}
+
 extern "C" fn do_nothing(_signal: libc::c_int) {}
 
 /// Installs, process-wide, a handler for `signal` that does nothing,

@@ -295,7 +295,7 @@ impl QueueThread {
             }
         }
         if let Some(nice) = plan.nice {
-            if let Err(e) = sys::set_current_thread_nice(nice) {
+            if let Err(e) = fuse_server::sys::set_thread_nice(nice) {
                 tracing::debug!(nice, "ring thread keeps its nice value: {e}");
             }
         }

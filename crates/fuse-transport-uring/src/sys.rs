@@ -210,19 +210,6 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets the calling thread's nice value (`setpriority(2)` on its thread
-/// id: Linux keeps the value per thread).
-pub fn set_current_thread_nice(nice: i32) -> io::Result<()> {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: plain integer arguments.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The FUSE module's `enable_uring` switch: `Some(true)` for `Y`,
 /// `Some(false)` for `N`, `None` when the kernel has no such switch.
 pub fn uring_module_switch() -> Option<bool> {

@@ -22,18 +22,6 @@ fn ring_thread_nices() -> Vec<i32> {
         .collect()
 }
 
-/// The calling thread's nice value (field 19 of its `stat`).
-fn own_nice() -> i32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
-    after_name
-        .split_whitespace()
-        .nth(19 - 3)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 fn serve_with(config: UringConfig) -> Vec<i32> {
     let m = mount(config);
     assert!(
@@ -60,7 +48,7 @@ fn ring_threads_set_the_configured_nice_or_keep_the_inherited_one_needs_root() {
         nices.iter().all(|&n| n == -3),
         "ring threads at {nices:?}, not -3"
     );
-    let inherited = own_nice();
+    let inherited = test_support::current_thread_nice();
     let nices = serve_with(UringConfig::default().nice(None));
     assert!(
         nices.iter().all(|&n| n == inherited),

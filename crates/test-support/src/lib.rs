@@ -25,8 +25,9 @@ pub use mountinfo::{
 };
 pub use namespace::{bind_mount, unshare_mount_namespace};
 pub use process::{
-    command, gone, leave_fuse_sessions_behind, process_mark, process_start_time, processes_of,
-    thread_allowed_cpus, thread_names, thread_nices, thread_wchans, threads_stopped,
+    command, current_thread_nice, gone, leave_fuse_sessions_behind, process_mark,
+    process_start_time, processes_of, thread_allowed_cpus, thread_names, thread_nices,
+    thread_wchans, threads_stopped,
 };
 
 use std::path::PathBuf;

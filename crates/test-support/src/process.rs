@@ -99,17 +99,27 @@ pub fn thread_allowed_cpus(pid: i32) -> Vec<String> {
 }
 
 /// The nice value of each thread of process `pid`, with its name:
-/// `(NAME, nice)` (field 19 of `/proc/PID/task/TID/stat`).
+/// `(NAME, nice)`.
 pub fn thread_nices(pid: i32) -> Vec<(String, i32)> {
     per_thread(pid.into(), |task| {
-        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
-        // Fields after the name start at the third (the state).
-        let nice = stat_after_comm(&stat)
-            .and_then(|f| f.get(19 - 3).and_then(|n| n.parse().ok()))
-            .unwrap_or(i32::MIN);
-        (read_trimmed(task, "comm"), nice)
+        (read_trimmed(task, "comm"), nice_of(task))
     })
     .unwrap_or_default()
+}
+
+/// The calling thread's nice value.
+pub fn current_thread_nice() -> i32 {
+    nice_of(Path::new("/proc/thread-self"))
+}
+
+/// The nice value of the task at `task` (a `/proc` task directory): field
+/// 19 of its `stat`; `i32::MIN` where it can't be read.
+fn nice_of(task: &Path) -> i32 {
+    let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+    // Fields after the name start at the third (the state).
+    stat_after_comm(&stat)
+        .and_then(|f| f.get(19 - 3).and_then(|n| n.parse().ok()))
+        .unwrap_or(i32::MIN)
 }
 
 /// Whether every thread of process `pid` is stopped (state T: SIGSTOP

@@ -163,15 +163,8 @@ fn thread_count() -> usize {
 /// a value below the current one is refused, and the threads keep the
 /// current one, which costs speed, not correctness.
 fn set_nice(nice: i32) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: plain integer arguments; Linux keeps the value per thread.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
-        tracing::debug!(
-            nice,
-            "serving threads keep the inherited nice value: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = fuse_server::sys::set_thread_nice(nice) {
+        tracing::debug!(nice, "serving threads keep the inherited nice value: {e}");
     }
 }
 
