@@ -281,6 +281,34 @@ pub struct PassthroughConfig {
     /// kernel every inode is kept until the kernel forgets it (said once in
     /// the log).
     pub max_nodes: Option<usize>,
+    /// How many threads look up the names of one READDIRPLUS reply: the
+    /// serving thread and up to this many less one helpers, each taking a
+    /// share of the names (a first listing's replies hold about 200
+    /// names, each a lookup in the source: its inode read from disk when
+    /// not cached). Helpers run only while the request does, on every CPU
+    /// the process may use, and only for replies of at least
+    /// [`MIN_NAMES_PER_LISTING_THREAD`] names a thread. `None` (the
+    /// default): the CPUs the process may use, at most 4; `Some(1)`: the
+    /// serving thread alone. `PassthroughFs::config` shows the number in
+    /// force.
+    pub listing_threads: Option<usize>,
+}
+
+/// The fewest names of a READDIRPLUS reply each listing thread looks up
+/// ([`PassthroughConfig::listing_threads`]): below it, starting a helper
+/// costs more than it saves.
+pub const MIN_NAMES_PER_LISTING_THREAD: usize = 16;
+
+/// The most threads [`PassthroughConfig::listing_threads`] picks by
+/// default.
+const DEFAULT_MAX_LISTING_THREADS: usize = 4;
+
+/// The default of [`PassthroughConfig::listing_threads`]: the CPUs the
+/// process may use, at most 4 (at least 1).
+pub fn default_listing_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, DEFAULT_MAX_LISTING_THREADS)
 }
 
 /// A table entry costs about 320 bytes in the daemon (the inode, its file
@@ -344,6 +372,7 @@ impl Default for PassthroughConfig {
             request_timeout: None,
             allow_idmap: false,
             max_nodes: None,
+            listing_threads: None,
         }
     }
 }
@@ -414,6 +443,9 @@ impl PassthroughConfig {
         /// Sets the most inodes to keep (`max_nodes`; `None`: sized to the
         /// machine, `Some(0)`: no limit).
         max_nodes: impl Into<Option<usize>>;
+        /// Sets how many threads look up one READDIRPLUS reply's names
+        /// (`listing_threads`; `None`: the CPUs, at most 4).
+        listing_threads: impl Into<Option<usize>>;
         /// Sets which files are opened with zero copy (`zero_copy`).
         zero_copy: ZeroCopyPolicy;
     }

@@ -293,30 +293,12 @@ impl DirStream {
         offset: u64,
         mut emit: impl FnMut(&DirEntry<'_>) -> io::Result<bool>,
     ) -> io::Result<()> {
-        if offset > i64::MAX as u64 {
-            // Beyond any position: the end.
+        if !self.fill(fd, offset)? {
             return Ok(());
         }
-        if offset != self.pos {
-            sys::lseek(fd, offset as i64, libc::SEEK_SET)?;
-            self.start = 0;
-            self.end = 0;
-            self.pos = offset;
-        }
-        if self.buf.is_empty() {
-            self.buf
-                .try_reserve_exact(DIR_BUF_SIZE)
-                .map_err(|_| errno(libc::ENOMEM))?;
-            self.buf.resize(DIR_BUF_SIZE, 0);
-        }
         loop {
-            if self.start >= self.end {
-                let n = sys::getdents64(fd, &mut self.buf)?;
-                self.start = 0;
-                self.end = n;
-                if n == 0 {
-                    return Ok(());
-                }
+            if !self.refill(fd)? {
+                return Ok(());
             }
             let Some((entry, reclen)) = parse_dirent(&self.buf[self.start..self.end]) else {
                 // A record we can't read: drop the buffer, and read again
@@ -334,6 +316,73 @@ impl DirStream {
             self.pos = off;
         }
     }
+
+    /// The entries after cookie `offset` that the stream holds read, as
+    /// raw `linux_dirent64` records ([`dirents`] parses them), without
+    /// handing any out: a [`Self::read`] from `offset` hands out these
+    /// first. Where fewer than half a buffer's worth are held, they are
+    /// topped up first (one `getdents64` after them), so that what a reply
+    /// takes is there in one piece. Empty at the end of the directory.
+    pub(crate) fn peek(&mut self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<&[u8]> {
+        if !self.fill(fd, offset)? {
+            return Ok(&[]);
+        }
+        if self.end - self.start < DIR_BUF_SIZE / 2 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            // The directory's position is after the last record held, so
+            // what this reads follows it.
+            self.end += sys::getdents64(fd, &mut self.buf[self.end..])?;
+        }
+        Ok(&self.buf[self.start..self.end])
+    }
+
+    /// Makes the stream stand at cookie `offset` (seeking unless it does)
+    /// with entries buffered (reading them unless it has some); `false` at
+    /// the end of the directory.
+    fn fill(&mut self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<bool> {
+        if offset > i64::MAX as u64 {
+            // Beyond any position: the end.
+            return Ok(false);
+        }
+        if offset != self.pos {
+            sys::lseek(fd, offset as i64, libc::SEEK_SET)?;
+            self.start = 0;
+            self.end = 0;
+            self.pos = offset;
+        }
+        if self.buf.is_empty() {
+            self.buf
+                .try_reserve_exact(DIR_BUF_SIZE)
+                .map_err(|_| errno(libc::ENOMEM))?;
+            self.buf.resize(DIR_BUF_SIZE, 0);
+        }
+        self.refill(fd)
+    }
+
+    /// Reads the next entries unless some are buffered; `false` at the end
+    /// of the directory.
+    fn refill(&mut self, fd: BorrowedFd<'_>) -> io::Result<bool> {
+        if self.start >= self.end {
+            let n = sys::getdents64(fd, &mut self.buf)?;
+            self.start = 0;
+            self.end = n;
+        }
+        Ok(self.end > self.start)
+    }
+}
+
+/// The entries of raw `linux_dirent64` records `b` (from
+/// [`DirStream::peek`]), each with its record, up to the first that can't
+/// be read.
+pub(crate) fn dirents(mut b: &[u8]) -> impl Iterator<Item = (DirEntry<'_>, &[u8])> {
+    std::iter::from_fn(move || {
+        let (entry, reclen) = parse_dirent(b)?;
+        let (record, rest) = b.split_at(reclen);
+        b = rest;
+        Some((entry, record))
+    })
 }
 
 /// Parses the `linux_dirent64` at the start of `b`; returns it and its
@@ -411,6 +460,56 @@ mod tests {
         assert!(t.remove(fh).is_some());
         assert!(t.get(fh).is_none());
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn peek_hands_out_nothing_and_tops_up_what_it_holds() {
+        // Long names, so that one getdents64 fills the buffer and the
+        // stream runs low after half of it.
+        let base = tempfile::tempdir().unwrap();
+        let long = "n".repeat(200);
+        for i in 0..400 {
+            std::fs::write(base.path().join(format!("{long}{i:03}")), b"").unwrap();
+        }
+        let fd: std::os::fd::OwnedFd = std::fs::File::open(base.path()).unwrap().into();
+        let h = Handle::dir(fd, fuse_abi::ROOT_ID, libc::O_RDONLY | libc::O_DIRECTORY);
+        let mut stream = h.dir.as_ref().unwrap().lock().unwrap();
+        let names =
+            |b: &[u8]| -> Vec<Vec<u8>> { dirents(b).map(|(e, _)| e.name.to_vec()).collect() };
+        // Each peek shows what the next read hands out first, in order,
+        // and at least half a buffer of it while the directory has more.
+        let mut listed = Vec::new();
+        let mut offset = 0;
+        loop {
+            let peeked = names(stream.peek(h.fd(), offset).unwrap());
+            if peeked.is_empty() {
+                break;
+            }
+            let held: usize = dirents(stream.peek(h.fd(), offset).unwrap())
+                .map(|(_, r)| r.len())
+                .sum();
+            if listed.len() + peeked.len() < 402 {
+                assert!(held >= DIR_BUF_SIZE / 2, "topped up: {held} bytes held");
+            }
+            let mut got = Vec::new();
+            stream
+                .read(h.fd(), offset, |e| {
+                    if got.len() == 100 {
+                        return Ok(false);
+                    }
+                    got.push(e.name.to_vec());
+                    offset = e.off;
+                    Ok(true)
+                })
+                .unwrap();
+            let n = got.len().min(peeked.len());
+            assert_eq!(got[..n], peeked[..n], "read hands out what peek showed");
+            listed.extend(got);
+        }
+        assert_eq!(listed.len(), 402, "every name once, `.` and `..` too");
+        listed.sort();
+        listed.dedup();
+        assert_eq!(listed.len(), 402);
     }
 
     // From the readdir contract tests (tests/readdir_contract.rs), which

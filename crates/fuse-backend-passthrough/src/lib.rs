@@ -140,7 +140,10 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub use config::{default_max_nodes, CachePolicy, KillPrivV2, PassthroughConfig, ZeroCopyPolicy};
+pub use config::{
+    default_listing_threads, default_max_nodes, CachePolicy, KillPrivV2, PassthroughConfig,
+    ZeroCopyPolicy, MIN_NAMES_PER_LISTING_THREAD,
+};
 pub use crash_table::{crash_table_bytes, CRASH_TABLE_VERSION};
 pub use fs::crash::CrashRecovery;
 pub use fs::{attr_from_statx, PassthroughError, PassthroughFs};

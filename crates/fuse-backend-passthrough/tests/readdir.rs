@@ -210,6 +210,73 @@ test_support::test_cases! {
     first_listing_opens_nothing_needs_file_handles_plain_readdir => first_listing_opens_nothing(false);
 }
 
+/// A listing whose replies are shared out to listing helpers
+/// (`PassthroughConfig::listing_threads`) holds what one thread alone
+/// lists: every name once, the source's inode numbers and types, the
+/// attributes of each, and one lookup reference per entry the kernel got
+/// (they all come back with its FORGETs). Needs real root (it drops the
+/// kernel's caches).
+fn listing_shared_out(threads: usize) {
+    let t = TestMount::with(
+        readdir_config(true).listing_threads(threads),
+        test_options(),
+    );
+    let keep = kernel_keeps();
+    let n = 3000;
+    fs::create_dir(t.s("d")).unwrap();
+    for i in 0..n {
+        // Names of varying lengths: shares end at other places in each
+        // reply, and records straddle the stream's buffer.
+        let name = format!("f{i:04}-{}", "y".repeat(i % 41));
+        fs::write(t.s("d").join(name), vec![b'x'; i % 7]).unwrap();
+    }
+    let entries = list_and_stat(&t.m("d"), true);
+    assert_eq!(entries.len(), n + 2);
+    let a: BTreeMap<_, _> = entries
+        .iter()
+        .map(|(n, i, t)| (n.clone(), (*i, *t)))
+        .collect();
+    let b: BTreeMap<_, _> = list(&t.s("d"))
+        .into_iter()
+        .map(|(n, i, t)| (n, (i, t)))
+        .collect();
+    let differ: Vec<_> = b
+        .iter()
+        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .take(5)
+        .collect();
+    assert!(
+        a.len() == b.len() && differ.is_empty(),
+        "names, inode numbers and types as in the source; these differ: {differ:?}"
+    );
+    for (name, _, _) in entries.iter().filter(|e| !e.0.starts_with('.')) {
+        assert_same_meta(&t, &format!("d/{name}"));
+    }
+    assert!(
+        t.fs.lookup_refs() >= n as u64,
+        "a reference per listed file: {}",
+        t.fs.lookup_refs()
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if threads > 1 && cpus > 1 {
+        assert!(t.fs.listing_helpers() > 0, "the replies were shared out");
+    } else {
+        assert_eq!(
+            t.fs.listing_helpers(),
+            0,
+            "{threads} thread(s), {cpus} CPU(s): no helpers"
+        );
+    }
+    drop(keep);
+    assert_refs_return_to_zero(&t.fs);
+}
+
+test_support::test_cases! {
+    listing_shared_out_by_two_threads_needs_root => listing_shared_out(2);
+    listing_shared_out_by_four_threads_needs_root => listing_shared_out(4);
+    listing_on_the_serving_thread_alone_needs_root => listing_shared_out(1);
+}
+
 #[test]
 fn readdirplus_lookup_counts_return_to_zero_needs_root() {
     // (Dropping the kernel's caches needs real root.)

@@ -78,6 +78,23 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
     cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) }).map(drop)
 }
 
+/// The calling thread's CPU affinity (`sched_getaffinity(2)`).
+pub fn current_affinity() -> io::Result<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the set is live and sized.
+    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    Ok(set)
+}
+
+/// Sets the calling thread's CPU affinity to `set` (one read by
+/// [`current_affinity`]).
+pub fn set_affinity(set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: pid 0 is the calling thread; the set is live and sized.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) })
+        .map(drop)
+}
+
 extern "C" fn do_nothing(_signal: libc::c_int) {}
 
 /// Installs, process-wide, a handler for `signal` that does nothing,

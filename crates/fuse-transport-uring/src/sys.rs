@@ -217,29 +217,6 @@ pub fn uring_module_switch() -> Option<bool> {
     Some(matches!(text.trim(), "Y" | "y" | "1"))
 }
 
-/// The calling thread's CPU affinity.
-pub fn current_affinity() -> io::Result<libc::cpu_set_t> {
-    // SAFETY: a zeroed cpu_set_t is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the set is live and sized.
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(set)
-}
-
-/// Sets the calling thread's CPU affinity to `set` (one saved by
-/// [`current_affinity`]).
-pub fn set_affinity(set: &libc::cpu_set_t) -> io::Result<()> {
-    // SAFETY: pid 0 is the calling thread; the set is live and sized.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Writes the whole of `bytes` to `/dev/fuse` descriptor `fd` in one
 /// `write` (a notification: the kernel takes it whole or not at all).
 pub fn write_dev(fd: RawFd, bytes: &[u8]) -> io::Result<()> {

@@ -253,6 +253,13 @@ pub struct FsArgs {
     /// older kernel every inode is kept until the kernel forgets it.
     #[arg(long, value_name = "N")]
     pub max_nodes: Option<usize>,
+    /// Threads that look up the names of one READDIRPLUS reply (a
+    /// listing's, about 200 names): the serving thread and helpers, each
+    /// taking a share, so a first `ls -l` or `find` of a large directory
+    /// uses more than one CPU. 1: the serving thread alone. Default: the
+    /// CPUs the daemon may use, at most 4.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub listing_threads: Option<u16>,
 }
 
 impl FsArgs {
@@ -267,6 +274,7 @@ impl FsArgs {
             .request_timeout(self.request_timeout)
             .allow_idmap(self.allow_idmap)
             .max_nodes(self.max_nodes)
+            .listing_threads(self.listing_threads.map(usize::from))
             .xattr(!self.no_xattr)
             .readdirplus(!self.no_readdirplus)
             .no_open(self.no_open)

@@ -262,6 +262,13 @@ const OPTIONS: &[Opt] = &[
         }
         Ok(())
     }),
+    value("listing_threads=", "--listing-threads N", |a, v| {
+        match v.parse::<u16>() {
+            Ok(n @ 1..=64) => a.fs.listing_threads = Some(n),
+            _ => return Err(format!("{v:?} is not a number of threads from 1 to 64")),
+        }
+        Ok(())
+    }),
     flag("no_watch_source", "--no-watch-source", |a| {
         a.fs.no_watch_source = true
     }),
@@ -542,11 +549,12 @@ mod tests {
             "-o",
             "max_threads=9,io_uring,io_uring_q_depth=4,uring_nice=-2,noexec,nosuid,noauto,x-systemd.automount",
             "-o",
-            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7,max_nodes=100000",
+            "source=/srv/data,fsname=a\\,b,runtime=tokio,thread_pool,request_timeout=7,max_nodes=100000,listing_threads=3",
         ])
         .unwrap();
         assert_eq!(a.fs.request_timeout, Some(7));
         assert_eq!(a.fs.max_nodes, Some(100_000));
+        assert_eq!(a.fs.listing_threads, Some(3));
         assert!(a.allow_other && a.default_permissions && !a.ro);
         assert_eq!(a.fs.cache, Cache::Always);
         assert!(a.fs.writeback && a.fs.thread_pool);
@@ -591,6 +599,10 @@ mod tests {
         assert_eq!(
             err("uring_nice=20"),
             "-o uring_nice=20: \"20\" is not a nice value from -20 to 19"
+        );
+        assert_eq!(
+            err("listing_threads=0"),
+            "-o listing_threads=0: \"0\" is not a number of threads from 1 to 64"
         );
         assert_eq!(err("ro=1"), "-o ro=1: takes no value: ro");
         assert_eq!(err("fsname"), "-o fsname: needs a value: fsname=VALUE");

@@ -64,6 +64,7 @@ pub struct BenchArgs {
     /// ours:<dev|uring>/<sync|tokio|uring>[+pool], ours:<dev|uring>/sync+kpt,
     /// ours:uring/uring+onering, ours:uring/sync+unpinned,
     /// ours:uring/sync+nice0, ours:uring/uring+onering+nice0 (ring threads at nice 0),
+    /// ours:<dev|uring>/sync+list1 (a listing's lookups on one thread),
     /// libfuse, libfuse-hp:<dev|uring|kpt>, fuser, pfs:<dev|uring>[+open]
     /// (passthroughfs confined at its defaults, and `+open` not confined).
     /// Default: all of them (with --quick: native,ours:dev/sync,libfuse).

@@ -75,38 +75,66 @@ impl PassthroughFs {
             return Ok(());
         }
         let mut stream = lock(stream);
-        let r = stream.read(h.fd(), args.offset, |e| {
-            if is_dot_or_dotdot(e.name) {
-                // No lookup (as libfuse does): a node id of 0 tells the
-                // kernel to make no dentry of it.
-                let entry = Entry {
-                    attr: Attr {
-                        ino: e.ino,
-                        mode: (e.dtype as u32) << 12,
-                        ..Attr::default()
-                    },
-                    ..Entry::default()
-                };
-                return Ok(out.add(&entry, e.off, e.dtype as u32, e.name));
-            }
-            match self.lookup_listed(&parent, e.cname, e.ino) {
-                Ok(found) => {
-                    if out.add(&found.entry, e.off, e.dtype as u32, e.name) {
-                        found.hand_over();
-                        Ok(true)
-                    } else {
-                        // No room: the kernel never gets this entry, and
-                        // `found` gives its reference back.
-                        Ok(false)
-                    }
+        // The names this reply will hold, shared out to helpers where they
+        // are enough (`listing`): read now, handed out below. An error
+        // here is met again by the read below, which answers it.
+        let shares = match self.cfg.listing_threads.unwrap_or(1) {
+            threads @ 2.. => stream
+                .peek(h.fd(), args.offset)
+                .map(|records| listing::plan_shares(records, args.size as usize, threads))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let pool = match shares.is_empty() {
+            true => None,
+            false => self.listing_pool(),
+        };
+        let mut fill = |ahead: &mut listing::Ahead<'_>| {
+            let r = stream.read(h.fd(), args.offset, |e| {
+                if is_dot_or_dotdot(e.name) {
+                    // No lookup (as libfuse does): a node id of 0 tells the
+                    // kernel to make no dentry of it.
+                    let entry = Entry {
+                        attr: Attr {
+                            ino: e.ino,
+                            mode: (e.dtype as u32) << 12,
+                            ..Attr::default()
+                        },
+                        ..Entry::default()
+                    };
+                    return Ok(out.add(&entry, e.off, e.dtype as u32, e.name));
                 }
-                // Removed since it was listed: skip it.
-                Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(true),
-                Err(err) if out.count() == 0 => Err(err),
-                Err(_) => Ok(false),
-            }
-        });
-        listing_result(r, out.count())
+                let looked_up = match ahead.take(e.off) {
+                    Some(r) => r,
+                    None => self.lookup_listed(&parent, e.cname, e.ino),
+                };
+                match looked_up {
+                    Ok(found) => {
+                        if out.add(&found.entry, e.off, e.dtype as u32, e.name) {
+                            found.hand_over();
+                            Ok(true)
+                        } else {
+                            // No room: the kernel never gets this entry, and
+                            // `found` gives its reference back.
+                            Ok(false)
+                        }
+                    }
+                    // Removed since it was listed: skip it.
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(true),
+                    Err(err) if out.count() == 0 => Err(err),
+                    Err(_) => Ok(false),
+                }
+            });
+            listing_result(r, out.count())
+        };
+        match pool {
+            // The reply is filled on this thread (the crash journal is
+            // per thread), the helpers' shares on the pool's.
+            Some(pool) => pool.in_place_scope(|scope| {
+                fill(&mut listing::Ahead::start(scope, self, &parent, shares))
+            }),
+            None => fill(&mut listing::Ahead::none()),
+        }
     }
 
     pub(super) fn releasedir(

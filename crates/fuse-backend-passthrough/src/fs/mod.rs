@@ -35,6 +35,7 @@ pub(crate) mod crash;
 mod dir;
 mod file;
 mod filesystem;
+mod listing;
 mod locking;
 mod lookup;
 mod prune;
@@ -128,6 +129,11 @@ pub struct PassthroughFs {
     /// `RWF_NOWAIT`, probed on the first file opened there (see
     /// [`ZeroCopyPolicy::Auto`]).
     nowait_devices: Mutex<std::collections::HashMap<u64, bool>>,
+    /// The CPUs the process may use, for listing helpers started by a
+    /// pinned thread (`None`: unknown, helpers keep what they inherit).
+    listing_cpus: Option<libc::cpu_set_t>,
+    /// The listing helpers, made on first use.
+    listing_pool: listing::ListingPool,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -169,7 +175,13 @@ impl PassthroughFs {
             .fd_cache_size
             .unwrap_or_else(crate::inode::default_fd_cache_size);
         let files = InodeFiles::new(fd.as_fd(), config.file_handles, cache_size);
-        let config = prune::resolve_max_nodes(config, files.fallback_reason().is_some());
+        let mut config = prune::resolve_max_nodes(config, files.fallback_reason().is_some());
+        config.listing_threads = Some(
+            config
+                .listing_threads
+                .unwrap_or_else(crate::config::default_listing_threads)
+                .max(1),
+        );
         let fd_limit = sys::nofile_limits().map_or(0, |(soft, _)| soft);
         match files.fallback_reason() {
             None => tracing::info!(
@@ -221,6 +233,8 @@ impl PassthroughFs {
             inherited_watch: Mutex::new(None),
             kernel_minor: AtomicU32::new(0),
             nowait_devices: Mutex::default(),
+            listing_cpus: fuse_server::sys::current_affinity().ok(),
+            listing_pool: Default::default(),
         })
     }
 

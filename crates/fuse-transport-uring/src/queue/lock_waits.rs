@@ -300,7 +300,7 @@ impl Kicker {
         let saved = if self.cpus == [cpu] {
             None
         } else {
-            match sys::current_affinity() {
+            match fuse_server::sys::current_affinity() {
                 Ok(saved) => Some(saved),
                 Err(e) => {
                     tracing::debug!(qid, "kicking a ring queue: reading the affinity: {e}");
@@ -337,7 +337,7 @@ impl Kicker {
             tracing::debug!(qid, "kicking a ring queue: {e}");
         }
         if let Some(saved) = saved {
-            if let Err(e) = sys::set_affinity(&saved) {
+            if let Err(e) = fuse_server::sys::set_affinity(&saved) {
                 tracing::warn!("a ring thread stays on CPU {cpu} after a kick: {e}");
             }
         }

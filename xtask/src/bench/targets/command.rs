@@ -52,6 +52,10 @@ pub fn command_for(
                 args.push("--uring-nice".into());
                 args.push("0".into());
             }
+            if m.listing1 {
+                args.push("--listing-threads".into());
+                args.push("1".into());
+            }
             if m.unpinned {
                 args.push("--uring-unpinned".into());
             }

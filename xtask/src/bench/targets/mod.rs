@@ -53,6 +53,9 @@ pub struct OursMode {
     /// `--uring-nice 0`: the ring threads at the nice value of the
     /// daemon's other threads rather than the transport's default.
     nice0: bool,
+    /// `--listing-threads 1`: a READDIRPLUS reply's lookups on the
+    /// serving thread alone, without helpers.
+    listing1: bool,
 }
 
 /// What a target is.
@@ -121,7 +124,7 @@ impl TargetSpec {
         match &self.kind {
             TargetKind::Native => "the backing directory itself (ext4), no FUSE".into(),
             TargetKind::Ours(m) => format!(
-                "fuse-bench-daemon, transport {}, runtime {}{}{}{}{}{}; the run's \
+                "fuse-bench-daemon, transport {}, runtime {}{}{}{}{}{}{}; the run's \
                  settings as --cache <policy>, --writeback, --no-xattr",
                 m.transport,
                 m.runtime,
@@ -147,6 +150,11 @@ impl TargetSpec {
                 },
                 if m.nice0 {
                     ", ring threads at nice 0 (not the transport's default)"
+                } else {
+                    ""
+                },
+                if m.listing1 {
+                    ", a listing's lookups on the serving thread alone (no helpers)"
                 } else {
                     ""
                 }
@@ -210,6 +218,11 @@ pub const UNPINNED_TARGET: &str = "ours:uring/sync+unpinned";
 /// (the daemon's `--uring-nice 0`), synchronous and with one ring: beside
 /// the defaults, what the ring threads' nice value does.
 pub const NICE0_TARGETS: [&str; 2] = ["ours:uring/sync+nice0", "ours:uring/uring+onering+nice0"];
+
+/// The default modes of both transports with a READDIRPLUS reply's
+/// lookups on the serving thread alone (the daemon's `--listing-threads
+/// 1`): beside the defaults, what the listing helpers do.
+pub const LISTING1_TARGETS: [&str; 2] = ["ours:dev/sync+list1", "ours:uring/sync+list1"];
 
 /// The report name of one of our modes: `ours:<transport>/<runtime>`, then
 /// `+pool` and `+kpt` (kernel passthrough).
@@ -275,6 +288,15 @@ pub fn all_targets() -> Vec<TargetSpec> {
             one_ring,
             unpinned,
             nice0,
+            ..OursMode::default()
+        };
+        ours.push((name.into(), mode));
+    }
+    for (name, transport) in LISTING1_TARGETS.into_iter().zip(TRANSPORTS) {
+        let mode = OursMode {
+            transport,
+            runtime: "sync",
+            listing1: true,
             ..OursMode::default()
         };
         ours.push((name.into(), mode));
@@ -382,6 +404,7 @@ mod tests {
         assert!(names.contains(&ONE_RING_TARGET));
         assert!(names.contains(&UNPINNED_TARGET));
         assert!(NICE0_TARGETS.iter().all(|t| names.contains(t)));
+        assert!(LISTING1_TARGETS.iter().all(|t| names.contains(t)));
         assert_eq!(
             &names[names.len() - 9..],
             &[
@@ -396,6 +419,9 @@ mod tests {
                 "pfs:uring+open"
             ]
         );
-        assert_eq!(all.len(), 1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 2 + 1 + 3 + 1 + 4);
+        assert_eq!(
+            all.len(),
+            1 + 2 * 3 + 2 * 2 + 2 + 1 + 1 + 2 + 2 + 1 + 3 + 1 + 4
+        );
     }
 }
