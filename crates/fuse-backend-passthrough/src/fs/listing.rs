@@ -7,7 +7,7 @@
 //! read from disk when the source's caches are cold. Done one after the
 //! other on the serving thread, the client waits and the other CPUs idle.
 //! So the names the reply will hold are read from the directory stream's
-//! buffer before it is handed out ([`DirStream::peek`]), helpers look up
+//! buffer before it is handed out ([`DirStream::peek`](crate::handle::DirStream::peek)), helpers look up
 //! shares of them while the serving thread looks up the first share, and
 //! the serving thread fills the reply in the stream's order, taking each
 //! helper's results when it reaches that helper's first name. A share no
