@@ -9,7 +9,6 @@ use std::path::PathBuf;
 mod abi_check;
 mod bench;
 mod man;
-mod mountinfo;
 #[cfg(test)]
 mod registry_host;
 mod test;

@@ -1,23 +1,6 @@
 //! Text helpers shared by the steps.
 
-/// `s` without ANSI colour sequences (`ESC [ ... m`, as tracing and
-/// pjdfstest write them).
-pub fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
+pub use test_support::strip_ansi;
 
 /// The file at `path` as text; an error names the file.
 pub fn read_text(path: &std::path::Path) -> anyhow::Result<String> {

@@ -19,6 +19,7 @@ use daemon::*;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use test_support::strip_ansi;
 
 /// `find MNT -ls`: must list `entries` lines and report no error.
 fn walk(mnt: &Path, entries: usize, what: &str) {

@@ -37,6 +37,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use test_support::strip_ansi;
 
 /// How long the kernel may take to forget every inode (drop_caches
 /// repeated): only a leak (or a broken FORGET) takes this long.

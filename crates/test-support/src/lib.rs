@@ -18,7 +18,7 @@ pub mod process;
 
 pub use caches::{drop_kernel_caches, kernel_keeps, KernelKeeps};
 pub use file::{create_rw, mmap_writes_through, open_direct, Aligned, SharedMap};
-pub use log::LogBuf;
+pub use log::{strip_ansi, LogBuf};
 pub use mountinfo::{
     detach, is_mounted, kill_and_detach, mounts_with_exact_source, mounts_with_source,
     remove_unless_mounted, MountGuard,

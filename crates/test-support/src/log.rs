@@ -59,3 +59,22 @@ pub fn without_latency(line: &str) -> &str {
     assert!(micros.parse::<u64>().is_ok(), "latency: {line}");
     rest
 }
+
+/// `s` without terminal colour sequences (`ESC [ ... m`, as `tracing` and
+/// pjdfstest write them).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -8,12 +8,19 @@ use std::path::{Path, PathBuf};
 /// One line of `mountinfo` (proc(5)), its fields unescaped.
 #[derive(Debug, Clone)]
 pub struct Mount {
-    /// The mount's id (field 1).
+    /// The mount's id (field 1), unique while it exists.
     pub id: u64,
+    /// The device's major and minor numbers (field 3, `maj:min`); for FUSE
+    /// the minor is the connection's number under
+    /// `/sys/fs/fuse/connections`.
+    pub device: (u32, u32),
     /// Where it is mounted (field 5).
     pub mount_point: PathBuf,
     /// Per-mount options (field 6), split at commas.
     pub mount_options: Vec<String>,
+    /// The optional fields between the options and the `-` separator
+    /// (`shared:N`, `master:N`, ...).
+    pub tags: Vec<String>,
     /// The file system type after the `-` separator (`fuse.NAME`).
     pub fstype: String,
     /// The source (`fsname`).
@@ -33,10 +40,13 @@ impl Mount {
         if dash < 6 || fields.len() < dash + 4 {
             return None;
         }
+        let (major, minor) = fields[2].split_once(':')?;
         Some(Mount {
             id: fields[0].parse().ok()?,
+            device: (major.parse().ok()?, minor.parse().ok()?),
             mount_point: PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(fields[4]))),
             mount_options: split_options(fields[5]),
+            tags: fields[6..dash].iter().map(|f| f.to_string()).collect(),
             fstype: unescape_lossy(fields[dash + 1]),
             source: unescape_lossy(fields[dash + 2]),
             super_options: split_options(fields[dash + 3]),
@@ -44,9 +54,16 @@ impl Mount {
         })
     }
 
-    /// Whether it is a FUSE mount (`fuse`, `fuseblk` or `fuse.SUBTYPE`).
+    /// Whether it is a FUSE mount (`fuse`, `fuseblk` or `fuse.SUBTYPE`;
+    /// not `fusectl`).
     pub fn is_fuse(&self) -> bool {
-        self.fstype.starts_with("fuse")
+        self.fstype == "fuse" || self.fstype == "fuseblk" || self.fstype.starts_with("fuse.")
+    }
+
+    /// Whether it came into this mount namespace from the one it is a
+    /// slave of (a `master:N` tag).
+    pub fn from_master(&self) -> bool {
+        self.tags.iter().any(|t| t.starts_with("master:"))
     }
 }
 
@@ -191,6 +208,9 @@ mod tests {
         let line = r"36 35 0:40 / /tmp/a\040b rw,nosuid shared:1 - fuse.pt my\040src rw,user_id=0";
         let m = Mount::parse(line).expect("a well-formed line");
         assert_eq!(m.id, 36);
+        assert_eq!(m.device, (0, 40));
+        assert_eq!(m.tags, ["shared:1"]);
+        assert!(!m.from_master());
         assert_eq!(m.mount_point, Path::new("/tmp/a b"));
         assert_eq!(m.mount_options, ["rw", "nosuid"]);
         assert_eq!(m.fstype, "fuse.pt");
@@ -198,5 +218,18 @@ mod tests {
         assert_eq!(m.super_options, ["rw", "user_id=0"]);
         assert!(m.is_fuse());
         assert!(Mount::parse("36 35 0:40 / /x rw").is_none());
+    }
+
+    #[test]
+    fn fuse_mounts_and_tags_are_told_apart() {
+        let ctl = Mount::parse("40 22 0:41 / /sys/fs/fuse/connections rw - fusectl fusectl rw")
+            .expect("a well-formed line");
+        assert!(!ctl.is_fuse());
+        assert!(ctl.tags.is_empty());
+        let blk = Mount::parse("41 22 8:1 / /b rw master:2 shared:3 - fuseblk /dev/sda1 rw")
+            .expect("a well-formed line");
+        assert!(blk.is_fuse());
+        assert!(blk.from_master());
+        assert_eq!(blk.tags, ["master:2", "shared:3"]);
     }
 }

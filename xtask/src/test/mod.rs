@@ -22,7 +22,6 @@
 //! Adding a step: write a `fn step_NAME(ctx: &mut Ctx) -> Result<Outcome>`
 //! and add it to [`STEPS`]; its name is then usable with `--skip`/`--only`.
 
-use crate::mountinfo::mounts;
 use crate::text::{sh_quote, strip_ansi};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
@@ -35,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use test_support::mountinfo::mounts;
 
 mod abi;
 mod hang;

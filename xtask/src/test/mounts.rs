@@ -31,35 +31,34 @@ pub(crate) struct FuseMount {
     pub(crate) minor: Option<u32>,
 }
 
+impl FuseMount {
+    /// `m` if it is a FUSE mount.
+    fn of(m: test_support::mountinfo::Mount) -> Option<FuseMount> {
+        m.is_fuse().then(|| FuseMount {
+            id: m.id,
+            from_host: m.from_master(),
+            minor: (m.device.0 == 0).then_some(m.device.1),
+            mount_point: m.mount_point,
+            fstype: m.fstype,
+        })
+    }
+}
+
 /// The FUSE mounts in a mountinfo text.
 pub(crate) fn parse_fuse_mounts(text: &str) -> Vec<FuseMount> {
     text.lines()
-        .filter_map(|line| {
-            // id parent maj:min root mount-point options [optional...] - fstype source super
-            let fields: Vec<&str> = line.split(' ').collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let fstype = fields.get(sep + 1)?;
-            let fuse = *fstype == "fuse" || *fstype == "fuseblk" || fstype.starts_with("fuse.");
-            fuse.then(|| FuseMount {
-                id: fields[0].parse().unwrap_or(0),
-                mount_point: crate::mountinfo::unescape_path(fields.get(4).unwrap_or(&"")),
-                fstype: fstype.to_string(),
-                from_host: fields[6.min(sep)..sep]
-                    .iter()
-                    .any(|f| f.starts_with("master:")),
-                minor: fields
-                    .get(2)
-                    .and_then(|dev| dev.strip_prefix("0:"))
-                    .and_then(|minor| minor.parse().ok()),
-            })
-        })
+        .filter_map(test_support::mountinfo::Mount::parse)
+        .filter_map(FuseMount::of)
         .collect()
 }
 
-/// The FUSE mounts this process sees (none if mountinfo is unreadable:
+/// The FUSE mounts this thread sees (none if mountinfo is unreadable:
 /// reading it never blocks, unlike a stat of a mount whose daemon hangs).
 pub(crate) fn fuse_mounts() -> Vec<FuseMount> {
-    parse_fuse_mounts(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+    test_support::mountinfo::mounts()
+        .into_iter()
+        .filter_map(FuseMount::of)
+        .collect()
 }
 
 /// The mounts of `after` that are neither in `before` nor from the host.

@@ -10,7 +10,6 @@
 //! alone may have been reused).
 
 use super::Layout;
-use crate::mountinfo::mounts;
 use crate::test::run_cmd;
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -18,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use test_support::mountinfo::mounts;
 
 /// The script, with `@DAEMON@` and `@STATE@` still to fill in.
 const TEMPLATE: &str = include_str!("mount.fuse.passthroughfs-xfstests.sh");

@@ -338,21 +338,3 @@ pub fn umount_and_wait(mnt: &Path) {
         );
     }
 }
-
-/// `s` without terminal colour sequences (`ESC [ ... m`).
-pub fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}

@@ -2,9 +2,9 @@
 //! and making sure nothing a run mounted stays behind. Apart because it is
 //! the only part that unmounts, whichever target mounted.
 
-use crate::mountinfo::mounts;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use test_support::mountinfo::mounts;
 
 /// The file system type mounted at `path`, if any (the topmost mount).
 pub(super) fn mounted(path: &Path) -> Option<String> {
