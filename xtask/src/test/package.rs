@@ -1,8 +1,8 @@
 //! The `package` step: the crates as a project outside the workspace gets
 //! them (docs/publishing.md).
 //!
-//! 1. `cargo package --workspace`, and every published package (not
-//!    `publish = false`) unpacked from its `.crate` into
+//! 1. `cargo package` of every published package (not `publish =
+//!    false`), each unpacked from its `.crate` into
 //!    `target/package-check/pkgs`; a package that ships tests, their data
 //!    or build output fails the step.
 //! 2. `cargo doc` of each unpacked package the way docs.rs builds it (its
@@ -143,13 +143,16 @@ pub(super) fn step_package(ctx: &mut Ctx) -> Result<Outcome> {
     // build them from the unpacked packages, which checks more.
     // --allow-dirty: what is checked is the packages' contents, which a
     // local run with uncommitted edits should check too (CI's clone is
-    // clean either way).
-    run_cmd(
-        cargo()
-            .args(["package", "--workspace", "--no-verify", "--allow-dirty"])
-            .current_dir(&ctx.root),
-    )?;
+    // clean either way). Only the published packages: one that is not
+    // (xtask) may depend on another that is not (test-support), which
+    // cargo can't resolve for a package.
     let published = published_packages(&ctx.root)?;
+    let mut package = cargo();
+    package.args(["package", "--no-verify", "--allow-dirty"]);
+    for p in &published {
+        package.args(["-p", &p.name]);
+    }
+    run_cmd(package.current_dir(&ctx.root))?;
     let scratch = target_dir().join(SCRATCH);
     let pkgs = scratch.join("pkgs");
     if pkgs.exists() {
