@@ -322,12 +322,15 @@ impl DirStream {
     /// handing any out: a [`Self::read`] from `offset` hands out these
     /// first. Where fewer than half a buffer's worth are held, they are
     /// topped up first (one `getdents64` after them), so that what a reply
-    /// takes is there in one piece. Empty at the end of the directory.
+    /// takes is there in one piece; not where the reads so far put less
+    /// than half a buffer in (`end`): `getdents64` fills what it is given
+    /// unless the directory ends, so a small directory costs no read that
+    /// finds nothing. Empty at the end of the directory.
     pub(crate) fn peek(&mut self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<&[u8]> {
         if !self.fill(fd, offset)? {
             return Ok(&[]);
         }
-        if self.end - self.start < DIR_BUF_SIZE / 2 {
+        if self.end >= DIR_BUF_SIZE / 2 && self.end - self.start < DIR_BUF_SIZE / 2 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;

@@ -136,6 +136,9 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_sched_yield,
     libc::SYS_sched_getaffinity,
     libc::SYS_sched_setaffinity,
+    // sched_getcpu(3) (the listing helpers pick the pool on the other
+    // half of the CPUs) where neither the vDSO nor rseq answers it.
+    libc::SYS_getcpu,
     libc::SYS_timerfd_create,
     libc::SYS_timerfd_settime,
     // Threads, memory, signals, identity.
